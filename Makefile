@@ -1,0 +1,71 @@
+# modelroll: every workflow is a make target. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+# Every Python project in the repository, installed editable into one .venv.
+PROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard sidecar/pyproject.toml gateway/pyproject.toml \
+	operator/pyproject.toml bench/pyproject.toml hack/devcluster/pyproject.toml))
+PACKAGES := $(foreach p,$(PROJECTS),$(wildcard $(p)/modelroll_*))
+PYTEST_ARGS ?=
+ARGS ?=
+
+include hack/cluster.mk
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PROJECTS))
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -r requirements-dev.txt \
+		$(addprefix -e ,$(PROJECTS))
+	touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## Create .venv with every component installed editable, at pinned versions.
+
+.PHONY: pin
+pin: venv ## Rewrite constraints.txt from what .venv holds now.
+	{ echo "# Exact versions for every package in .venv (runtime and dev tools). Regenerate with: make pin"; \
+	  $(PIP) freeze --exclude-editable; } > constraints.txt
+
+.PHONY: fmt
+fmt: venv ## Format and auto-fix with ruff.
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+.PHONY: lint
+lint: venv ## ruff (lint + format check) and mypy strict.
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy $(PACKAGES) tests
+
+.PHONY: test-unit
+test-unit: venv ## Unit and component tests (real processes on loopback, no cluster).
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: test-integration
+test-integration: venv cluster-bins ## Tests against a real kube-apiserver + etcd + kube-controller-manager.
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+.PHONY: test
+test: lint test-unit test-integration ## Everything CI runs.
+
+.PHONY: demo
+demo: venv ## The main job: run the demo (ARGS=--once runs it once and exits).
+	$(PY) -m modelroll_sidecar.demo $(ARGS)
+
+.PHONY: bench-sidecar
+bench-sidecar: venv ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
+	$(PY) -m modelroll_bench.sidecar $(ARGS)
+
+.PHONY: clean
+clean: ## Remove caches (keeps .venv and .bin).
+	rm -rf .mypy_cache .ruff_cache .pytest_cache bench/results
