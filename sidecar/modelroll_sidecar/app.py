@@ -1,0 +1,231 @@
+"""The sidecar's aiohttp app, built by :func:`create_app`.
+
+The batcher, the model client and the readiness probe start and stop in the app's cleanup_ctx,
+so every test that serves the app (aiohttp's TestServer, AppRunner) runs them for real, and an app
+whose lifespan never started answers 503 at once instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from .batching import Batcher, BatcherNotRunning, Outcome, QueueFull, ShuttingDown
+from .config import SidecarConfig
+from .metrics import SidecarMetrics
+from .protocol import ModelClient
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = "1"
+PROBE_TIMEOUT_S = 1.0
+STARTUP_PROBE_S = 0.1
+
+
+class Sidecar:
+    """One model version's sidecar: the batcher in front of a model client, plus its state."""
+
+    def __init__(self, config: SidecarConfig, registry: CollectorRegistry) -> None:
+        self.config = config
+        self.metrics = SidecarMetrics(config.model, config.version, registry)
+        self.model = ModelClient(
+            config.upstream, config.upstream_timeout_ms / 1000, config.max_concurrent_batches
+        )
+        self.batcher = Batcher(
+            self.model,
+            self.metrics,
+            max_batch_size=config.max_batch_size,
+            max_wait_s=config.max_wait_s,
+            max_queue_size=config.max_queue_size,
+            max_batch_tokens=config.max_batch_tokens,
+            timeout_s=config.timeout_s,
+            max_concurrent_batches=config.max_concurrent_batches,
+        )
+        self.model_ready = False
+        self.draining = False
+        self._probe: asyncio.Task[None] | None = None
+        self._drained: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.model.start()
+        self.batcher.start()
+        self._probe = asyncio.create_task(self._probe_model(), name="modelroll-readiness")
+
+    async def _probe_model(self) -> None:
+        interval = self.config.readiness_interval_ms / 1000
+        while True:
+            ready = await self.model.ready(min(PROBE_TIMEOUT_S, interval))
+            if ready != self.model_ready:
+                log.info("Model at %s became %s", self.config.upstream, _readiness(ready))
+                self.model_ready = ready
+            await asyncio.sleep(interval if ready else min(interval, STARTUP_PROBE_S))
+
+    async def shutdown(self) -> None:
+        """Turn unready, refuse new requests, flush the queue, finish in-flight batches.
+        Safe to call more than once; later calls wait for the first."""
+        if self._drained is None:
+            self.draining = True
+            log.info(
+                "Draining %s/%s: %d queued", self.config.model, self.config.version, self.depth
+            )
+            self._drained = asyncio.ensure_future(self.batcher.drain(self.config.drain_timeout_s))
+        await asyncio.shield(self._drained)
+
+    async def close(self) -> None:
+        await self.shutdown()
+        if self._probe is not None:
+            self._probe.cancel()
+            await asyncio.gather(self._probe, return_exceptions=True)
+        await self.model.close()
+
+    @property
+    def depth(self) -> int:
+        return self.batcher.depth
+
+
+def _readiness(ready: bool) -> str:
+    return "ready" if ready else "unready"
+
+
+SIDECAR = web.AppKey("sidecar", Sidecar)
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return json_response(status, {"error": message}, headers)
+
+
+def is_json(content_type: str) -> bool:
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    )
+
+
+async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Response:
+    """The request's ``payload``, or the 400/413/415 response explaining why there is none."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        return error_response(413, f"request body is larger than {max_bytes} bytes")
+    if not is_json(request.content_type):
+        return error_response(415, "Content-Type must be application/json")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(413, f"request body is larger than {max_bytes} bytes")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError; messages hold no payload
+        return error_response(400, f"malformed JSON: {exc}")
+    if not isinstance(body, dict) or "payload" not in body:
+        return error_response(400, 'body must be a JSON object with a "payload" field')
+    return body["payload"]
+
+
+async def handle_infer(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    response = await _infer(request, sidecar)
+    sidecar.metrics.count_request(response.status, loop.time() - started)
+    return response
+
+
+async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
+    if sidecar.draining:
+        sidecar.metrics.rejected["shutting_down"].inc()
+        return error_response(503, "the sidecar is shutting down")
+    payload = await read_payload(request, sidecar.config.max_body_bytes)
+    if isinstance(payload, web.Response):
+        return payload
+    try:
+        pending = sidecar.batcher.submit(payload)
+    except QueueFull as exc:
+        return error_response(429, str(exc), {"Retry-After": RETRY_AFTER_S})
+    except (ShuttingDown, BatcherNotRunning) as exc:
+        return error_response(503, str(exc))
+    try:
+        outcome: Outcome = await pending.future
+    except asyncio.CancelledError:
+        sidecar.batcher.abandon(pending)
+        raise
+    if outcome.status == 200:
+        config = sidecar.config
+        return json_response(
+            200, {"output": outcome.output, "model": config.model, "version": config.version}
+        )
+    return error_response(outcome.status, outcome.error or "request failed")
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR]
+    body = generate_latest(sidecar.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def handle_livez(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR]
+    if not sidecar.batcher.alive:
+        return error_response(503, "the batcher is not running")
+    return json_response(200, {"status": "alive"})
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR]
+    if sidecar.draining:
+        return error_response(503, "shutting down")
+    if not sidecar.batcher.alive:
+        return error_response(503, "the batcher is not running")
+    if not sidecar.model_ready:
+        return error_response(503, f"model at {sidecar.config.upstream} is not ready")
+    return json_response(200, {"status": "ready"})
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Routing errors (404, 405) and anything unexpected answer JSON, like every other error."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.reason)
+    return response
+
+
+def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None) -> web.Application:
+    """A new sidecar app. Each call builds a fresh batcher and metrics: apps are never shared."""
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[json_errors])
+    sidecar = Sidecar(config, registry if registry is not None else CollectorRegistry())
+    app[SIDECAR] = sidecar
+
+    async def lifespan(_: web.Application) -> AsyncIterator[None]:
+        await sidecar.start()
+        yield
+        await sidecar.close()
+
+    async def drain(_: web.Application) -> None:
+        # on_shutdown runs before aiohttp waits for open handlers, so they get their answers.
+        await sidecar.shutdown()
+
+    app.cleanup_ctx.append(lifespan)
+    app.on_shutdown.append(drain)
+    app.router.add_post("/v1/infer", handle_infer)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/livez", handle_livez)
+    app.router.add_get("/readyz", handle_readyz)
+    return app

@@ -1,0 +1,337 @@
+"""The dynamic batcher: a bounded queue, and one task that closes batches and sends them.
+
+A batch closes on whichever comes first: it holds ``max_batch_size`` requests (``full``); its
+oldest request has waited ``max_wait`` since its own arrival (``timeout``); the next request would
+push size x longest length over ``max_batch_tokens`` (``tokens``); or shutdown drains the queue
+(``drain``). A batch is sent the moment it closes and one of ``max_concurrent_batches`` slots is
+free; while every slot is busy the open batch keeps filling, so a saturated model gets full
+batches. Every accepted request is answered exactly once: by the model, by its deadline (504, and
+the model never sees it), or by a shutdown that ran out of time (503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from enum import Enum
+from typing import Any, NamedTuple, Protocol
+
+from .metrics import SidecarMetrics
+from .protocol import BatchResult, ModelError, payload_length
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(NamedTuple):
+    """How one request ends: an HTTP status with either the model's output or an error message."""
+
+    status: int
+    output: Any = None
+    error: str | None = None
+
+
+class QueueFull(Exception):
+    """The queue holds max_queue_size requests; the caller should retry later (429)."""
+
+
+class ShuttingDown(Exception):
+    """The batcher is draining for shutdown and accepts nothing new (503)."""
+
+
+class BatcherNotRunning(Exception):
+    """submit() before start(): the app's lifespan (cleanup_ctx) was never entered."""
+
+
+class BatchModel(Protocol):
+    async def infer(self, inputs: list[Any]) -> BatchResult: ...
+
+
+class State(Enum):
+    QUEUED = 1
+    RUNNING = 2
+    DONE = 3
+
+
+class Pending:
+    """One accepted request: its payload, when it arrived, and the future its handler awaits."""
+
+    __slots__ = ("arrived", "deadline", "future", "length", "payload", "state")
+
+    def __init__(self, payload: Any, length: int, arrived: float, future: asyncio.Future[Outcome]):
+        self.payload = payload
+        self.length = length
+        self.arrived = arrived
+        self.future = future
+        self.state = State.QUEUED
+        self.deadline: asyncio.TimerHandle | None = None
+
+
+class Batcher:
+    """Queues requests for one model version and runs them in dynamically formed batches."""
+
+    def __init__(
+        self,
+        model: BatchModel,
+        metrics: SidecarMetrics,
+        *,
+        max_batch_size: int,
+        max_wait_s: float,
+        max_queue_size: int,
+        max_batch_tokens: int,
+        timeout_s: float,
+        max_concurrent_batches: int,
+    ) -> None:
+        self._model = model
+        self._metrics = metrics
+        self._max_size = max_batch_size
+        self._max_wait = max_wait_s
+        self._max_queue = max_queue_size
+        self._budget = max_batch_tokens
+        self._timeout = timeout_s
+        self._max_running = max_concurrent_batches
+        self._queue: deque[Pending] = deque()
+        self._live = 0  # queued requests still waiting (the deque may also hold finished ones)
+        self._running = 0
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._waiter: asyncio.Future[None] | None = None
+        self._former: asyncio.Task[None] | None = None
+        self._closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._former is not None:
+            raise RuntimeError("a Batcher cannot be restarted; build a new one")
+        self._loop = asyncio.get_running_loop()
+        self._former = self._loop.create_task(self._form_batches(), name="modelroll-batcher")
+
+    @property
+    def alive(self) -> bool:
+        """True while the batch-forming task runs (or has finished a clean drain)."""
+        former = self._former
+        if former is None:
+            return False
+        if not former.done():
+            return True
+        return not former.cancelled() and former.exception() is None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def depth(self) -> int:
+        return self._live
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting, send everything queued without waiting for max-wait, and wait for the
+        batches in flight. Whatever is unfinished after ``timeout_s`` is answered with 503."""
+        self._closing = True
+        self._wake()
+        try:
+            await asyncio.wait_for(self._finished(), timeout_s)
+        except TimeoutError:
+            log.warning("Drain did not finish in %.1fs; answering the rest with 503", timeout_s)
+        await self._abort("the sidecar shut down before the model ran this request")
+
+    async def _finished(self) -> None:
+        if self._former is not None:
+            await asyncio.shield(self._former)
+        while self._inflight:
+            await asyncio.wait(list(self._inflight))
+
+    async def _abort(self, message: str) -> None:
+        tasks = [t for t in (self._former, *self._inflight) if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        while self._queue:
+            pending = self._queue.popleft()
+            if pending.state is State.QUEUED:
+                self._dequeue(pending)
+                self._metrics.rejected["shutting_down"].inc()
+                self._resolve(pending, Outcome(503, error=message))
+
+    # -- requests --------------------------------------------------------------------------
+
+    def submit(self, payload: Any) -> Pending:
+        """Queue one request. Raises QueueFull, ShuttingDown or BatcherNotRunning."""
+        loop = self._loop
+        if loop is None or not self.alive:
+            raise BatcherNotRunning("the batcher is not running (was the app's lifespan entered?)")
+        if self._closing:
+            self._metrics.rejected["shutting_down"].inc()
+            raise ShuttingDown("the sidecar is shutting down")
+        if self._live >= self._max_queue:
+            self._metrics.rejected["queue_full"].inc()
+            raise QueueFull(f"the queue is full ({self._max_queue} requests waiting)")
+        now = loop.time()
+        length = payload_length(payload) if self._budget else 1
+        pending = Pending(payload, length, now, loop.create_future())
+        pending.deadline = loop.call_at(now + self._timeout, self._expire, pending)
+        self._queue.append(pending)
+        self._live += 1
+        self._metrics.queue_depth.set(self._live)
+        # Wake the former only when this arrival can change its decision.
+        if self._running < self._max_running and (
+            self._live == 1 or self._live >= self._max_size or self._budget
+        ):
+            self._wake()
+        return pending
+
+    def abandon(self, pending: Pending) -> None:
+        """The client went away. A queued request leaves the queue; a running one is ignored."""
+        if pending.state is State.QUEUED:
+            self._dequeue(pending)
+            self._metrics.rejected["disconnect"].inc()
+
+    def _expire(self, pending: Pending) -> None:
+        if pending.state is State.QUEUED:
+            self._dequeue(pending)
+            self._metrics.rejected["deadline"].inc()
+            waited_ms = self._timeout * 1000
+            self._resolve(
+                pending,
+                Outcome(504, error=f"deadline of {waited_ms:g}ms passed before the model ran it"),
+            )
+
+    def _dequeue(self, pending: Pending) -> None:
+        """Mark a queued request finished; the deque drops it lazily."""
+        pending.state = State.DONE
+        if pending.deadline is not None:
+            pending.deadline.cancel()
+        self._live -= 1
+        self._metrics.queue_depth.set(self._live)
+
+    @staticmethod
+    def _resolve(pending: Pending, outcome: Outcome) -> None:
+        pending.state = State.DONE
+        if not pending.future.done():  # a disconnected client's future is already cancelled
+            pending.future.set_result(outcome)
+
+    # -- batch formation -------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, until: float | None) -> None:
+        """Wait for a wake-up (arrival, free slot, shutdown) or until the loop time ``until``."""
+        assert self._loop is not None
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if until is None else self._loop.call_at(until, self._wake)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _head(self) -> Pending | None:
+        queue = self._queue
+        while queue and queue[0].state is not State.QUEUED:
+            queue.popleft()
+        return queue[0] if queue else None
+
+    def _fit(self) -> tuple[int, bool]:
+        """How many queued requests the next batch takes, and whether the token budget (rather
+        than max_batch_size or the end of the queue) is what stopped it."""
+        if not self._budget:
+            return min(self._live, self._max_size), False
+        count = longest = 0
+        for pending in self._queue:
+            if pending.state is not State.QUEUED:
+                continue
+            if count == self._max_size:
+                return count, False
+            longer = max(longest, pending.length)
+            if count and (count + 1) * longer > self._budget:
+                return count, True
+            count, longest = count + 1, longer
+        return count, False
+
+    async def _form_batches(self) -> None:
+        assert self._loop is not None
+        loop = self._loop
+        while True:
+            head = self._head()
+            if head is None:
+                if self._closing:
+                    return
+                await self._sleep(None)
+                continue
+            if self._running >= self._max_running:
+                await self._sleep(None)
+                continue
+            count, budget_hit = self._fit()
+            oldest_due = head.arrived + self._max_wait
+            if count >= self._max_size:
+                reason = "full"
+            elif budget_hit:
+                reason = "tokens"
+            elif self._closing:
+                reason = "drain"
+            elif loop.time() >= oldest_due:
+                reason = "timeout"
+            else:
+                await self._sleep(oldest_due)
+                continue
+            self._dispatch(self._take(count), reason)
+
+    def _take(self, count: int) -> list[Pending]:
+        batch: list[Pending] = []
+        queue = self._queue
+        while len(batch) < count:
+            pending = queue.popleft()
+            if pending.state is State.QUEUED:
+                batch.append(pending)
+        return batch
+
+    def _dispatch(self, batch: list[Pending], reason: str) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        wait = self._metrics.queue_wait
+        for pending in batch:
+            pending.state = State.RUNNING
+            if pending.deadline is not None:
+                pending.deadline.cancel()
+            wait.observe(now - pending.arrived)
+        self._live -= len(batch)
+        self._metrics.queue_depth.set(self._live)
+        self._metrics.batch_size.observe(len(batch))
+        self._metrics.batches[reason].inc()
+        self._running += 1
+        task = self._loop.create_task(self._execute(batch))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _execute(self, batch: list[Pending]) -> None:
+        assert self._loop is not None
+        started = self._loop.time()
+        try:
+            result = await self._model.infer([p.payload for p in batch])
+        except ModelError as exc:
+            log.warning("Batch of %d failed: %s", len(batch), exc)
+            for pending in batch:
+                self._resolve(pending, Outcome(exc.status, error=str(exc)))
+        except asyncio.CancelledError:
+            for pending in batch:
+                self._resolve(pending, Outcome(503, error="the sidecar shut down mid-batch"))
+            raise
+        except Exception:
+            log.exception("Batch of %d failed unexpectedly", len(batch))
+            for pending in batch:
+                self._resolve(pending, Outcome(502, error="the batch failed inside the sidecar"))
+        else:
+            for pending, output, error in zip(batch, result.outputs, result.errors, strict=True):
+                if error is None:
+                    self._resolve(pending, Outcome(200, output))
+                else:
+                    self._resolve(pending, Outcome(422, error=error))
+        finally:
+            self._metrics.batch_duration.observe(self._loop.time() - started)
+            self._running -= 1
+            self._wake()

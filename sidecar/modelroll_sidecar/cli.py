@@ -1,0 +1,64 @@
+"""``modelroll-sidecar``: serve the batching sidecar until SIGTERM, then shut down in order.
+
+On SIGTERM (or SIGINT): /readyz and new requests answer 503 at once; everything queued is sent to
+the model without waiting for max-wait; in-flight batches finish; then the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from .app import SIDECAR, create_app
+from .config import SidecarConfig, parse_args
+
+log = logging.getLogger("modelroll_sidecar")
+
+
+async def serve(config: SidecarConfig) -> None:
+    app = create_app(config)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+    await site.start()
+    log.info(
+        "Serving %s/%s on %s:%d in front of %s",
+        config.model,
+        config.version,
+        config.host,
+        config.port,
+        config.upstream,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    sidecar = app[SIDECAR]
+    log.info("Received a stop signal with %d requests queued", sidecar.depth)
+    await sidecar.shutdown()  # the listener stays open meanwhile: late requests get 503
+    await runner.cleanup()
+    log.info("Stopped %s/%s", config.model, config.version)
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    config = parse_args(argv)
+    configure_logging()
+    asyncio.run(serve(config))
+
+
+if __name__ == "__main__":
+    main()

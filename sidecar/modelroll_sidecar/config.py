@@ -1,0 +1,142 @@
+"""Sidecar settings: command-line flags, each also readable from a MODELROLL_* variable.
+
+Flag names mirror the ModelVersion's ``spec.batching`` so the operator can pass them through.
+Invalid values exit with a message that names the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    """Everything the sidecar needs to run; built by :func:`parse_args` or directly in tests."""
+
+    upstream: str = "http://127.0.0.1:8080"
+    model: str = "default"
+    version: str = "v1"
+    host: str = "0.0.0.0"
+    port: int = 8000
+    max_batch_size: int = 32
+    max_wait_ms: float = 10.0
+    max_queue_size: int = 1024
+    max_batch_tokens: int = 0
+    timeout_ms: float = 30000.0
+    max_concurrent_batches: int = 1
+    max_body_bytes: int = 1 << 20
+    upstream_timeout_ms: float = 60000.0
+    readiness_interval_ms: float = 1000.0
+    drain_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise ValueError(problem)
+
+    def problem(self) -> str | None:
+        """The first invalid setting, phrased with its flag name, or None."""
+        at_least_one = (
+            "max_batch_size",
+            "max_queue_size",
+            "max_concurrent_batches",
+            "max_body_bytes",
+            "port",
+        )
+        for name in at_least_one:
+            if getattr(self, name) < 1:
+                return f"{flag(name)} must be at least 1, got {getattr(self, name)}"
+        positive = ("max_wait_ms", "timeout_ms", "upstream_timeout_ms", "readiness_interval_ms")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                return f"{flag(name)} must be greater than 0, got {getattr(self, name)}"
+        if self.max_wait_ms > self.timeout_ms:
+            return (
+                f"--max-wait-ms ({self.max_wait_ms:g}) must not exceed "
+                f"--timeout-ms ({self.timeout_ms:g})"
+            )
+        if self.max_batch_tokens < 0:
+            return f"--max-batch-tokens must be 0 (no budget) or more, got {self.max_batch_tokens}"
+        if self.drain_timeout_s < 0:
+            return f"--drain-timeout-s must be 0 or more, got {self.drain_timeout_s}"
+        if self.port > 65535:
+            return f"--port must be at most 65535, got {self.port}"
+        if not self.upstream.startswith(("http://", "https://")):
+            return f"--upstream must be an http(s) URL, got {self.upstream!r}"
+        for name in ("model", "version"):
+            if not getattr(self, name):
+                return f"{flag(name)} must not be empty"
+        return None
+
+    @property
+    def max_wait_s(self) -> float:
+        return self.max_wait_ms / 1000.0
+
+    @property
+    def timeout_s(self) -> float:
+        return self.timeout_ms / 1000.0
+
+
+HELP = {
+    "upstream": "base URL of the model server (its /v1/batch and /readyz)",
+    "model": "model name, used in responses and metric labels",
+    "version": "version name, used in responses and metric labels",
+    "host": "address to listen on",
+    "port": "port to listen on",
+    "max_batch_size": "a batch closes when it holds this many requests",
+    "max_wait_ms": "a batch closes when its oldest request has waited this long",
+    "max_queue_size": "requests waiting beyond this are refused with 429",
+    "max_batch_tokens": "padded-token budget per batch (size x longest length); 0 disables it",
+    "timeout_ms": "a request not sent to the model within this time gets 504",
+    "max_concurrent_batches": "batches sent to the model at the same time",
+    "max_body_bytes": "largest accepted request body; larger ones get 413",
+    "upstream_timeout_ms": "a model call slower than this fails its batch with 502",
+    "readiness_interval_ms": "how often the model's /readyz is probed",
+    "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
+}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    return "MODELROLL_" + name.upper()
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="modelroll-sidecar",
+        description="Dynamic batching sidecar: queues requests and sends them to the model in "
+        "batches that close on size, max-wait, token budget or shutdown.",
+    )
+    defaults = SidecarConfig()
+    for field in fields(SidecarConfig):
+        default = getattr(defaults, field.name)
+        kind = type(default)
+        raw = environ.get(env_name(field.name))
+        parser.add_argument(
+            flag(field.name),
+            dest=field.name,
+            type=kind,
+            # argparse converts a string default with `type`, so a bad MODELROLL_* value
+            # is reported against its flag like a bad command-line value.
+            default=raw if raw is not None else default,
+            help=f"{HELP[field.name]} (env {env_name(field.name)}, default {default})",
+        )
+    return parser
+
+
+def parse_args(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> SidecarConfig:
+    """Flags win over MODELROLL_* variables, which win over defaults. Exits 2 on bad values."""
+    parser = build_parser(os.environ if environ is None else environ)
+    namespace = parser.parse_args(argv)
+    try:
+        return SidecarConfig(**vars(namespace))
+    except ValueError as exc:
+        parser.error(str(exc))

@@ -1,0 +1,108 @@
+"""Prometheus metrics of one sidecar, labelled by model and version (names fixed in DESIGN.md).
+
+Each app gets its own CollectorRegistry, so tests and several apps in one process never collide.
+Every label set a dashboard or alert selects on is created up front, so its series exist at 0.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Sub-millisecond to tens of seconds: batching adds milliseconds, slow models take seconds.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+CODES = ("200", "400", "404", "413", "415", "422", "429", "502", "503", "504")
+CLOSE_REASONS = ("full", "timeout", "tokens", "drain")
+REJECT_REASONS = ("queue_full", "deadline", "disconnect", "shutting_down")
+
+
+class SidecarMetrics:
+    """The sidecar's series, with the model/version children resolved once."""
+
+    def __init__(self, model: str, version: str, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        labels = ("model", "version")
+        requests = Counter(
+            "modelroll_requests_total",
+            "Inference requests answered, by HTTP status code.",
+            [*labels, "code"],
+            registry=registry,
+        )
+        self._requests = {code: requests.labels(model, version, code) for code in CODES}
+        self._requests_family = requests
+        self._model, self._version = model, version
+        self.request_duration = Histogram(
+            "modelroll_request_duration_seconds",
+            "Time from receiving an inference request to answering it.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ).labels(model, version)
+        self.queue_wait = Histogram(
+            "modelroll_queue_wait_seconds",
+            "Time a request waited in the queue before its batch was sent to the model.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ).labels(model, version)
+        self.batch_size = Histogram(
+            "modelroll_batch_size",
+            "Requests per batch sent to the model.",
+            labels,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        ).labels(model, version)
+        self.batch_duration = Histogram(
+            "modelroll_batch_duration_seconds",
+            "Time the model took to answer one batch.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ).labels(model, version)
+        batches = Counter(
+            "modelroll_batches_total",
+            "Batches sent to the model, by what closed them: full, timeout, tokens or drain.",
+            [*labels, "reason"],
+            registry=registry,
+        )
+        self.batches = {r: batches.labels(model, version, r) for r in CLOSE_REASONS}
+        self.queue_depth = Gauge(
+            "modelroll_queue_depth",
+            "Requests waiting for a batch.",
+            labels,
+            registry=registry,
+        ).labels(model, version)
+        rejected = Counter(
+            "modelroll_rejected_total",
+            "Requests refused or dropped before reaching the model, by reason.",
+            [*labels, "reason"],
+            registry=registry,
+        )
+        self.rejected = {r: rejected.labels(model, version, r) for r in REJECT_REASONS}
+
+    def count_request(self, code: int, seconds: float) -> None:
+        key = str(code)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self._requests_family.labels(
+                self._model, self._version, key
+            )
+        child.inc()
+        self.request_duration.observe(seconds)

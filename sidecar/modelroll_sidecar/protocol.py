@@ -1,0 +1,126 @@
+"""The model protocol: what any model server behind the sidecar implements, and a client for it.
+
+``POST /v1/batch {"inputs": [...]}`` answers ``{"outputs": [...]}`` in the same order, with an
+optional ``"errors": [null, "why", ...]`` per item. ``GET /readyz`` answers 200 once it serves.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+
+def payload_length(payload: object) -> int:
+    """A request's length for padding and token budgets: whitespace tokens of a string, items of a
+    list, otherwise 1. Never below 1, since even an empty input occupies a row of the batch."""
+    if isinstance(payload, str):
+        return max(1, len(payload.split()))
+    if isinstance(payload, list):
+        return max(1, len(payload))
+    return 1
+
+
+def padded_tokens(lengths: list[int]) -> int:
+    """Padded cost of a batch: batch size times its longest length."""
+    return len(lengths) * max(lengths, default=0)
+
+
+class ModelError(Exception):
+    """The model could not serve a whole batch. ``status`` is what each request in it gets."""
+
+    status = 502
+
+
+class ModelUnreachable(ModelError):
+    """No connection to the model server could be made."""
+
+    status = 503
+
+
+class ModelFailed(ModelError):
+    """The model answered badly, too slowly, or not at all after accepting the connection."""
+
+    status = 502
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    outputs: list[Any]
+    errors: list[str | None]
+
+
+def parse_batch_response(body: Any, size: int) -> BatchResult:
+    """Check a /v1/batch answer against the protocol; raise ModelFailed when it breaks it."""
+    if not isinstance(body, dict) or not isinstance(body.get("outputs"), list):
+        raise ModelFailed('model response has no "outputs" list')
+    outputs: list[Any] = body["outputs"]
+    if len(outputs) != size:
+        raise ModelFailed(f"model returned {len(outputs)} outputs for {size} inputs")
+    errors = body.get("errors")
+    if errors is None:
+        return BatchResult(outputs, [None] * size)
+    if not isinstance(errors, list) or len(errors) != size:
+        raise ModelFailed(f'model "errors" must be a list of {size} entries')
+    return BatchResult(outputs, [None if e is None else str(e) for e in errors])
+
+
+class ModelClient:
+    """A pooled HTTP client for one model server."""
+
+    def __init__(self, base_url: str, timeout_s: float, max_connections: int) -> None:
+        self._base = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=self._max_connections + 2, force_close=False)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("ModelClient used before start()")
+        return self._session
+
+    async def infer(self, inputs: list[Any]) -> BatchResult:
+        """Run one batch. Raises ModelUnreachable or ModelFailed for whole-batch failures."""
+        data = json.dumps({"inputs": inputs}, separators=(",", ":"))
+        try:
+            async with self.session.post(
+                self._base + "/v1/batch",
+                data=data,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise ModelFailed(f"model answered HTTP {resp.status} for the batch")
+        except aiohttp.ClientConnectorError as exc:
+            raise ModelUnreachable(f"model unreachable at {self._base}: {exc.os_error}") from exc
+        except TimeoutError as exc:
+            raise ModelFailed(f"model did not answer within {self._timeout.total:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise ModelFailed(f"model connection failed: {type(exc).__name__}") from exc
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise ModelFailed("model response is not JSON") from exc
+        return parse_batch_response(body, len(inputs))
+
+    async def ready(self, timeout_s: float) -> bool:
+        """Whether the model's /readyz answers 200 right now."""
+        try:
+            async with self.session.get(
+                self._base + "/readyz", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
