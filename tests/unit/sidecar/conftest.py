@@ -1,0 +1,88 @@
+"""Sidecar fixtures: a demo model and a sidecar app served on loopback, lifespans entered."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+from pytest_aiohttp import AiohttpClient, AiohttpServer
+
+from modelroll_sidecar.app import SIDECAR, Sidecar, create_app
+from modelroll_sidecar.config import SidecarConfig
+from modelroll_sidecar.demo_model import (
+    DEMO_MODEL,
+    DemoModel,
+    DemoModelConfig,
+    create_demo_model_app,
+)
+
+
+@dataclass
+class RunningModel:
+    server: TestServer
+    model: DemoModel
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("")).rstrip("/")
+
+
+@dataclass
+class RunningSidecar:
+    client: TestClient[web.Request, web.Application]
+    sidecar: Sidecar
+    registry: CollectorRegistry
+
+    async def infer(self, payload: Any) -> tuple[int, dict[str, Any]]:
+        resp = await self.client.post("/v1/infer", json={"payload": payload})
+        body: dict[str, Any] = await resp.json()
+        return resp.status, body
+
+    def sample(self, name: str, **labels: str) -> float:
+        """The current value of one series of this sidecar's metrics (0 when absent)."""
+        value = self.registry.get_sample_value(
+            name,
+            {"model": self.sidecar.config.model, "version": self.sidecar.config.version, **labels},
+        )
+        return value or 0.0
+
+
+StartModel = Callable[..., Awaitable[RunningModel]]
+StartSidecar = Callable[..., Awaitable[RunningSidecar]]
+
+
+@pytest.fixture
+def start_model(aiohttp_server: AiohttpServer) -> StartModel:
+    """Serve a demo model on loopback: ``await start_model(fixed_ms=..., parallel=...)``."""
+
+    async def start(**settings: Any) -> RunningModel:
+        app = create_demo_model_app(DemoModelConfig(**settings))
+        server = await aiohttp_server(app)
+        return RunningModel(server, app[DEMO_MODEL])
+
+    return start
+
+
+@pytest.fixture
+def start_sidecar(aiohttp_client: AiohttpClient) -> StartSidecar:
+    """Serve a sidecar app (its cleanup_ctx entered) in front of ``upstream``."""
+
+    async def start(upstream: str, **settings: Any) -> RunningSidecar:
+        config = SidecarConfig(
+            upstream=upstream,
+            model="sentiment",
+            version="v1",
+            readiness_interval_ms=100,
+            **settings,
+        )
+        registry = CollectorRegistry()
+        app = create_app(config, registry)
+        client = await aiohttp_client(app)
+        return RunningSidecar(client, app[SIDECAR], registry)
+
+    return start

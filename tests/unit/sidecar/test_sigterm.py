@@ -1,0 +1,75 @@
+"""SIGTERM to a real sidecar process with hundreds of requests queued and in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+
+import aiohttp
+
+from tests.conftest import Spawn, free_port
+
+REQUESTS = 405  # not a multiple of the batch size: the last batch is partial
+
+
+async def queue_depth(session: aiohttp.ClientSession, base: str) -> float:
+    async with session.get(base + "/metrics") as resp:
+        for line in (await resp.text()).splitlines():
+            if line.startswith("modelroll_queue_depth{"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -> None:
+    model_port, sidecar_port = free_port(), free_port()
+    model = spawn(
+        "modelroll-demo-model",
+        "--port", str(model_port), "--fixed-ms", "40", "--per-token-ms", "0",
+        ready=f"http://127.0.0.1:{model_port}/readyz",
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{sidecar_port}"
+    sidecar = spawn(
+        "modelroll-sidecar",
+        "--port", str(sidecar_port), "--upstream", f"http://127.0.0.1:{model_port}",
+        "--max-batch-size", "16", "--max-wait-ms", "10000", "--timeout-ms", "60000",
+        "--max-queue-size", "1000",
+        ready=f"{base}/readyz",
+    )  # fmt: skip
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def infer(i: int) -> int:
+            async with session.post(f"{base}/v1/infer", json={"payload": f"req {i}"}) as resp:
+                await resp.read()
+                return resp.status
+
+        calls = [asyncio.ensure_future(infer(i)) for i in range(REQUESTS)]
+        while await queue_depth(session, base) < REQUESTS / 2:  # noqa: ASYNC110 (polls a metric)
+            await asyncio.sleep(0.02)
+
+        sidecar.signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        await asyncio.sleep(0.05)
+        async with session.get(f"{base}/readyz") as ready:
+            ready_status = ready.status
+        late = await infer(-1)
+
+        statuses = Counter(await asyncio.gather(*calls))
+        exit_code = await asyncio.to_thread(sidecar.wait, 30)
+        exited_after = time.monotonic() - signalled
+
+        async with session.get(f"http://127.0.0.1:{model_port}/v1/stats") as resp:
+            stats = await resp.json()
+
+    assert statuses == {200: REQUESTS}, sidecar.log()
+    assert ready_status == 503
+    assert late == 503
+    assert exit_code == 0
+    # The last, partial batch went at once: nobody waited for the 10 s max-wait.
+    assert exited_after < 8
+    assert stats["items"] == REQUESTS
+    assert "Stopped" in sidecar.log()
+    assert model.popen.poll() is None
