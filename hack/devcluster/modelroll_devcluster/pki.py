@@ -1,0 +1,181 @@
+"""Certificates and keys for a throwaway control plane: a CA, a serving cert, an admin cert.
+
+The layout follows controller-runtime's envtest: the API server serves a certificate for localhost
+and 127.0.0.1 signed by the CA, the admin is a client certificate (CN ``admin``, O
+``system:masters``) signed by the same CA, and service-account tokens are signed by an RSA key.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = datetime.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the PEM files written by :func:`create_pki`."""
+
+    ca_cert: Path
+    ca_key: Path
+    serving_cert: Path
+    serving_key: Path
+    admin_cert: Path
+    admin_key: Path
+    sa_key: Path
+    sa_pub: Path
+
+    @classmethod
+    def in_dir(cls, directory: Path) -> Pki:
+        """The file layout inside ``directory`` (whether or not the files exist yet)."""
+        return cls(
+            ca_cert=directory / "ca.crt",
+            ca_key=directory / "ca.key",
+            serving_cert=directory / "apiserver.crt",
+            serving_key=directory / "apiserver.key",
+            admin_cert=directory / "admin.crt",
+            admin_key=directory / "admin.key",
+            sa_key=directory / "sa.key",
+            sa_pub=directory / "sa.pub",
+        )
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signing only: a CA also signs certificates and CRLs."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        key_encipherment=False,
+        content_commitment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    now: datetime.datetime,
+    *,
+    ca: bool,
+) -> x509.CertificateBuilder:
+    """What every certificate here has: names, key, serial, validity, constraints, usage."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(_key_usage(ca=ca), critical=True)
+    )
+
+
+def _leaf(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    now: datetime.datetime,
+    sans: list[x509.GeneralName] | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        _builder(subject, ca_cert.subject, key.public_key(), now, ca=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def create_pki(directory: Path) -> Pki:
+    """Write a fresh CA, serving cert, admin client cert and service-account key pair."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pki = Pki.in_dir(directory)
+    now = datetime.datetime.now(datetime.UTC)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("modelroll-devcluster-ca")
+    ca_cert = (
+        _builder(ca_name, ca_name, ca_key.public_key(), now, ca=True)
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_key(pki.ca_key, ca_key)
+    _write_cert(pki.ca_cert, ca_cert)
+
+    serving_cert, serving_key = _leaf(
+        ca_cert,
+        ca_key,
+        _name("kube-apiserver"),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        now,
+        sans=[
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes"),
+            x509.DNSName("kubernetes.default"),
+            x509.DNSName("kubernetes.default.svc"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+        ],
+    )
+    _write_key(pki.serving_key, serving_key)
+    _write_cert(pki.serving_cert, serving_cert)
+
+    admin_cert, admin_key = _leaf(
+        ca_cert, ca_key, _name("admin", "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH, now
+    )
+    _write_key(pki.admin_key, admin_key)
+    _write_cert(pki.admin_cert, admin_cert)
+
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_key(pki.sa_key, sa_key)
+    pki.sa_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return pki
