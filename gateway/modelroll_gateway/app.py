@@ -1,0 +1,279 @@
+"""The gateway's aiohttp app: routes requests to model versions by weight, and follows the routes.
+
+`create_app(config)` builds a fresh app each call; its cleanup contexts open the upstream session
+and start the routes source (the ConfigMap watch, or the routes file), and close both on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from .config import GatewayConfig
+from .kubeapi import KubeClient, KubeConnection, load_connection
+from .metrics import GatewayMetrics
+from .routesfile import RoutesFileWatcher
+from .table import RouteTable, Target
+from .watch import ConfigMapWatcher
+
+log = logging.getLogger(__name__)
+
+VERSION_HEADER = "X-Modelroll-Version"
+_FORWARDED_REQUEST_HEADERS = ("Content-Type", "X-Request-Id", "traceparent", "tracestate")
+_JSON = "application/json"
+_WARN_EVERY = 10.0  # seconds between two warnings about the same failing version
+
+
+def _error(status: int, message: str, version: str = "") -> web.Response:
+    """The gateway's own error response: JSON, and the version header (empty: none was chosen)."""
+    return web.Response(
+        body=json.dumps({"error": message}).encode(),
+        status=status,
+        content_type=_JSON,
+        headers={VERSION_HEADER: version},
+    )
+
+
+class Proxy:
+    """Picks a version for each inference request and forwards it to that version's sidecar."""
+
+    def __init__(self, config: GatewayConfig, table: RouteTable) -> None:
+        self.config = config
+        self.table = table
+        self.session: aiohttp.ClientSession | None = None
+        self._warned: dict[tuple[str, str], float] = {}
+
+    async def infer(self, request: web.Request) -> web.Response:
+        """POST /v1/models/{model}/infer."""
+        started = time.perf_counter()
+        table = self.table
+        model = request.match_info["model"]
+        entry = table.models.get(model)
+        if entry is None:
+            reason = table.invalid_reason(model)
+            if reason is not None:
+                table.unrouted_counter(None, 503).inc()
+                return _error(503, f"model {model!r} has no valid routes: {reason}")
+            table.unrouted_counter(None, 404).inc()
+            return _error(404, f"unknown model {model!r}")
+        pinned = request.headers.get(VERSION_HEADER)
+        target: Target | None = None
+        if pinned is not None:
+            target = entry.targets.get(pinned)
+            if target is None:
+                table.unrouted_counter(model, 404).inc()
+                return _error(404, f"unknown version {pinned!r} of model {model!r}")
+        elif not entry.picker:
+            table.unrouted_counter(model, 503).inc()
+            return _error(503, f"model {model!r} has no routable version (total weight is 0)")
+
+        length = request.content_length
+        if length is not None and length > self.config.max_body_bytes:
+            table.unrouted_counter(model, 413).inc()
+            return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            table.unrouted_counter(model, 413).inc()
+            return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
+
+        if target is None:
+            target = entry.picker.pick()
+        headers = {}
+        for name in _FORWARDED_REQUEST_HEADERS:
+            value = request.headers.get(name)
+            if value is not None:
+                headers[name] = value
+        response = await self._forward(target, body, headers)
+        target.stats.record(response.status, time.perf_counter() - started)
+        return response
+
+    async def _forward(self, target: Target, body: bytes, headers: dict[str, str]) -> web.Response:
+        session = self.session
+        assert session is not None, "the upstream session opens with the app"
+        version = target.route.name
+        try:
+            async with session.post(target.url, data=body, headers=headers) as upstream:
+                data = await upstream.read()
+                out = {VERSION_HEADER: version}
+                content_type = upstream.headers.get("Content-Type")
+                if content_type is not None:
+                    out["Content-Type"] = content_type
+                retry_after = upstream.headers.get("Retry-After")
+                if retry_after is not None:
+                    out["Retry-After"] = retry_after
+                return web.Response(body=data, status=upstream.status, headers=out)
+        except aiohttp.ConnectionTimeoutError:
+            self._warn(target, "connect timed out")
+            return _error(502, f"version {version!r} could not be reached", version)
+        except TimeoutError:
+            self._warn(target, "timed out")
+            limit = self.config.upstream_timeout
+            return _error(504, f"version {version!r} did not answer within {limit:g}s", version)
+        except aiohttp.ClientError as exc:
+            self._warn(target, type(exc).__name__)
+            return _error(502, f"version {version!r} could not be reached", version)
+
+    def _warn(self, target: Target, what: str) -> None:
+        """Log an upstream failure, at most once per version every few seconds."""
+        key = (target.stats.model, target.route.name)
+        now = time.monotonic()
+        if now - self._warned.get(key, -_WARN_EVERY) >= _WARN_EVERY:
+            self._warned[key] = now
+            log.warning(
+                "Forwarding to version %s of model %s at %s failed: %s",
+                key[1],
+                key[0],
+                target.route.endpoint,
+                what,
+            )
+
+
+CONFIG_KEY = web.AppKey("config", GatewayConfig)
+METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
+TABLE_KEY = web.AppKey("table", RouteTable)
+PROXY_KEY = web.AppKey("proxy", Proxy)
+
+
+async def _models(request: web.Request) -> web.Response:
+    """GET /v1/models: the routes in force, with per-version request counts."""
+    return web.json_response(request.app[TABLE_KEY].describe())
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS_KEY].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _livez(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    """Ready once routes have been read (an empty or missing ConfigMap counts as read)."""
+    if request.app[TABLE_KEY].loaded:
+        return web.json_response({"status": "ready"})
+    return web.json_response({"error": "routes not loaded yet"}, status=503)
+
+
+_KNOWN = {
+    "/v1/models": "GET",
+    "/metrics": "GET",
+    "/livez": "GET",
+    "/readyz": "GET",
+}
+
+
+async def _fallback(request: web.Request) -> web.Response:
+    """Every other path or method: a JSON 404 or 405 (registered last, so off the hot path)."""
+    path = request.path
+    allowed = _KNOWN.get(path)
+    if allowed is None and path.startswith("/v1/models/") and path.endswith("/infer"):
+        allowed = "POST"
+    if allowed is not None:
+        return web.json_response(
+            {"error": f"method {request.method} is not allowed on {path}; use {allowed}"},
+            status=405,
+            headers={"Allow": allowed},
+        )
+    return web.json_response({"error": f"no such path {path!r}"}, status=404)
+
+
+async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY]
+    connector = aiohttp.TCPConnector(limit=config.upstream_connections, limit_per_host=0)
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(
+            total=config.upstream_timeout, sock_connect=config.connect_timeout
+        ),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+    )
+    app[PROXY_KEY].session = session
+    yield
+    await session.close()
+
+
+@contextlib.asynccontextmanager
+async def _supervised(name: str, run: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Run `run` in a task for the duration of the block; restart it if it ever fails."""
+
+    async def loop() -> None:
+        while True:
+            try:
+                await run()
+            except Exception:
+                log.exception("The %s task failed; restarting it in 1s", name)
+                await asyncio.sleep(1.0)
+
+    task = asyncio.create_task(loop(), name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _routes_source(
+    kube: KubeConnection | None,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def source(app: web.Application) -> AsyncIterator[None]:
+        config = app[CONFIG_KEY]
+        table = app[TABLE_KEY]
+        if config.routes_file is not None:
+            file_watcher = RoutesFileWatcher(config.routes_file, table, config.routes_poll_seconds)
+            file_watcher.check()  # the first read happens before the app takes requests
+            async with _supervised("routes-file", file_watcher.run):
+                yield
+            return
+        connection = kube if kube is not None else load_connection(config.kubeconfig)
+        namespace = config.namespace or connection.namespace or "default"
+        table.source = f"configmap {namespace}/{config.configmap}"
+        async with aiohttp.ClientSession() as session:
+            client = KubeClient(connection, session)
+            watcher = ConfigMapWatcher(
+                client, table, namespace, config.configmap, config.watch_timeout_seconds
+            )
+            async with _supervised("routes-watch", watcher.run):
+                yield
+
+    return source
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    registry: CollectorRegistry | None = None,
+    kube: KubeConnection | None = None,
+) -> web.Application:
+    """A new gateway app. `registry` defaults to a fresh one; `kube` to the config's credentials."""
+    metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
+    table = RouteTable(metrics)
+    if config.routes_file is not None:
+        table.source = f"file {config.routes_file}"
+    app = web.Application(client_max_size=config.max_body_bytes)
+    app[CONFIG_KEY] = config
+    app[METRICS_KEY] = metrics
+    app[TABLE_KEY] = table
+    proxy = Proxy(config, table)
+    app[PROXY_KEY] = proxy
+    app.router.add_post("/v1/models/{model}/infer", proxy.infer)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/livez", _livez)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_route("*", "/{tail:.*}", _fallback)
+    app.cleanup_ctx.append(_upstream_session)
+    app.cleanup_ctx.append(_routes_source(kube))
+    return app

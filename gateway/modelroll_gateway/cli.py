@@ -1,0 +1,160 @@
+"""`modelroll-gateway`: flags, each also settable as a MODELROLL_* environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from .app import create_app
+from .config import GatewayConfig
+from .kubeapi import KubeConfigError, KubeConnection, load_connection
+from .routes import CONFIGMAP_NAME
+
+log = logging.getLogger("modelroll_gateway")
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"MODELROLL_{name}", default)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="modelroll-gateway",
+        description="Route inference requests to model versions by the weights in the routes "
+        "ConfigMap (or a routes file). Every flag can also be set as MODELROLL_<FLAG> in the "
+        "environment, e.g. MODELROLL_ROUTES_FILE.",
+    )
+    p.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="listen address")
+    p.add_argument("--port", type=int, default=_env("PORT", "8080"), help="listen port (8080)")
+    p.add_argument(
+        "--namespace",
+        default=_env("NAMESPACE"),
+        help="namespace of the routes ConfigMap (default: the service account's, else the "
+        "kubeconfig context's, else 'default')",
+    )
+    p.add_argument(
+        "--configmap",
+        default=_env("CONFIGMAP", CONFIGMAP_NAME),
+        help=f"name of the routes ConfigMap ({CONFIGMAP_NAME})",
+    )
+    p.add_argument(
+        "--routes-file",
+        type=Path,
+        default=_env("ROUTES_FILE"),
+        help="read routes from this JSON file or mounted ConfigMap directory instead of the API",
+    )
+    p.add_argument(
+        "--routes-poll-seconds",
+        type=_positive_float,
+        default=_env("ROUTES_POLL_SECONDS", "0.25"),
+        help="how often the routes file is checked for changes (0.25)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=_env("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)",
+    )
+    p.add_argument(
+        "--upstream-timeout",
+        type=_positive_float,
+        default=_env("UPSTREAM_TIMEOUT", "30"),
+        help="seconds a sidecar may take to answer before the gateway answers 504 (30)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=_env("CONNECT_TIMEOUT", "2"),
+        help="seconds to connect to a sidecar before the gateway answers 502 (2)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=_env("MAX_BODY_BYTES", str(1024 * 1024)),
+        help="largest request body accepted; larger gets 413 (1048576)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=_env("LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="log level (INFO)",
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(
+        host=args.host,
+        port=args.port,
+        namespace=args.namespace,
+        configmap=args.configmap,
+        routes_file=args.routes_file,
+        routes_poll_seconds=args.routes_poll_seconds,
+        kubeconfig=args.kubeconfig,
+        upstream_timeout=args.upstream_timeout,
+        connect_timeout=args.connect_timeout,
+        max_body_bytes=args.max_body_bytes,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    kube: KubeConnection | None = None
+    if config.routes_file is None:
+        try:
+            kube = load_connection(config.kubeconfig)
+        except KubeConfigError as exc:
+            parser.exit(2, f"modelroll-gateway: {exc}\n")
+    app = create_app(config, kube=kube)
+    source = config.routes_file or f"ConfigMap {config.namespace or '(default)'}/{config.configmap}"
+    log.info("Starting the gateway on %s:%d with routes from %s", config.host, config.port, source)
+    web.run_app(
+        app,
+        host=config.host,
+        port=config.port,
+        access_log=None,
+        print=None,
+        shutdown_timeout=min(config.upstream_timeout + 1.0, 25.0),
+        loop=_new_loop(),
+    )
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (it speeds up the proxy), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

@@ -1,0 +1,49 @@
+"""Gateway settings: one frozen dataclass, filled from flags and MODELROLL_* env by cli.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .routes import CONFIGMAP_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """What a gateway process needs. Routes come from `routes_file` if set, else the API server."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    namespace: str | None = None
+    """Namespace of the routes ConfigMap; None: the service account's, else the kubeconfig's."""
+    configmap: str = CONFIGMAP_NAME
+    routes_file: Path | None = None
+    """A JSON file (or a mounted ConfigMap directory) read instead of watching the API."""
+    routes_poll_seconds: float = 0.25
+    """How often the routes file is checked for changes."""
+    kubeconfig: Path | None = None
+    """None: $KUBECONFIG, else the in-cluster service account."""
+    upstream_timeout: float = 30.0
+    """Seconds for a whole upstream exchange; past it the gateway answers 504."""
+    connect_timeout: float = 2.0
+    """Seconds to open a connection to a sidecar; past it the gateway answers 502."""
+    max_body_bytes: int = 1024 * 1024
+    """Largest request body accepted; larger ones get 413."""
+    upstream_connections: int = 0
+    """Upper bound on pooled upstream connections (0: no limit)."""
+    watch_timeout_seconds: int = 300
+    """How long one watch request lasts before it is renewed (the server ends it then)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} is outside 0..65535")
+        if self.upstream_timeout <= 0 or self.connect_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.max_body_bytes <= 0:
+            raise ValueError("max_body_bytes must be positive")
+        if self.routes_poll_seconds <= 0:
+            raise ValueError("routes_poll_seconds must be positive")
+        if self.upstream_connections < 0:
+            raise ValueError("upstream_connections must be 0 (no limit) or positive")
+        if self.watch_timeout_seconds <= 0:
+            raise ValueError("watch_timeout_seconds must be positive")

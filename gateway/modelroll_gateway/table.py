@@ -1,0 +1,208 @@
+"""The routes in force: per model, its route, its targets and a picker, replaced whole on change.
+
+A request picks a `Target` and keeps it: a later update builds a new `ModelEntry` for the model
+and never touches the old one, so a request already in flight finishes where it started.
+Per-version counts live outside the entries and survive rebuilds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from .metrics import PRECREATED_CODES, UNROUTED, GatewayMetrics
+from .routes import ModelRoute, VersionRoute, parse_model_route
+from .wrr import SmoothWeightedPicker
+
+log = logging.getLogger(__name__)
+
+
+class VersionStats:
+    """Counts and metric children of one (model, version); shared by every entry that routes it."""
+
+    __slots__ = ("_counters", "_metrics", "codes", "duration", "model", "requests", "version")
+
+    def __init__(self, metrics: GatewayMetrics, model: str, version: str) -> None:
+        self.model = model
+        self.version = version
+        self.requests = 0
+        self.codes: dict[int, int] = {}
+        self._metrics = metrics
+        self._counters: dict[int, Counter] = {}
+        for code in PRECREATED_CODES:
+            self._counters[int(code)] = metrics.requests.labels(model, version, code)
+        self.duration: Histogram = metrics.duration.labels(model, version)
+
+    def record(self, code: int, seconds: float) -> None:
+        """Count one answered request (hot path: no label lookups after the first of a code)."""
+        self.requests += 1
+        self.codes[code] = self.codes.get(code, 0) + 1
+        counter = self._counters.get(code)
+        if counter is None:
+            counter = self._counters[code] = self._metrics.requests.labels(
+                self.model, self.version, str(code)
+            )
+        counter.inc()
+        self.duration.observe(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One version as a request sees it once picked."""
+
+    route: VersionRoute
+    url: str
+    stats: VersionStats
+
+    @property
+    def name(self) -> str:
+        return self.route.name
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    """The routing state of one model, built once per route and never mutated afterwards."""
+
+    route: ModelRoute
+    targets: dict[str, Target]
+    picker: SmoothWeightedPicker[Target]
+
+
+@dataclass(slots=True)
+class _Rejected:
+    raw: Any
+    error: str
+
+
+@dataclass
+class RouteTable:
+    """Every model's entry, plus what was rejected and whether any routes have been read yet."""
+
+    metrics: GatewayMetrics
+    source: str = ""
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    loaded: bool = False
+    _rejected: dict[str, _Rejected] = field(default_factory=dict)
+    _stats: dict[tuple[str, str], VersionStats] = field(default_factory=dict)
+    _document_error: str | None = None
+
+    def invalid_reason(self, model: str) -> str | None:
+        """Why this model's current routes document was rejected, if it was."""
+        rejected = self._rejected.get(model)
+        return rejected.error if rejected else None
+
+    def apply_data(self, data: Mapping[str, Any] | None) -> None:
+        """Make the routes follow a whole ConfigMap's data (None: the ConfigMap does not exist).
+
+        Models whose value is invalid keep their last good route; models absent from `data`
+        are removed; unchanged models keep their entry (and their picker's position).
+        """
+        data = data or {}
+        self._document_error = None
+        for model in [m for m in self.models if m not in data]:
+            self._remove(model)
+        for model in [m for m in self._rejected if m not in data]:
+            del self._rejected[model]
+        for model, raw in data.items():
+            try:
+                route = parse_model_route(model, raw)
+            except ValueError as exc:
+                self._reject(model, raw, str(exc))
+                continue
+            self._rejected.pop(model, None)
+            current = self.models.get(model)
+            if current is None or current.route != route:
+                self._install(route, previous=current)
+        self.loaded = True
+
+    def reject_document(self, error: str) -> None:
+        """The whole source could not be read as routes: keep everything as it is, and say so."""
+        if error != self._document_error:
+            self._document_error = error
+            self.metrics.routes_invalid.inc()
+            log.warning("Rejected the routes document from %s: %s", self.source, error)
+
+    def _reject(self, model: str, raw: Any, error: str) -> None:
+        previous = self._rejected.get(model)
+        if previous is not None and previous.raw == raw:
+            return  # the same bad value seen again (another key changed): counted once
+        self._rejected[model] = _Rejected(raw, error)
+        self.metrics.routes_invalid.inc()
+        kept = "kept its last good route" if model in self.models else "has no routes"
+        log.warning("Rejected the routes of model %s (it %s): %s", model, kept, error)
+
+    def _stats_for(self, model: str, version: str) -> VersionStats:
+        stats = self._stats.get((model, version))
+        if stats is None:
+            stats = self._stats[(model, version)] = VersionStats(self.metrics, model, version)
+        return stats
+
+    def _install(self, route: ModelRoute, previous: ModelEntry | None) -> None:
+        targets = {
+            v.name: Target(v, v.infer_url, self._stats_for(route.model, v.name))
+            for v in route.versions
+        }
+        picker = SmoothWeightedPicker((t, t.route.weight) for t in targets.values())
+        self.models[route.model] = ModelEntry(route, targets, picker)
+        for v in route.versions:
+            self.metrics.weight.labels(route.model, v.name).set(v.weight)
+        if previous is not None:
+            for name in previous.targets.keys() - targets.keys():
+                self.metrics.weight.remove(route.model, name)
+        self.metrics.routes_updates.inc()
+        weights = ", ".join(f"{v.name}={v.weight}" for v in route.versions) or "no versions"
+        verb = "Updated" if previous is not None else "Added"
+        log.info("%s the routes of model %s: %s", verb, route.model, weights)
+
+    def _remove(self, model: str) -> None:
+        entry = self.models.pop(model)
+        for name in entry.targets:
+            self.metrics.weight.remove(model, name)
+        self.metrics.routes_updates.inc()
+        log.info("Removed the routes of model %s", model)
+
+    def unrouted_counter(self, model: str | None, code: int) -> Counter:
+        """The counter for a request no version answered (unknown model, 404, 503, 413)."""
+        label = model if model is not None and model in self.models else UNROUTED
+        return self.metrics.requests.labels(label, UNROUTED, str(code))
+
+    def describe(self) -> dict[str, Any]:
+        """The routes as the gateway sees them, for GET /v1/models."""
+        models = []
+        for name in sorted(self.models.keys() | self._rejected.keys()):
+            entry = self.models.get(name)
+            versions = []
+            total = 0
+            if entry is not None:
+                total = entry.route.total_weight
+                shares = entry.route.shares()
+                for v in entry.route.versions:
+                    stats = entry.targets[v.name].stats
+                    versions.append(
+                        {
+                            "name": v.name,
+                            "weight": v.weight,
+                            "share": round(shares[v.name], 6),
+                            "endpoint": v.endpoint,
+                            "requests": stats.requests,
+                            "responses": {str(c): n for c, n in sorted(stats.codes.items())},
+                        }
+                    )
+            item: dict[str, Any] = {
+                "model": name,
+                "routable": total > 0,
+                "totalWeight": total,
+                "versions": versions,
+            }
+            rejected = self._rejected.get(name)
+            if rejected is not None:
+                item["invalid"] = rejected.error
+            models.append(item)
+        doc: dict[str, Any] = {"source": self.source, "loaded": self.loaded, "models": models}
+        if self._document_error is not None:
+            doc["invalid"] = self._document_error
+        return doc

@@ -1,0 +1,193 @@
+"""Gateway fixtures: a real gateway app on loopback, reading a routes file, in front of real
+aiohttp servers that stand in for sidecars (they speak the sidecar's POST /v1/infer contract)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry
+from pytest_aiohttp import AiohttpServer
+
+from modelroll_gateway import GatewayConfig, create_app
+
+
+@dataclass
+class StandIn:
+    """A stand-in sidecar for one version: echoes the payload, and obeys a few test directives.
+
+    A payload {"status": 429, "retry_after": "3"} answers that status; {"sleep": 0.2} waits first.
+    """
+
+    version: str
+    received: int = 0
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+    content_types: list[str] = field(default_factory=list)
+    url: str = ""
+
+
+STANDIN = web.AppKey("standin", StandIn)
+
+
+async def _standin_infer(request: web.Request) -> web.Response:
+    standin = request.app[STANDIN]
+    standin.received += 1
+    standin.reached.set()
+    standin.content_types.append(request.headers.get("Content-Type", ""))
+    body = await request.json()
+    payload = body.get("payload")
+    if isinstance(payload, dict):
+        if "sleep" in payload:
+            await asyncio.sleep(float(payload["sleep"]))
+        if "status" in payload:
+            headers = {"Retry-After": payload["retry_after"]} if "retry_after" in payload else {}
+            return web.json_response(
+                {"error": f"told to answer {payload['status']}"},
+                status=int(payload["status"]),
+                headers=headers,
+            )
+    return web.json_response({"output": payload, "model": "m", "version": standin.version})
+
+
+StartStandIn = Callable[[str], Awaitable[StandIn]]
+
+
+@pytest.fixture
+def start_standin(aiohttp_server: AiohttpServer) -> StartStandIn:
+    """``await start_standin("stable-v1")``: a stand-in sidecar served on 127.0.0.1."""
+
+    async def start(version: str) -> StandIn:
+        app = web.Application()
+        standin = StandIn(version)
+        app[STANDIN] = standin
+        app.router.add_post("/v1/infer", _standin_infer)
+        server = await aiohttp_server(app, host="127.0.0.1")
+        standin.url = str(server.make_url("")).rstrip("/")
+        return standin
+
+    return start
+
+
+def route(model: str, *versions: tuple[str, int, str]) -> dict[str, Any]:
+    """A routes document for one model: route("m", ("v1", 9, url), ...)."""
+    return {
+        "model": model,
+        "versions": [{"name": n, "weight": w, "endpoint": e} for n, w, e in versions],
+    }
+
+
+class RoutesFile:
+    """The routes file a gateway reads; every write replaces it atomically."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writes = 0
+
+    def write_text(self, text: str) -> None:
+        self._writes += 1
+        tmp = self.path.with_name(f".{self.path.name}.{self._writes}")
+        tmp.write_text(text)
+        os.replace(tmp, self.path)
+
+    def write(self, routes: Mapping[str, Any]) -> None:
+        """Write model -> route (dicts, or the JSON strings a ConfigMap would hold)."""
+        self.write_text(json.dumps(dict(routes)))
+
+
+@pytest.fixture
+def routes_file(tmp_path: Path) -> RoutesFile:
+    return RoutesFile(tmp_path / "routes.json")
+
+
+@dataclass
+class Gateway:
+    """A running gateway app and a client session pointed at it."""
+
+    server: TestServer
+    session: aiohttp.ClientSession
+    registry: CollectorRegistry
+
+    def url(self, path: str) -> str:
+        return str(self.server.make_url(path))
+
+    async def infer(
+        self, model: str, payload: Any = "hello", version: str | None = None
+    ) -> tuple[int, str, dict[str, Any]]:
+        """POST an inference; returns (status, X-Modelroll-Version, JSON body)."""
+        headers = {"X-Modelroll-Version": version} if version is not None else {}
+        async with self.session.post(
+            self.url(f"/v1/models/{model}/infer"), json={"payload": payload}, headers=headers
+        ) as resp:
+            body = await resp.json()
+            return resp.status, resp.headers["X-Modelroll-Version"], body
+
+    async def models(self) -> dict[str, Any]:
+        async with self.session.get(self.url("/v1/models")) as resp:
+            assert resp.status == 200
+            doc: dict[str, Any] = await resp.json()
+            return doc
+
+    async def weights(self, model: str) -> dict[str, int]:
+        """The weights the gateway is routing by for `model` (empty when it has no route)."""
+        for item in (await self.models())["models"]:
+            if item["model"] == model:
+                return {v["name"]: v["weight"] for v in item["versions"]}
+        return {}
+
+    async def wait_for(
+        self, check: Callable[[dict[str, Any]], bool], within: float = 10.0
+    ) -> dict[str, Any]:
+        """Poll GET /v1/models until `check` holds (generous deadline: a functional bound)."""
+        deadline = time.monotonic() + within
+        while True:
+            doc = await self.models()
+            if check(doc):
+                return doc
+            if time.monotonic() > deadline:
+                pytest.fail(f"the gateway's routes never matched; last seen: {doc}")
+            await asyncio.sleep(0.02)
+
+    async def wait_weights(self, model: str, weights: Mapping[str, int]) -> None:
+        deadline = time.monotonic() + 10.0
+        while (seen := await self.weights(model)) != dict(weights):
+            if time.monotonic() > deadline:
+                pytest.fail(f"model {model}: gateway kept weights {seen}, expected {weights}")
+            await asyncio.sleep(0.02)
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+StartGateway = Callable[..., Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def start_gateway(
+    aiohttp_server: AiohttpServer, routes_file: RoutesFile
+) -> AsyncIterator[StartGateway]:
+    """``await start_gateway(**config)``: a gateway reading `routes_file`, served on loopback."""
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def start(**settings: Any) -> Gateway:
+        settings.setdefault("routes_poll_seconds", 0.05)
+        settings.setdefault("routes_file", routes_file.path)
+        config = GatewayConfig(**settings)
+        registry = CollectorRegistry()
+        server = await aiohttp_server(create_app(config, registry=registry), host="127.0.0.1")
+        session = aiohttp.ClientSession()
+        sessions.append(session)
+        return Gateway(server, session, registry)
+
+    yield start
+    for session in sessions:
+        await session.close()

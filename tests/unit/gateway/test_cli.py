@@ -1,0 +1,112 @@
+"""`modelroll-gateway` as a real process in front of a real sidecar and demo model."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import Spawn, free_port
+
+from .conftest import route
+
+
+def _post(url: str, payload: object) -> tuple[int, str, dict[str, object]]:
+    request = urllib.request.Request(  # noqa: S310 (loopback URL)
+        url,
+        data=json.dumps({"payload": payload}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            return resp.status, resp.headers["X-Modelroll-Version"], json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        version = exc.headers["X-Modelroll-Version"]
+        return exc.code, version, {"error": exc.read().decode(errors="replace")}
+
+
+def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    model_port, sidecar_port, gw_port = free_port(), free_port(), free_port()
+    spawn(
+        "modelroll-demo-model",
+        f"--port={model_port}",
+        "--fixed-ms=1",
+        ready=f"http://127.0.0.1:{model_port}/readyz",
+    )
+    spawn(
+        "modelroll-sidecar",
+        f"--port={sidecar_port}",
+        f"--upstream=http://127.0.0.1:{model_port}",
+        "--model=sentiment",
+        "--version=stable-v1",
+        ready=f"http://127.0.0.1:{sidecar_port}/readyz",
+    )
+    routes = tmp_path / "routes.json"
+    endpoint = f"http://127.0.0.1:{sidecar_port}"
+    routes.write_text(json.dumps({"sentiment": route("sentiment", ("stable-v1", 1, endpoint))}))
+    gateway = spawn(
+        "modelroll-gateway",
+        ready=f"http://127.0.0.1:{gw_port}/readyz",
+        env={"MODELROLL_PORT": str(gw_port), "MODELROLL_ROUTES_FILE": str(routes)},
+    )
+
+    url = f"http://127.0.0.1:{gw_port}/v1/models/sentiment/infer"
+    status, version, body = _post(url, "secret-payload-7f3a")
+    assert (status, version) == (200, "stable-v1"), f"{body}\n{gateway.log()}"
+    assert body["version"] == "stable-v1"
+
+    gateway.signal(signal.SIGTERM)
+    assert gateway.wait(timeout=20) == 0
+    log = gateway.log()
+    assert "Added the routes of model sentiment: stable-v1=1" in log
+    assert "secret-payload-7f3a" not in log  # no payloads in logs
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "modelroll-gateway"
+    return subprocess.run(
+        [str(exe), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env if env is not None else {"PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_without_credentials_or_a_routes_file_it_exits_saying_what_to_pass(tmp_path: Path) -> None:
+    result = _run(env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(tmp_path / "missing")})
+    assert result.returncode == 2
+    assert "pass --kubeconfig, set KUBECONFIG" in result.stderr
+
+
+def test_an_unsupported_kubeconfig_is_named_in_the_error(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        """
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {exec: {command: aws}}}]
+"""
+    )
+    result = _run(f"--kubeconfig={config}")
+    assert result.returncode == 2
+    assert "exec/auth-provider credentials are not supported" in result.stderr
+
+
+def test_bad_flag_values_are_refused_by_name() -> None:
+    result = _run("--routes-file=x.json", "--upstream-timeout=-1")
+    assert result.returncode == 2
+    assert "--upstream-timeout" in result.stderr
+    result = _run("--routes-file=x.json", env={"PATH": "/usr/bin", "MODELROLL_MAX_BODY_BYTES": "0"})
+    assert result.returncode == 2
+    assert "--max-body-bytes" in result.stderr
