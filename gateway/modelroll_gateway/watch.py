@@ -62,9 +62,9 @@ class ConfigMapWatcher:
         self._selector = {"fieldSelector": f"metadata.name={name}"}
         self._missing_logged = False
 
-    async def run(self) -> None:
-        """List and watch forever (until cancelled)."""
-        version: str | None = None
+    async def run(self, resume_from: str | None = None) -> None:
+        """List and watch forever (until cancelled); `resume_from` skips the first list."""
+        version = resume_from
         while True:
             try:
                 if version is None:
@@ -144,5 +144,7 @@ class ConfigMapWatcher:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
