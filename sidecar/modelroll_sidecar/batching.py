@@ -22,6 +22,9 @@ from .protocol import BatchResult, ModelError, payload_length
 
 log = logging.getLogger(__name__)
 
+# Loop passes for the former to wake (1) and for the next batch's task to start sending (2).
+YIELDS_BEFORE_ANSWERING = 2
+
 
 class Outcome(NamedTuple):
     """How one request ends: an HTTP status with either the model's output or an error message."""
@@ -56,7 +59,7 @@ class State(Enum):
 class Pending:
     """One accepted request: its payload, when it arrived, and the future its handler awaits."""
 
-    __slots__ = ("arrived", "deadline", "future", "length", "payload", "state")
+    __slots__ = ("arrived", "future", "length", "payload", "state")
 
     def __init__(self, payload: Any, length: int, arrived: float, future: asyncio.Future[Outcome]):
         self.payload = payload
@@ -64,7 +67,6 @@ class Pending:
         self.arrived = arrived
         self.future = future
         self.state = State.QUEUED
-        self.deadline: asyncio.TimerHandle | None = None
 
 
 class Batcher:
@@ -98,6 +100,7 @@ class Batcher:
         self._former: asyncio.Task[None] | None = None
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        metrics.queue_depth.set_function(lambda: self._live)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -106,6 +109,13 @@ class Batcher:
             raise RuntimeError("a Batcher cannot be restarted; build a new one")
         self._loop = asyncio.get_running_loop()
         self._former = self._loop.create_task(self._form_batches(), name="modelroll-batcher")
+        self._former.add_done_callback(self._former_stopped)
+
+    def _former_stopped(self, former: asyncio.Task[None]) -> None:
+        if former.cancelled() or former.exception() is None:
+            return
+        log.error("The batcher failed", exc_info=former.exception())
+        self._fail_queued(503, "the batcher failed; the request was not run")
 
     @property
     def alive(self) -> bool:
@@ -147,12 +157,16 @@ class Batcher:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._fail_queued(503, message, reason="shutting_down")
+
+    def _fail_queued(self, status: int, message: str, reason: str | None = None) -> None:
         while self._queue:
             pending = self._queue.popleft()
             if pending.state is State.QUEUED:
                 self._dequeue(pending)
-                self._metrics.rejected["shutting_down"].inc()
-                self._resolve(pending, Outcome(503, error=message))
+                if reason is not None:
+                    self._metrics.rejected[reason].inc()
+                self._resolve(pending, Outcome(status, error=message))
 
     # -- requests --------------------------------------------------------------------------
 
@@ -170,10 +184,8 @@ class Batcher:
         now = loop.time()
         length = payload_length(payload) if self._budget else 1
         pending = Pending(payload, length, now, loop.create_future())
-        pending.deadline = loop.call_at(now + self._timeout, self._expire, pending)
         self._queue.append(pending)
         self._live += 1
-        self._metrics.queue_depth.set(self._live)
         # Wake the former only when this arrival can change its decision.
         if self._running < self._max_running and (
             self._live == 1 or self._live >= self._max_size or self._budget
@@ -188,22 +200,18 @@ class Batcher:
             self._metrics.rejected["disconnect"].inc()
 
     def _expire(self, pending: Pending) -> None:
-        if pending.state is State.QUEUED:
-            self._dequeue(pending)
-            self._metrics.rejected["deadline"].inc()
-            waited_ms = self._timeout * 1000
-            self._resolve(
-                pending,
-                Outcome(504, error=f"deadline of {waited_ms:g}ms passed before the model ran it"),
-            )
+        self._dequeue(pending)
+        self._metrics.rejected["deadline"].inc()
+        waited_ms = self._timeout * 1000
+        self._resolve(
+            pending,
+            Outcome(504, error=f"deadline of {waited_ms:g}ms passed before the model ran it"),
+        )
 
     def _dequeue(self, pending: Pending) -> None:
         """Mark a queued request finished; the deque drops it lazily."""
         pending.state = State.DONE
-        if pending.deadline is not None:
-            pending.deadline.cancel()
         self._live -= 1
-        self._metrics.queue_depth.set(self._live)
 
     @staticmethod
     def _resolve(pending: Pending, outcome: Outcome) -> None:
@@ -230,11 +238,21 @@ class Batcher:
             if timer is not None:
                 timer.cancel()
 
-    def _head(self) -> Pending | None:
+    def _head(self, now: float) -> Pending | None:
+        """The oldest queued request, after answering 504 to those whose deadline has passed.
+        Every request gets the same timeout and the queue is FIFO, so deadlines expire in
+        queue order and one timer (the former's) covers them all."""
         queue = self._queue
-        while queue and queue[0].state is not State.QUEUED:
-            queue.popleft()
-        return queue[0] if queue else None
+        while queue:
+            head = queue[0]
+            if head.state is not State.QUEUED:
+                queue.popleft()
+            elif head.arrived + self._timeout <= now:
+                queue.popleft()
+                self._expire(head)
+            else:
+                return head
+        return None
 
     def _fit(self) -> tuple[int, bool]:
         """How many queued requests the next batch takes, and whether the token budget (rather
@@ -257,14 +275,15 @@ class Batcher:
         assert self._loop is not None
         loop = self._loop
         while True:
-            head = self._head()
+            now = loop.time()
+            head = self._head(now)
             if head is None:
                 if self._closing:
                     return
                 await self._sleep(None)
                 continue
             if self._running >= self._max_running:
-                await self._sleep(None)
+                await self._sleep(head.arrived + self._timeout)
                 continue
             count, budget_hit = self._fit()
             oldest_due = head.arrived + self._max_wait
@@ -274,7 +293,7 @@ class Batcher:
                 reason = "tokens"
             elif self._closing:
                 reason = "drain"
-            elif loop.time() >= oldest_due:
+            elif now >= oldest_due:
                 reason = "timeout"
             else:
                 await self._sleep(oldest_due)
@@ -296,11 +315,8 @@ class Batcher:
         wait = self._metrics.queue_wait
         for pending in batch:
             pending.state = State.RUNNING
-            if pending.deadline is not None:
-                pending.deadline.cancel()
             wait.observe(now - pending.arrived)
         self._live -= len(batch)
-        self._metrics.queue_depth.set(self._live)
         self._metrics.batch_size.observe(len(batch))
         self._metrics.batches[reason].inc()
         self._running += 1
@@ -312,7 +328,16 @@ class Batcher:
         assert self._loop is not None
         started = self._loop.time()
         try:
-            result = await self._model.infer([p.payload for p in batch])
+            try:
+                result = await self._model.infer([p.payload for p in batch])
+            finally:
+                self._metrics.batch_duration.observe(self._loop.time() - started)
+                self._running -= 1
+                self._wake()
+            # Let the former send the next batch before this one's responses are written: the
+            # model then idles for one event-loop pass instead of a batch's worth of responses.
+            for _ in range(YIELDS_BEFORE_ANSWERING):
+                await asyncio.sleep(0)
         except ModelError as exc:
             log.warning("Batch of %d failed: %s", len(batch), exc)
             for pending in batch:
@@ -331,7 +356,3 @@ class Batcher:
                     self._resolve(pending, Outcome(200, output))
                 else:
                     self._resolve(pending, Outcome(422, error=error))
-        finally:
-            self._metrics.batch_duration.observe(self._loop.time() - started)
-            self._running -= 1
-            self._wake()

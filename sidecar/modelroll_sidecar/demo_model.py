@@ -22,6 +22,8 @@ from aiohttp import web
 
 from .protocol import padded_tokens, payload_length
 
+SPIN_S = 0.0015
+
 
 @dataclass(frozen=True, slots=True)
 class DemoModelConfig:
@@ -36,6 +38,18 @@ class DemoModelConfig:
 
     def batch_cost_s(self, lengths: list[int]) -> float:
         return (self.fixed_ms + self.per_token_ms * padded_tokens(lengths)) / 1000
+
+
+async def sleep_until(deadline: float) -> None:
+    """Wait without blocking until the loop time ``deadline``, to within a few microseconds.
+    A plain asyncio.sleep overshoots by up to a millisecond (epoll's timeout resolution), which
+    would make the model slower than its configured cost; the last millisecond is spent yielding."""
+    loop = asyncio.get_running_loop()
+    coarse = deadline - loop.time() - SPIN_S
+    if coarse > 0:
+        await asyncio.sleep(coarse)
+    while loop.time() < deadline:  # noqa: ASYNC110 (a deliberate, bounded spin)
+        await asyncio.sleep(0)
 
 
 def infer_one(payload: Any) -> dict[str, Any]:
@@ -61,16 +75,22 @@ class DemoModel:
         self.busy = 0
         self.max_busy = 0
         self.ready_at = 0.0
+        self.slot_freed_at = 0.0
 
-    async def run(self, inputs: list[Any]) -> dict[str, Any]:
+    async def run(self, inputs: list[Any], arrived: float) -> dict[str, Any]:
+        """Execute one batch. The cost clock starts when a slot is free, but no earlier than the
+        request's arrival, so reading and parsing the request is part of the cost, not extra."""
+        loop = asyncio.get_running_loop()
         cost = self.config.batch_cost_s([payload_length(p) for p in inputs])
         async with self.slots:
+            started = max(arrived, self.slot_freed_at)
             self.busy += 1
             self.max_busy = max(self.max_busy, self.busy)
             try:
-                await asyncio.sleep(cost)
+                await sleep_until(started + cost)
             finally:
                 self.busy -= 1
+                self.slot_freed_at = loop.time()
         self.batches += 1
         self.items += len(inputs)
         self.batch_sizes.append(len(inputs))
@@ -93,6 +113,7 @@ DEMO_MODEL = web.AppKey("demo_model", DemoModel)
 
 
 async def handle_batch(request: web.Request) -> web.Response:
+    arrived = asyncio.get_running_loop().time()
     try:
         body = await request.json()
     except ValueError:
@@ -100,7 +121,7 @@ async def handle_batch(request: web.Request) -> web.Response:
     inputs = body.get("inputs") if isinstance(body, dict) else None
     if not isinstance(inputs, list) or not inputs:
         return web.json_response({"error": 'body must be {"inputs": [...]}'}, status=400)
-    return web.json_response(await request.app[DEMO_MODEL].run(inputs))
+    return web.json_response(await request.app[DEMO_MODEL].run(inputs, arrived))
 
 
 async def handle_readyz(request: web.Request) -> web.Response:

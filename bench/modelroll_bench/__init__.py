@@ -1,0 +1,1 @@
+"""Benchmarks for modelroll. Speed is measured here, never in timed tests."""

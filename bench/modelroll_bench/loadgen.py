@@ -1,0 +1,159 @@
+"""Load generators: open loop (Poisson arrivals at a fixed rate) and closed loop (bounded
+concurrency), and the summary every benchmark reports: p50/p95/p99, throughput, errors by status.
+
+Open-loop latency is measured from each request's *scheduled* arrival time, so a generator that
+falls behind still charges the wait to the system under test (no coordinated omission).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+Body = Callable[[int], bytes]
+HEADERS = {"Content-Type": "application/json"}
+
+
+def json_bodies(payloads: list[Any]) -> Body:
+    """Request bodies ``{"payload": p}``, encoded once up front and cycled through."""
+    encoded = [json.dumps({"payload": p}).encode() for p in payloads]
+    return lambda i: encoded[i % len(encoded)]
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, min(len(sorted_values) - 1, round(q * len(sorted_values) + 0.5) - 1))
+    return sorted_values[rank]
+
+
+@dataclass
+class LoadResult:
+    """What one load run saw. Latencies are of successful (2xx) requests only."""
+
+    label: str
+    duration_s: float
+    latencies_s: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    offered_rps: float | None = None
+
+    @property
+    def ok(self) -> int:
+        return sum(n for code, n in self.statuses.items() if 200 <= code < 300)
+
+    @property
+    def throughput_rps(self) -> float:
+        return self.ok / self.duration_s if self.duration_s else 0.0
+
+    def record(self, status: int, latency_s: float) -> None:
+        self.statuses[status] += 1
+        if 200 <= status < 300:
+            self.latencies_s.append(latency_s)
+
+    def summary(self) -> dict[str, Any]:
+        ordered = sorted(self.latencies_s)
+        return {
+            "label": self.label,
+            "offered_rps": self.offered_rps,
+            "throughput_rps": round(self.throughput_rps, 1),
+            "requests": sum(self.statuses.values()),
+            "ok": self.ok,
+            "errors": {str(c): n for c, n in sorted(self.statuses.items()) if not 200 <= c < 300},
+            "p50_ms": round(percentile(ordered, 0.50) * 1000, 2),
+            "p95_ms": round(percentile(ordered, 0.95) * 1000, 2),
+            "p99_ms": round(percentile(ordered, 0.99) * 1000, 2),
+        }
+
+
+def session(limit: int = 0) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit),
+        timeout=aiohttp.ClientTimeout(total=120),
+    )
+
+
+async def _send(http: aiohttp.ClientSession, url: str, body: bytes) -> int:
+    """POST one request; its HTTP status, or 599 when no HTTP answer came at all."""
+    try:
+        async with http.post(url, data=body, headers=HEADERS) as resp:
+            await resp.read()
+            return resp.status
+    except (aiohttp.ClientError, TimeoutError):
+        return 599
+
+
+async def open_loop(
+    url: str,
+    body: Body,
+    rate: float,
+    duration_s: float,
+    *,
+    seed: int = 1,
+    label: str = "",
+    progress: Callable[[float], None] | None = None,
+) -> LoadResult:
+    """Poisson arrivals at ``rate`` per second for ``duration_s``; waits for every answer."""
+    rng = random.Random(seed)
+    result = LoadResult(label, duration_s, offered_rps=rate)
+    tasks: set[asyncio.Task[None]] = set()
+    async with session() as http:
+
+        async def record(data: bytes, since: float) -> None:
+            result.record(await _send(http, url, data), time.perf_counter() - since)
+
+        start = time.perf_counter()
+        due, i = start, 0
+        while True:
+            due += rng.expovariate(rate)
+            if due - start >= duration_s:
+                break
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(record(body(i), due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            i += 1
+            if progress is not None and i % 64 == 0:
+                progress((due - start) / duration_s)
+        if tasks:
+            await asyncio.wait(tasks)
+    return result
+
+
+async def closed_loop(
+    url: str,
+    body: Body,
+    concurrency: int,
+    duration_s: float,
+    *,
+    label: str = "",
+    warmup_s: float = 1.0,
+) -> LoadResult:
+    """``concurrency`` clients, each sending its next request when the last one is answered.
+    Only answers that arrive within the ``duration_s`` after ``warmup_s`` are counted."""
+    result = LoadResult(label, duration_s)
+    async with session(limit=concurrency) as http:
+        counted_from = time.perf_counter() + warmup_s
+        stop = counted_from + duration_s
+
+        async def client(k: int) -> None:
+            i = k
+            while (started := time.perf_counter()) < stop:
+                status = await _send(http, url, body(i))
+                finished = time.perf_counter()
+                if counted_from <= finished <= stop:  # answers within the measured window
+                    result.record(status, finished - started)
+                i += concurrency
+
+        await asyncio.gather(*(client(k) for k in range(concurrency)))
+    return result

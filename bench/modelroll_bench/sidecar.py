@@ -1,0 +1,256 @@
+"""``make bench-sidecar``: the sidecar against no batching and the classic sleep-then-drain
+micro-batcher, all in front of the same demo model in one run, reported as ratios.
+
+1. Throughput at saturation (wrk, closed loop), against the model's own limit:
+   parallel x max batch size / cost of a full batch.
+2. p50/p95/p99 at fixed Poisson arrival rates (30/50/70/90% of that limit).
+3. With a zero-cost model: the sidecar's request rate against a bare aiohttp echo server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from modelroll_sidecar.demo import free_port, process
+
+from . import wrk
+from .loadgen import json_bodies, open_loop
+
+
+@dataclass(frozen=True)
+class Setup:
+    fixed_ms: float = 20.0
+    per_token_ms: float = 0.05
+    parallel: int = 1
+    tokens: int = 16
+    max_batch: int = 32
+    max_wait_ms: float = 10.0
+    duration_s: int = 8
+    connections: int = 128
+
+    @property
+    def full_batch_cost_ms(self) -> float:
+        return self.fixed_ms + self.per_token_ms * self.max_batch * self.tokens
+
+    @property
+    def model_limit_rps(self) -> float:
+        return self.parallel * self.max_batch / (self.full_batch_cost_ms / 1000)
+
+    @property
+    def p99_bound_ms(self) -> float:
+        cost = self.full_batch_cost_ms
+        return 1.1 * (max(self.max_wait_ms, cost) + cost) + 2
+
+    @property
+    def payload(self) -> str:
+        return " ".join(["tok"] * self.tokens)
+
+
+@contextlib.asynccontextmanager
+async def serve_python(module: str, args: list[str], port: int) -> AsyncIterator[str]:
+    url = f"http://127.0.0.1:{port}"
+    async with process([module, *args], url + "/readyz"):
+        yield url
+
+
+def sidecar_args(port: int, upstream: str, max_batch: int, setup: Setup) -> list[str]:
+    return [
+        *("--port", str(port), "--upstream", upstream, "--max-batch-size", str(max_batch)),
+        *("--max-wait-ms", str(setup.max_wait_ms), "--max-concurrent-batches", str(setup.parallel)),
+        *("--max-queue-size", "4096"),
+    ]
+
+
+async def batch_sizes(url: str) -> tuple[float, float]:
+    """(sum, count) of the sidecar's modelroll_batch_size histogram; (0, 0) for other servers."""
+    async with aiohttp.ClientSession() as http, http.get(url + "/metrics") as resp:
+        if resp.status != 200:
+            return 0.0, 0.0
+        text = await resp.text()
+    values = {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if f.name == "modelroll_batch_size"
+    }
+    return values.get("modelroll_batch_size_sum", 0.0), values.get(
+        "modelroll_batch_size_count", 0.0
+    )
+
+
+async def mean_batch_during(url: str, run: Any) -> tuple[Any, float | None]:
+    total0, count0 = await batch_sizes(url)
+    result = await run
+    total1, count1 = await batch_sizes(url)
+    return result, (total1 - total0) / (count1 - count0) if count1 > count0 else None
+
+
+def saturate(label: str, url: str, setup: Setup, body: str) -> wrk.WrkResult:
+    return wrk.run(
+        label,
+        url + "/v1/infer",
+        body,
+        connections=setup.connections,
+        duration_s=setup.duration_s,
+    )
+
+
+async def batching_comparison(setup: Setup) -> dict[str, Any]:
+    body = json.dumps({"payload": setup.payload})
+    bodies = json_bodies([setup.payload])
+    report: dict[str, Any] = {"saturation": {}, "fixed_rates": {}}
+    mport = free_port()
+    model_args = ["--port", str(mport), "--fixed-ms", str(setup.fixed_ms)]
+    model_args += ["--per-token-ms", str(setup.per_token_ms), "--parallel", str(setup.parallel)]
+    async with serve_python("modelroll_sidecar.demo_model", model_args, mport) as model:
+        ports = free_port(), free_port(), free_port()
+        systems = {
+            "no batching": ("modelroll_sidecar", sidecar_args(ports[0], model, 1, setup)),
+            "sidecar": ("modelroll_sidecar", sidecar_args(ports[1], model, setup.max_batch, setup)),
+            "sleep-then-drain": (
+                "modelroll_bench.classic",
+                [str(ports[2]), model, str(setup.max_batch), str(setup.max_wait_ms)],
+            ),
+        }
+        for (label, (module, args)), port in zip(systems.items(), ports, strict=True):
+            async with serve_python(module, args, port) as url:
+                sat, mean_batch = await mean_batch_during(
+                    url, asyncio.to_thread(saturate, label, url, setup, body)
+                )
+                report["saturation"][label] = {
+                    **asdict(sat),
+                    "of_model_limit": round(sat.rps / setup.model_limit_rps, 3),
+                    "mean_batch": mean_batch and round(mean_batch, 1),
+                }
+                print(
+                    f"  saturation  {label:<17} {sat.rps:8.1f} req/s "
+                    f"= {sat.rps / setup.model_limit_rps:6.1%} of the model's limit"
+                    f"  (mean batch {mean_batch or 1:.1f}, non-2xx {sat.non_2xx})",
+                    flush=True,
+                )
+                rows = []
+                for share in (0.3, 0.5, 0.7, 0.9):
+                    rate = share * setup.model_limit_rps
+                    if rate > sat.rps * 0.9:
+                        print(f"  {share:.0%} load    {label:<17} skipped: beyond its saturation")
+                        rows.append({"share": share, "skipped": "offered rate beyond saturation"})
+                        continue
+                    result, mean_batch = await mean_batch_during(
+                        url,
+                        open_loop(url + "/v1/infer", bodies, rate, setup.duration_s, label=label),
+                    )
+                    row = {"share": share, **result.summary(), "mean_batch": mean_batch}
+                    rows.append(row)
+                    print(
+                        f"  {share:.0%} load    {label:<17} p50 {row['p50_ms']:7.1f}  "
+                        f"p95 {row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms  "
+                        f"errors {row['errors'] or 0}",
+                        flush=True,
+                    )
+                report["fixed_rates"][label] = rows
+    return report
+
+
+async def zero_cost_comparison(setup: Setup, rounds: int) -> dict[str, Any]:
+    """Sidecar (zero-cost model behind it) against a bare aiohttp echo server, alternated."""
+    body = json.dumps({"payload": setup.payload})
+    runs: dict[str, list[float]] = {"echo": [], "sidecar": []}
+    mport, sport, eport = free_port(), free_port(), free_port()
+    model_args = ["--port", str(mport), "--fixed-ms", "0", "--per-token-ms", "0"]
+    async with (
+        serve_python("modelroll_sidecar.demo_model", model_args, mport) as model,
+        serve_python(
+            "modelroll_sidecar", sidecar_args(sport, model, setup.max_batch, setup), sport
+        ) as sidecar,
+        serve_python("modelroll_bench.echo", [str(eport)], eport) as echo,
+    ):
+        for _ in range(rounds):
+            for label, url in (("echo", echo), ("sidecar", sidecar)):
+                result = await asyncio.to_thread(saturate, label, url, setup, body)
+                runs[label].append(result.rps)
+                print(f"  zero-cost   {label:<17} {result.rps:8.1f} req/s", flush=True)
+    echo_rps, sidecar_rps = statistics.median(runs["echo"]), statistics.median(runs["sidecar"])
+    return {
+        "runs_rps": runs,
+        "echo_median_rps": echo_rps,
+        "sidecar_median_rps": sidecar_rps,
+        "ratio": round(sidecar_rps / echo_rps, 3),
+    }
+
+
+def verdicts(setup: Setup, report: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    sat = report["saturation"]["sidecar"]["rps"]
+    at70 = next(r for r in report["fixed_rates"]["sidecar"] if r["share"] == 0.7)
+    ratio = report["zero_cost"]["ratio"]
+    return [
+        (
+            "saturation >= 95% of the model's limit",
+            sat >= 0.95 * setup.model_limit_rps,
+            f"{sat:.1f} of {setup.model_limit_rps:.1f} req/s ({sat / setup.model_limit_rps:.1%})",
+        ),
+        (
+            "p99 at 70% load <= 1.1 x (max(max-wait, C) + C) + 2 ms",
+            at70["p99_ms"] <= setup.p99_bound_ms,
+            f"{at70['p99_ms']:.1f} ms against {setup.p99_bound_ms:.1f} ms",
+        ),
+        (
+            "zero-cost model: sidecar >= 70% of an aiohttp echo server",
+            ratio >= 0.7,
+            f"{ratio:.1%}",
+        ),
+    ]
+
+
+async def run(setup: Setup, rounds: int) -> dict[str, Any]:
+    print(
+        f"Demo model: {setup.fixed_ms:g} ms + {setup.per_token_ms:g} ms/token, parallel "
+        f"{setup.parallel}; payloads of {setup.tokens} tokens; sidecar max batch "
+        f"{setup.max_batch}, max-wait {setup.max_wait_ms:g} ms.\nFull batch costs C = "
+        f"{setup.full_batch_cost_ms:.1f} ms, so the model's limit is "
+        f"{setup.model_limit_rps:.1f} req/s.",
+        flush=True,
+    )
+    report = await batching_comparison(setup)
+    report["zero_cost"] = await zero_cost_comparison(setup, rounds)
+    report["setup"] = {
+        **asdict(setup),
+        "full_batch_cost_ms": setup.full_batch_cost_ms,
+        "model_limit_rps": setup.model_limit_rps,
+        "p99_bound_ms": setup.p99_bound_ms,
+    }
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="make bench-sidecar", description=__doc__)
+    parser.add_argument("--duration", type=int, default=Setup.duration_s, help="seconds per run")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating echo/sidecar rounds")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/sidecar.json"))
+    args = parser.parse_args(argv)
+    setup = Setup(duration_s=args.duration)
+    report = asyncio.run(run(setup, args.rounds))
+    checks = verdicts(setup, report)
+    report["targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in checks]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print("\nTargets:")
+    for target, ok, measured in checks:
+        print(f"  [{'met' if ok else 'MISSED'}] {target}: {measured}")
+    print(f"Results in {args.out}")
+    sys.exit(0 if all(ok for _, ok, _ in checks) else 1)
+
+
+if __name__ == "__main__":
+    main()
