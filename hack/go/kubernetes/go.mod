@@ -2,7 +2,7 @@
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local
 // directories that a module download does not have; each replace below points one of them at
 // its published tag instead (Kubernetes v1.X.Y ships staging modules tagged v0.X.Y).
-// Regenerate for another release with hack/go/kubernetes/gen-gomod.sh.
+// Regenerate it for another release with ./gen-gomod.sh v1.X.Y.
 module modelroll.io/hack/kubernetes
 
 go 1.26.0
