@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from modelroll_devcluster import Cluster, ControlPlane, MissingBinaryError, namespace_name
 
 pytestmark = pytest.mark.integration
