@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster, ControlPlane, MissingBinaryError, namespace_name
+from modelroll_devcluster.controlplane import pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -244,3 +245,40 @@ def test_missing_binary_fails_the_fixture_instead_of_skipping(tmp_path: Path) ->
     assert "make cluster-bins" in result.stdout
     assert "1 error" in result.stdout
     assert "skipped" not in result.stdout
+
+
+def test_cli_up_twice_then_down_leaves_no_process(cluster: Cluster, tmp_path: Path) -> None:
+    """`make cluster-up` / `make cluster-down` through the command they run."""
+    if not cluster.is_local:
+        pytest.skip("MODELROLL_KUBECONFIG names a cluster this suite did not start")
+    assert cluster.plane is not None
+    state_dir = tmp_path / "cluster"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "modelroll_devcluster.cli", "--dir", str(state_dir), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+
+    def pids() -> dict[str, int]:
+        state: dict[str, dict[str, int]] = json.loads((state_dir / "state.json").read_text())
+        return state["pids"]
+
+    try:
+        first = cli("up", "--bin-dir", str(cluster.plane.bin_dir))
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.strip() == f"export KUBECONFIG={state_dir.resolve() / 'kubeconfig'}"
+        started = pids()
+        assert set(started) == {"etcd", "kube-apiserver", "kube-controller-manager"}
+
+        second = cli("up", "--bin-dir", str(cluster.plane.bin_dir))
+        assert second.returncode == 0, second.stderr
+        assert "already up" in second.stderr
+        assert pids() == started
+        assert cli("status").returncode == 0
+
+        up = Cluster.existing(state_dir / "kubeconfig", cluster.plane.bin_dir)
+        assert up.exists("namespace", "default")
+    finally:
+        down = cli("down")
+    assert down.returncode == 0, down.stderr
+    assert not [pid for pid in started.values() if pid_alive(pid)]
+    assert cli("status").returncode == 1

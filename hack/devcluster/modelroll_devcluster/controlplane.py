@@ -18,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,8 +106,14 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with_parent() -> Callable[[], None]:
-    """A preexec_fn that makes the child receive SIGTERM when the process that started it dies."""
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child receive SIGTERM when the process that started it dies.
+
+    Linux sends that signal when the *thread* that forked the child ends, so it is only armed for
+    children started from the main thread; others are stopped by :meth:`ControlPlane.stop` alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
 
@@ -250,6 +257,11 @@ class ControlPlane:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     @property
+    def log_dir(self) -> Path:
+        """Where each component's log is kept (``etcd.log``, ``kube-apiserver.log``, ...)."""
+        return self.run_dir / "logs"
+
+    @property
     def etcd_url(self) -> str:
         return f"http://127.0.0.1:{self.etcd_port}"
 
@@ -261,7 +273,7 @@ class ControlPlane:
         """Start all components and wait until each is ready; on failure nothing is left running."""
         binaries = find_binaries(self.bin_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "logs").mkdir(exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
         create_pki(self.pki.ca_cert.parent)
         self._ssl = self._client_ssl()
         try:
@@ -307,7 +319,7 @@ class ControlPlane:
         self.apiserver_port, self.kcm_port = free_port(), free_port()
         data_dir = self.run_dir / "etcd-data"
         shutil.rmtree(data_dir, ignore_errors=True)
-        logs = self.run_dir / "logs"
+        logs = self.log_dir
         self.components = {
             "etcd": Component(
                 "etcd", self._etcd_argv(binaries["etcd"], data_dir), logs / "etcd.log"
