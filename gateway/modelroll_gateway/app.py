@@ -22,6 +22,12 @@ from .kubeapi import KubeClient, KubeConnection, load_connection
 from .metrics import GatewayMetrics
 from .routesfile import RoutesFileWatcher
 from .table import RouteTable, Target
+from .upstream import (
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamTimeout,
+)
 from .watch import ConfigMapWatcher
 
 log = logging.getLogger(__name__)
@@ -48,7 +54,7 @@ class Proxy:
     def __init__(self, config: GatewayConfig, table: RouteTable) -> None:
         self.config = config
         self.table = table
-        self.session: aiohttp.ClientSession | None = None
+        self.pool: UpstreamPool | None = None
         self._warned: dict[tuple[str, str], float] = {}
 
     async def infer(self, request: web.Request) -> web.Response:
@@ -64,7 +70,8 @@ class Proxy:
                 return _error(503, f"model {model!r} has no valid routes: {reason}")
             table.unrouted_counter(None, 404).inc()
             return _error(404, f"unknown model {model!r}")
-        pinned = request.headers.get(VERSION_HEADER)
+        request_headers = request.headers
+        pinned = request_headers.get(VERSION_HEADER)
         target: Target | None = None
         if pinned is not None:
             target = entry.targets.get(pinned)
@@ -75,52 +82,50 @@ class Proxy:
             table.unrouted_counter(model, 503).inc()
             return _error(503, f"model {model!r} has no routable version (total weight is 0)")
 
-        length = request.content_length
-        if length is not None and length > self.config.max_body_bytes:
-            table.unrouted_counter(model, 413).inc()
-            return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
         try:
-            body = await request.read()
+            body = await request.read()  # raises past client_max_size (= max_body_bytes)
         except web.HTTPRequestEntityTooLarge:
             table.unrouted_counter(model, 413).inc()
             return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
 
         if target is None:
             target = entry.picker.pick()
-        headers = {}
+        forwarded = []
         for name in _FORWARDED_REQUEST_HEADERS:
-            value = request.headers.get(name)
+            value = request_headers.get(name)
             if value is not None:
-                headers[name] = value
+                forwarded.append(f"{name}: {value}\r\n")
+        headers = "".join(forwarded).encode("utf-8", "surrogateescape")
         response = await self._forward(target, body, headers)
         target.stats.record(response.status, time.perf_counter() - started)
         return response
 
-    async def _forward(self, target: Target, body: bytes, headers: dict[str, str]) -> web.Response:
-        session = self.session
-        assert session is not None, "the upstream session opens with the app"
+    async def _forward(self, target: Target, body: bytes, headers: bytes) -> web.Response:
+        pool = self.pool
+        assert pool is not None, "the upstream pool opens with the app"
         version = target.route.name
+        deadline = pool.loop.time() + self.config.upstream_timeout
         try:
-            async with session.post(target.url, data=body, headers=headers) as upstream:
-                data = await upstream.read()
-                out = {VERSION_HEADER: version}
-                content_type = upstream.headers.get("Content-Type")
-                if content_type is not None:
-                    out["Content-Type"] = content_type
-                retry_after = upstream.headers.get("Retry-After")
-                if retry_after is not None:
-                    out["Retry-After"] = retry_after
-                return web.Response(body=data, status=upstream.status, headers=out)
-        except aiohttp.ConnectionTimeoutError:
-            self._warn(target, "connect timed out")
+            answer = await pool.endpoint(target.url).post(body, headers, deadline)
+        except UpstreamConnectError as exc:
+            self._warn(target, str(exc))
             return _error(502, f"version {version!r} could not be reached", version)
-        except TimeoutError:
+        except UpstreamTimeout:
             self._warn(target, "timed out")
             limit = self.config.upstream_timeout
             return _error(504, f"version {version!r} did not answer within {limit:g}s", version)
-        except aiohttp.ClientError as exc:
-            self._warn(target, type(exc).__name__)
-            return _error(502, f"version {version!r} could not be reached", version)
+        except UpstreamError as exc:
+            self._warn(target, str(exc))
+            return _error(502, f"version {version!r} failed: {exc}", version)
+        out = {VERSION_HEADER: version}
+        upstream_headers = answer.headers
+        content_type = upstream_headers.get("content-type")
+        if content_type is not None:
+            out["Content-Type"] = content_type
+        retry_after = upstream_headers.get("retry-after")
+        if retry_after is not None:
+            out["Retry-After"] = retry_after
+        return web.Response(body=answer.body, status=answer.status, headers=out)
 
     def _warn(self, target: Target, what: str) -> None:
         """Log an upstream failure, at most once per version every few seconds."""
@@ -187,21 +192,11 @@ async def _fallback(request: web.Request) -> web.Response:
     return web.json_response({"error": f"no such path {path!r}"}, status=404)
 
 
-async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
-    config = app[CONFIG_KEY]
-    connector = aiohttp.TCPConnector(limit=config.upstream_connections, limit_per_host=0)
-    session = aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(
-            total=config.upstream_timeout, sock_connect=config.connect_timeout
-        ),
-        cookie_jar=aiohttp.DummyCookieJar(),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-    )
-    app[PROXY_KEY].session = session
+async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
+    pool = UpstreamPool(connect_timeout=app[CONFIG_KEY].connect_timeout)
+    app[PROXY_KEY].pool = pool
     yield
-    await session.close()
+    await pool.close()
 
 
 @contextlib.asynccontextmanager
@@ -274,6 +269,6 @@ def create_app(
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
     app.router.add_route("*", "/{tail:.*}", _fallback)
-    app.cleanup_ctx.append(_upstream_session)
+    app.cleanup_ctx.append(_upstream_pool)
     app.cleanup_ctx.append(_routes_source(kube))
     return app

@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest request body accepted; larger gets 413 (1048576)",
     )
     p.add_argument(
+        "--event-loop",
+        default=_env("EVENT_LOOP", "auto"),
+        choices=["auto", "asyncio", "uvloop"],
+        help="event loop: uvloop when installed (auto), or the named one",
+    )
+    p.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -147,14 +153,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         access_log=None,
         print=None,
         shutdown_timeout=min(config.upstream_timeout + 1.0, 25.0),
-        loop=_new_loop(),
+        loop=_new_loop(args.event_loop),
     )
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when it is installed (it speeds up the proxy), else asyncio's."""
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """uvloop's loop when asked for, or by default when it is installed; else asyncio's."""
+    if kind == "asyncio":
+        return asyncio.new_event_loop()
     try:
         import uvloop
     except ImportError:
+        if kind == "uvloop":
+            raise SystemExit(
+                "modelroll-gateway: --event-loop=uvloop but uvloop is not installed"
+            ) from None
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()

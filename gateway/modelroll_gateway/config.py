@@ -29,8 +29,6 @@ class GatewayConfig:
     """Seconds to open a connection to a sidecar; past it the gateway answers 502."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
-    upstream_connections: int = 0
-    """Upper bound on pooled upstream connections (0: no limit)."""
     watch_timeout_seconds: int = 300
     """How long one watch request lasts before it is renewed (the server ends it then)."""
 
@@ -43,7 +41,5 @@ class GatewayConfig:
             raise ValueError("max_body_bytes must be positive")
         if self.routes_poll_seconds <= 0:
             raise ValueError("routes_poll_seconds must be positive")
-        if self.upstream_connections < 0:
-            raise ValueError("upstream_connections must be 0 (no limit) or positive")
         if self.watch_timeout_seconds <= 0:
             raise ValueError("watch_timeout_seconds must be positive")

@@ -1,0 +1,185 @@
+"""Forwarding over kept-alive connections: answer framings, closed connections, broken answers.
+
+The upstreams here are raw asyncio servers on loopback that answer exactly the bytes a test
+scripts, so the gateway meets the HTTP/1.1 framings and failures a sidecar (or its proxy) can show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from pytest_aiohttp import AiohttpServer
+
+from .conftest import RoutesFile, StartGateway, route
+
+# (connection number, request number on that connection) -> bytes to answer, or None to close
+Script = Callable[[int, int], bytes | None]
+
+
+def answer(body: bytes, *head: str, status: str = "200 OK") -> bytes:
+    lines = [f"HTTP/1.1 {status}", "Content-Type: application/json", *head]
+    if not any(h.lower().startswith(("transfer-encoding", "connection: close")) for h in head):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+@dataclass
+class RawUpstream:
+    url: str
+    connections: int = 0
+    requests: int = 0
+    peers: set[int] = field(default_factory=set)
+
+
+@contextlib.asynccontextmanager
+async def raw_upstream(script: Script) -> AsyncIterator[RawUpstream]:
+    state = RawUpstream("")
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.add(writer)
+        conn = state.connections
+        state.connections += 1
+        state.peers.add(writer.get_extra_info("peername")[1])
+        try:
+            for n in range(1000):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                state.requests += 1
+                data = script(conn, n)
+                if data is None:
+                    break
+                writer.write(data)
+                await writer.drain()
+                if b"Connection: close" in data:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            writers.discard(writer)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        yield state
+    finally:
+        server.close()
+        for writer in list(writers):  # the gateway's idle connections: end their handlers
+            writer.close()
+        await server.wait_closed()
+
+
+OK = json.dumps({"output": "ok", "model": "m", "version": "v1"}).encode()
+
+
+async def test_connections_are_kept_alive_between_requests(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    async with raw_upstream(lambda c, n: answer(OK)) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway()
+        for _ in range(20):
+            assert (await gw.infer("m"))[:2] == (200, "v1")
+        assert up.connections == 1
+
+
+async def test_chunked_and_read_to_close_answers_pass_through_intact(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    big = json.dumps({"output": "x" * 300_000}).encode()
+    chunked = b"".join(
+        b"%x;ext=1\r\n%s\r\n" % (len(part), part) for part in (big[:1000], big[1000:])
+    )
+
+    def script(conn: int, n: int) -> bytes:
+        if conn == 0:
+            return answer(chunked + b"0\r\nX-Trailer: 1\r\n\r\n", "Transfer-Encoding: chunked")
+        return answer(big, "Connection: close")  # no length: the body ends when the socket does
+
+    async with raw_upstream(script) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway()
+        for _ in range(3):
+            status, _, body = await gw.infer("m")
+            assert status == 200
+            assert body == {"output": "x" * 300_000}
+
+
+async def test_an_idle_connection_the_sidecar_closed_is_retried_on_a_new_one(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    """The second request on a connection meets a close (a sidecar's idle timeout firing)."""
+    async with raw_upstream(lambda c, n: answer(OK) if n == 0 else None) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway()
+        for _ in range(3):
+            assert (await gw.infer("m"))[:2] == (200, "v1")
+        # each reused connection is closed on its second request, which goes once more, fresh
+        assert (up.connections, up.requests) == (3, 5)
+
+
+async def test_a_fresh_connection_closed_without_an_answer_is_a_502(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    async with raw_upstream(lambda c, n: None) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway()
+        status, version, body = await gw.infer("m")
+        assert (status, version) == (502, "v1")
+        assert "closed before the answer was complete" in body["error"]
+        assert up.requests == 1  # not sent again: it may have been processed
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP/1.x"),
+        (b"HTTP/1.1 abc OK\r\n\r\n", "no valid status"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "bad Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+    ],
+)
+async def test_a_broken_answer_is_a_502_naming_the_fault(
+    start_gateway: StartGateway, routes_file: RoutesFile, reply: bytes, reason: str
+) -> None:
+    async with raw_upstream(lambda c, n: reply) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway()
+        status, version, body = await gw.infer("m")
+        assert (status, version) == (502, "v1")
+        assert reason in body["error"]
+        listed = (await gw.models())["models"][0]["versions"][0]["responses"]
+        assert listed == {"502": 1}
+
+
+async def test_an_aiohttp_streamed_answer_passes_through(
+    start_gateway: StartGateway, routes_file: RoutesFile, aiohttp_server: AiohttpServer
+) -> None:
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for part in (b'{"output": ', b'"streamed", ', b'"version": "v1"}'):
+            await resp.write(part)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/infer", streamed)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    routes_file.write({"m": route("m", ("v1", 1, str(server.make_url("")).rstrip("/")))})
+    gw = await start_gateway()
+    for _ in range(3):
+        assert await gw.infer("m") == (200, "v1", {"output": "streamed", "version": "v1"})
