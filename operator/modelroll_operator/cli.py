@@ -1,0 +1,153 @@
+"""`modelroll-operator`: run the operator. Every flag can also be set as MODELROLL_<FLAG>."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import kopf
+
+from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
+from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
+
+DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"MODELROLL_{name}", default)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="modelroll-operator",
+        description="Reconcile ModelVersions: routing weights into each namespace's "
+        "modelroll-routes ConfigMap, managed versions into Deployments and Services.",
+    )
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[ns for ns in (_env("NAMESPACE") or "").split(",") if ns],
+        help="serve only this namespace (repeatable; globs allowed; default: all namespaces)",
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="serve every namespace (default)"
+    )
+    p.add_argument(
+        "--sidecar-image",
+        default=_env("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),
+        help=f"the batching sidecar's image in managed pods ({DEFAULT_SIDECAR_IMAGE})",
+    )
+    p.add_argument(
+        "--drain-timeout-s",
+        type=_positive_int,
+        default=_env("DRAIN_TIMEOUT_S", "30"),
+        help="the sidecar's --drain-timeout-s; pods get 15 s more as grace period (30)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=_env("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
+    )
+    p.add_argument(
+        "--liveness",
+        "--liveness-endpoint",
+        dest="liveness",
+        default=_env("LIVENESS", DEFAULT_LIVENESS),
+        metavar="URL",
+        help=f"serve the liveness probe at this URL, '' for none ({DEFAULT_LIVENESS})",
+    )
+    peering = p.add_mutually_exclusive_group()
+    peering.add_argument(
+        "--peering",
+        default=_env("PEERING"),
+        metavar="NAME",
+        help="run with kopf peering under this name, so that of several replicas only one is "
+        "active (needs the kopf peering CRDs); default: standalone",
+    )
+    peering.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering: this replica acts alone (the default unless --peering is given)",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=_env("PRIORITY", "0"),
+        help="peering priority: the highest-priority replica is the active one (0)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=_env("WORKERS", "4"),
+        help="models reconciled at the same time (4)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["json", "plain", "full"],
+        default=_env("LOG_FORMAT", "json"),
+        help="json (one object per line), plain (messages) or full (with time and level)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        default=_env("LOG_LEVEL", "INFO"),
+        help="INFO logs every change the operator makes; DEBUG adds kopf's handler calls (INFO)",
+    )
+    return p
+
+
+def parse_config(args: argparse.Namespace) -> OperatorConfig:
+    return OperatorConfig(
+        sidecar_image=args.sidecar_image,
+        drain_timeout_s=args.drain_timeout_s,
+        kubeconfig=args.kubeconfig,
+        workers=args.workers,
+        peering=None if args.standalone else args.peering or None,
+        priority=args.priority,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    config = parse_config(args)
+    if config.kubeconfig is not None:
+        # kopf's own login reads $KUBECONFIG: both clients then use the same credentials.
+        os.environ["KUBECONFIG"] = str(config.kubeconfig)
+    log_format = {
+        "json": kopf.LogFormat.JSON,
+        "plain": kopf.LogFormat.PLAIN,
+        "full": kopf.LogFormat.FULL,
+    }[args.log_format]
+    kopf.configure(log_format=log_format, log_prefix=None)
+    logging.getLogger().setLevel(args.log_level)
+    if args.log_level != "DEBUG":
+        # kopf reports every handler call at INFO; the operator logs what it changed itself.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    namespaces = [] if args.all_namespaces else list(args.namespace or [])
+    kopf.run(
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        standalone=config.peering is None,
+        peering_name=config.peering,
+        priority=config.priority,
+        liveness_endpoint=args.liveness or None,
+        memo=kopf.Memo(config=config),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""kopf handlers: settings at startup, indices of what the operator watches, and triggers.
+
+Indexers keep snapshots of ModelVersions (by model) and of managed Deployments and Services (by
+version). Event handlers only name the model that may need a pass; the Reconciler (reconcile.py)
+does the work from the indices. Deleting a ModelVersion waits, through our finalizer, until its
+model's route no longer lists it, so the gateway stops sending it traffic before its workload
+is garbage-collected.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+import kopf
+
+from modelroll_gateway.routes import CONFIGMAP_NAME
+
+from .kube import Api, connect
+from .reconcile import TRANSIENT, Reconciler, RetryLater, VersionIndex, WorkloadIndex
+from .settings import OperatorConfig, configure
+from .spec import GROUP, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PLURAL, VERSION
+from .state import ModelKey, VersionInfo, VersionKey, WorkloadInfo
+
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+log = logging.getLogger("modelroll_operator")
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    """Tune kopf, open the API session, and start the reconciler's workers.
+
+    kopf passes every index as a keyword argument named after its indexer function.
+    """
+    config: OperatorConfig = memo.get("config") or OperatorConfig()
+    configure(settings, config)
+    versions: VersionIndex = kwargs["versions_by_model"]
+    deployments: WorkloadIndex = kwargs["deployments_by_version"]
+    services: WorkloadIndex = kwargs["services_by_version"]
+    session = aiohttp.ClientSession()
+    api = Api(connect(config.kubeconfig), session)
+    reconciler = Reconciler(api, config, versions, deployments, services)
+    reconciler.start()
+    memo.session = session
+    memo.reconciler = reconciler
+    mode = f"peering {config.peering!r}" if config.peering else "standalone"
+    log.info("Started the modelroll operator (%s, sidecar image %s)", mode, config.sidecar_image)
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    reconciler: Reconciler | None = memo.get("reconciler")
+    if reconciler is not None:
+        await reconciler.stop()
+    session: aiohttp.ClientSession | None = memo.get("session")
+    if session is not None:
+        await session.close()
+    log.info("Stopped the modelroll operator")
+
+
+@kopf.on.probe(id="pending")
+def pending_models(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness detail: models waiting for a pass or a retry."""
+    reconciler: Reconciler | None = memo.get("reconciler")
+    return reconciler.pending if reconciler is not None else 0
+
+
+# -- indices ----------------------------------------------------------------------------------
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def versions_by_model(body: kopf.Body, **_: Any) -> dict[ModelKey, VersionInfo]:
+    info = VersionInfo.from_body(body)
+    return {info.model_key: info} if info is not None else {}
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def deployments_by_version(body: kopf.Body, **_: Any) -> dict[VersionKey, WorkloadInfo]:
+    info = WorkloadInfo.from_body("Deployment", body)
+    return {info.key: info} if info is not None else {}
+
+
+@kopf.index("v1", "services", labels=MANAGED)
+def services_by_version(body: kopf.Body, **_: Any) -> dict[VersionKey, WorkloadInfo]:
+    info = WorkloadInfo.from_body("Service", body)
+    return {info.key: info} if info is not None else {}
+
+
+# -- triggers ---------------------------------------------------------------------------------
+
+
+def _reconciler(memo: kopf.Memo) -> Reconciler:
+    reconciler: Reconciler = memo.reconciler
+    return reconciler
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def version_changed(namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, **_: Any) -> None:
+    """Any change of a ModelVersion (spec, status, deletion) may change its model's route."""
+    model = spec.get("model")
+    if namespace and model:
+        _reconciler(memo).enqueue((namespace, model))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+def deployment_changed(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+) -> None:
+    """Ready replicas come and go; a Deployment deleted by hand is re-created."""
+    if namespace and (model := labels.get(LABEL_MODEL)):
+        _reconciler(memo).enqueue((namespace, model))
+
+
+@kopf.on.event("v1", "services", labels=MANAGED)
+def service_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    if namespace and (model := labels.get(LABEL_MODEL)):
+        _reconciler(memo).enqueue((namespace, model))
+
+
+@kopf.on.event("v1", "configmaps", field="metadata.name", value=CONFIGMAP_NAME)
+def routes_changed(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Someone else edited or deleted the routes: rewrite every model of the namespace."""
+    if namespace:
+        _reconciler(memo).enqueue_namespace(namespace)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def unroute_deleted_version(
+    namespace: str | None,
+    name: str,
+    spec: kopf.Spec,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    """Hold the deletion (our finalizer) until the version is out of its model's route."""
+    model = spec.get("model")
+    if not namespace or not model:
+        return
+    try:
+        await _reconciler(memo).reconcile((namespace, model))
+    except (*TRANSIENT, RetryLater) as exc:
+        raise kopf.TemporaryError(
+            f"Could not remove {name} from the routes of model {model}: {exc}", delay=2
+        ) from exc
+    log.info("Removed ModelVersion %s/%s from the routes of model %s", namespace, name, model)

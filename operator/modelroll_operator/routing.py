@@ -1,0 +1,113 @@
+"""The pure part of routing: which versions of a model go into its route, and what changed.
+
+The document format is the gateway's (modelroll_gateway.routes); this module only decides its
+content. A model with versions but none Ready keeps its key with no versions (the gateway answers
+503: known model, nothing routable); a model with no versions left loses its key (404).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from modelroll_gateway.routes import ModelRoute, VersionRoute, format_share
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A version that exists (and is not being deleted): may it be routed, and where to."""
+
+    name: str
+    weight: int
+    endpoint: str | None
+    ready: bool
+
+
+def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | None:
+    """The model's route from its versions: Ready ones only, ordered by name.
+
+    None means the model has no versions at all, so its ConfigMap key should go.
+    """
+    versions = sorted(candidates, key=lambda c: c.name)
+    if not versions:
+        return None
+    routed = tuple(
+        VersionRoute(c.name, c.weight, c.endpoint) for c in versions if c.ready and c.endpoint
+    )
+    return ModelRoute(model, routed)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one version sits in a route: its weight, the model's total, and where it answers."""
+
+    weight: int
+    total: int
+    endpoint: str
+
+    @property
+    def share(self) -> float:
+        return self.weight / self.total if self.total else 0.0
+
+    def describe(self, model: str) -> str:
+        """E.g. "90.0% of model sentiment's traffic (weight 9 of 10)"."""
+        return (
+            f"{format_share(self.share)} of model {model}'s traffic "
+            f"(weight {self.weight} of {self.total})"
+        )
+
+
+def placement(route: ModelRoute | None, version: str) -> Placement | None:
+    """Where ``version`` is in ``route``; None when it is not routed."""
+    if route is None:
+        return None
+    entry = route.version(version)
+    if entry is None:
+        return None
+    return Placement(entry.weight, route.total_weight, entry.endpoint)
+
+
+def share_of(route: ModelRoute | None, version: str) -> str:
+    """The version's share as status shows it ("0.0%" when it is not routed)."""
+    where = placement(route, version)
+    return format_share(where.share if where else 0.0)
+
+
+@dataclass(frozen=True)
+class RouteChange:
+    """One version's routing before and after a route update (None: not routed)."""
+
+    version: str
+    before: Placement | None
+    after: Placement | None
+
+    def reason(self) -> str:
+        return "Unrouted" if self.after is None else "Routed"
+
+    def message(self, model: str) -> str:
+        if self.after is None:
+            return f"No longer routed: removed from the routes of model {model}"
+        if self.before is None:
+            return f"Now routed: {self.after.describe(model)} to {self.after.endpoint}"
+        if self.before.endpoint != self.after.endpoint:
+            return f"Routing changed: {self.after.describe(model)} to {self.after.endpoint}"
+        return f"Routing changed: {format_share(self.before.share)} -> {self.after.describe(model)}"
+
+
+def route_changes(
+    before: ModelRoute | None, after: ModelRoute | None, names: Iterable[str] = ()
+) -> list[RouteChange]:
+    """Every version whose weight, share or endpoint differs between the two routes.
+
+    ``names`` adds versions to consider beyond those listed in either route.
+    """
+    every = set(names)
+    for route in (before, after):
+        if route is not None:
+            every.update(v.name for v in route.versions)
+    changes = []
+    for name in sorted(every):
+        old, new = placement(before, name), placement(after, name)
+        if old != new:
+            changes.append(RouteChange(name, old, new))
+    return changes

@@ -1,0 +1,173 @@
+"""The ModelVersion resource: its API coordinates, labels, and a typed view of its spec.
+
+The CRD (crds/modelversion.yaml) validates and defaults every field; parsing here trusts the
+shapes but not their presence, so an object stored before a default existed still parses, with
+the same defaults the CRD declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GROUP = "modelroll.io"
+VERSION = "v1alpha1"
+PLURAL = "modelversions"
+KIND = "ModelVersion"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+PREFIX = "modelroll.io"
+"""Our finalizer, annotations and labels live under this prefix (never kopf's defaults)."""
+FINALIZER = f"{PREFIX}/finalizer"
+LABEL_MODEL = f"{PREFIX}/model"
+LABEL_VERSION = f"{PREFIX}/version"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "modelroll-operator"
+FIELD_MANAGER = "modelroll-operator"
+ANNOTATION_SPEC_HASH = f"{PREFIX}/spec-hash"
+"""On a managed Deployment or Service: the hash of what the operator last applied."""
+ANNOTATION_PREVIOUS_WEIGHT = f"{PREFIX}/previous-weight"
+"""On a ModelVersion: its weight before the last promote/rollback (kubectl-modelroll)."""
+
+
+class SpecError(ValueError):
+    """A ModelVersion spec the operator cannot act on; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Batching:
+    """spec.batching: the sidecar's batching flags (same defaults as the CRD and the sidecar)."""
+
+    max_batch_size: int = 32
+    max_wait_ms: int = 10
+    max_queue_size: int = 1024
+    max_batch_tokens: int = 0
+    timeout_ms: int = 30000
+    max_concurrent_batches: int = 1
+
+    def sidecar_flags(self) -> list[str]:
+        """The sidecar's command-line flags for these settings, in a fixed order."""
+        return [
+            f"--max-batch-size={self.max_batch_size}",
+            f"--max-wait-ms={self.max_wait_ms}",
+            f"--max-queue-size={self.max_queue_size}",
+            f"--max-batch-tokens={self.max_batch_tokens}",
+            f"--timeout-ms={self.timeout_ms}",
+            f"--max-concurrent-batches={self.max_concurrent_batches}",
+        ]
+
+
+_BATCHING_FIELDS = {
+    "maxBatchSize": "max_batch_size",
+    "maxWaitMs": "max_wait_ms",
+    "maxQueueSize": "max_queue_size",
+    "maxBatchTokens": "max_batch_tokens",
+    "timeoutMs": "timeout_ms",
+    "maxConcurrentBatches": "max_concurrent_batches",
+}
+
+
+@dataclass(frozen=True)
+class Server:
+    """spec.server: the model server container of a managed version."""
+
+    image: str
+    port: int = 8080
+    image_pull_policy: str | None = None
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    resources: Mapping[str, Mapping[str, int | str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelVersionSpec:
+    """A parsed spec. Exactly one of ``server`` (managed) and ``endpoint`` (external) is set."""
+
+    model: str
+    weight: int = 0
+    endpoint: str | None = None
+    server: Server | None = None
+    replicas: int = 1
+    batching: Batching = field(default_factory=Batching)
+
+    @property
+    def managed(self) -> bool:
+        return self.server is not None
+
+
+def _int(raw: Mapping[str, Any], key: str, where: str, default: int, low: int, high: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}.{key} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise SpecError(f"{where}.{key} must be within {low}..{high}, got {value}")
+    return value
+
+
+def _strings(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{where}.{key} must be a list of strings")
+    return tuple(value)
+
+
+def parse_batching(raw: object) -> Batching:
+    if raw is None:
+        return Batching()
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.batching must be an object")
+    defaults = Batching()
+    values = {
+        attr: _int(raw, key, "spec.batching", getattr(defaults, attr), 0, 1 << 31)
+        for key, attr in _BATCHING_FIELDS.items()
+    }
+    return Batching(**values)
+
+
+def parse_server(raw: object) -> Server:
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.server must be an object")
+    image = raw.get("image")
+    if not isinstance(image, str) or not image:
+        raise SpecError("spec.server.image is required")
+    env: list[tuple[str, str]] = []
+    for item in raw.get("env") or []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise SpecError("spec.server.env items need a name")
+        env.append((item["name"], str(item.get("value", ""))))
+    resources = raw.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise SpecError("spec.server.resources must be an object")
+    policy = raw.get("imagePullPolicy")
+    return Server(
+        image=image,
+        port=_int(raw, "port", "spec.server", 8080, 1, 65535),
+        image_pull_policy=policy if isinstance(policy, str) else None,
+        command=_strings(raw, "command", "spec.server"),
+        args=_strings(raw, "args", "spec.server"),
+        env=tuple(env),
+        resources={k: dict(v) for k, v in resources.items() if isinstance(v, Mapping)},
+    )
+
+
+def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
+    """A typed spec, or SpecError naming the field at fault."""
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        raise SpecError("spec.model is required")
+    endpoint = raw.get("endpoint") or None
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise SpecError("spec.endpoint must be a string")
+    server = parse_server(raw["server"]) if raw.get("server") is not None else None
+    if (server is None) == (endpoint is None):
+        raise SpecError("exactly one of spec.server and spec.endpoint must be set")
+    return ModelVersionSpec(
+        model=model,
+        weight=_int(raw, "weight", "spec", 0, 0, 1000),
+        endpoint=endpoint.rstrip("/") if endpoint else None,
+        server=server,
+        replicas=_int(raw, "replicas", "spec", 1, 0, 1000),
+        batching=parse_batching(raw.get("batching")),
+    )

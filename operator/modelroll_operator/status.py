@@ -1,0 +1,120 @@
+"""A ModelVersion's status: Ready and Routed conditions (metav1.Condition shape), share, endpoint.
+
+The desired status is computed from what the operator observed; ``status_patch`` turns it into
+a merge patch, or None when nothing changed, so a replay or a restart writes nothing. A
+condition keeps its lastTransitionTime while its status stays the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from modelroll_gateway.routes import ModelRoute
+
+from .routing import placement, share_of
+
+READY = "Ready"
+ROUTED = "Routed"
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether a version can serve, why, and the workload figures behind it."""
+
+    ready: bool
+    reason: str
+    message: str
+    endpoint: str | None = None
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    selector: str | None = None
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_condition(readiness: Readiness) -> dict[str, str]:
+    return {
+        "type": READY,
+        "status": "True" if readiness.ready else "False",
+        "reason": readiness.reason,
+        "message": readiness.message,
+    }
+
+
+def routed_condition(
+    name: str, model: str, readiness: Readiness, route: ModelRoute | None
+) -> dict[str, str]:
+    where = placement(route, name)
+    if where is None:
+        return {
+            "type": ROUTED,
+            "status": "False",
+            "reason": "NotReady",
+            "message": f"Not in the routes of model {model}: the version is not Ready "
+            f"({readiness.reason})",
+        }
+    if where.weight == 0:
+        return {
+            "type": ROUTED,
+            "status": "False",
+            "reason": "WeightZero",
+            "message": f"In the routes of model {model} with weight 0: it gets no traffic "
+            "unless a request pins it with the X-Modelroll-Version header",
+        }
+    return {
+        "type": ROUTED,
+        "status": "True",
+        "reason": "Routed",
+        "message": f"Receives {where.describe(model)}",
+    }
+
+
+def desired_status(
+    *,
+    name: str,
+    model: str,
+    generation: int,
+    readiness: Readiness,
+    route: ModelRoute | None,
+    current: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """The complete status for a version, keeping transition times of unchanged conditions."""
+    previous = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
+    conditions = []
+    for cond in (ready_condition(readiness), routed_condition(name, model, readiness, route)):
+        old = previous.get(cond["type"])
+        same = old is not None and old.get("status") == cond["status"]
+        transition = old.get("lastTransitionTime") if same and old else None
+        conditions.append(
+            {**cond, "observedGeneration": generation, "lastTransitionTime": transition or now}
+        )
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "share": share_of(route, name),
+        "conditions": conditions,
+    }
+    if readiness.endpoint:
+        status["endpoint"] = readiness.endpoint
+    if readiness.replicas is not None:
+        status["replicas"] = readiness.replicas
+        status["readyReplicas"] = readiness.ready_replicas or 0
+    if readiness.selector:
+        status["selector"] = readiness.selector
+    return status
+
+
+def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A JSON merge patch turning ``current`` into ``desired``; None when they already match.
+
+    Conditions are written as a whole list (merge patches replace lists), fields that are no
+    longer wanted are nulled.
+    """
+    patch: dict[str, Any] = {k: v for k, v in desired.items() if current.get(k) != v}
+    patch.update({k: None for k in current if k not in desired})
+    return patch or None

@@ -1,0 +1,148 @@
+"""Test helpers for the operator against a real API server (in the spirit of kopf.testing).
+
+Polling, ModelVersion manifests, the operator process and its JSON log, and the routes
+ConfigMap as the gateway reads it. The fixtures built on them are in ``testing_plugin``. Both
+need the development environment (``make venv``: pytest, modelroll_devcluster), not just the
+operator's own dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import pytest
+
+from modelroll_gateway.routes import CONFIGMAP_NAME
+
+from .spec import API_VERSION, KIND
+
+if TYPE_CHECKING:
+    from modelroll_devcluster import Cluster
+
+T = TypeVar("T")
+CRD_NAME = "modelversions.modelroll.io"
+
+
+def crd_path() -> Path:
+    """crds/modelversion.yaml of the checkout this package is installed (editable) from."""
+    for directory in Path(__file__).resolve().parents:
+        candidate = directory / "crds" / "modelversion.yaml"
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("crds/modelversion.yaml not found above the modelroll_operator package")
+
+
+def apply_crd(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path()))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+
+
+def eventually(check: Callable[[], T | None], what: str, within: float = 30.0) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` and the last value.
+
+    An AssertionError raised by ``check`` counts as "not yet" (and is shown if time runs out).
+    """
+    deadline = time.monotonic() + within
+    last: object = None
+    while True:
+        try:
+            value = check()
+        except AssertionError as exc:
+            last = exc
+        else:
+            if value:
+                return value
+            last = value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {within:g}s; last saw: {last}")
+        time.sleep(0.1)
+
+
+def model_version(name: str, model: str, **spec: Any) -> dict[str, Any]:
+    """A ModelVersion manifest; ``spec`` holds the CRD's fields (weight, endpoint, server, …)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": {"model": model, **spec},
+    }
+
+
+class ProcLike(Protocol):
+    """The part of tests.conftest.Proc used here."""
+
+    popen: subprocess.Popen[bytes]
+
+    def log(self) -> str: ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+
+class OperatorProcess:
+    """A running ``modelroll-operator`` and what it wrote to its JSON log."""
+
+    def __init__(self, proc: ProcLike, liveness: str) -> None:
+        self.proc = proc
+        self.liveness = liveness
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.proc.log().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = {"message": line, "severity": "raw"}
+            out.append(record if isinstance(record, dict) else {"message": line})
+        return out
+
+    def errors(self, since: int = 0) -> list[dict[str, Any]]:
+        """Log records at error level or worse (or lines that are not JSON, e.g. tracebacks)."""
+        bad = ("error", "fatal", "raw")
+        return [r for r in self.records()[since:] if r.get("severity") in bad]
+
+    def messages(self) -> list[str]:
+        return [str(r.get("message")) for r in self.records()]
+
+    def running(self) -> bool:
+        return self.proc.popen.poll() is None
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+class Routes:
+    """The namespace's routes ConfigMap as the gateway would read it."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+
+    def configmap(self) -> dict[str, Any] | None:
+        if not self.cluster.exists("configmap", CONFIGMAP_NAME, namespace=self.namespace):
+            return None
+        doc: dict[str, Any] = self.cluster.kubectl_json(
+            "get", "configmap", CONFIGMAP_NAME, namespace=self.namespace
+        )
+        return doc
+
+    def data(self) -> dict[str, str]:
+        return dict((self.configmap() or {}).get("data") or {})
+
+    def weights(self, model: str) -> dict[str, int] | None:
+        """{version: weight} of the model's entry; None when it has no key."""
+        text = self.data().get(model)
+        if text is None:
+            return None
+        return {v["name"]: v["weight"] for v in json.loads(text)["versions"]}
+
+    def endpoints(self, model: str) -> dict[str, str]:
+        text = self.data().get(model)
+        return {v["name"]: v["endpoint"] for v in json.loads(text)["versions"]} if text else {}
+
+    def resource_version(self) -> str:
+        return str((self.configmap() or {})["metadata"]["resourceVersion"])

@@ -1,0 +1,75 @@
+"""pytest fixtures for the operator's integration tests: ``pytest_plugins`` names this module.
+
+- ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
+- ``routes`` (function): the test namespace's routes ConfigMap (``testing.Routes``);
+- ``start_operator`` (function): ``start_operator(*flags)`` starts ``modelroll-operator`` as a
+  real process serving the test's namespace and waits for its liveness endpoint. At teardown the
+  namespace's ModelVersions are deleted while an operator still runs, so our finalizer never
+  blocks the namespace's deletion (with none left running, the finalizers are removed).
+
+They build on the ``cluster`` and ``namespace`` fixtures of modelroll_devcluster and on the
+``spawn`` fixture of the repository's tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from modelroll_devcluster.controlplane import free_port
+
+from .testing import OperatorProcess, ProcLike, Routes, apply_crd
+
+if TYPE_CHECKING:
+    from modelroll_devcluster import Cluster
+
+StartOperator = Callable[..., OperatorProcess]
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: Cluster) -> None:
+    apply_crd(cluster)
+
+
+@pytest.fixture
+def routes(cluster: Cluster, namespace: str) -> Routes:
+    return Routes(cluster, namespace)
+
+
+@pytest.fixture
+def start_operator(
+    spawn: Callable[..., ProcLike], cluster: Cluster, namespace: str, crd: None
+) -> Iterator[StartOperator]:
+    """``start_operator(*flags)``: a new operator process for the test's namespace."""
+    started: list[OperatorProcess] = []
+
+    def start(*flags: str) -> OperatorProcess:
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        proc = spawn(
+            "modelroll-operator",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--liveness={liveness}",
+            "--sidecar-image=registry.local/modelroll-sidecar:test",
+            *flags,
+            ready=liveness,
+        )
+        started.append(OperatorProcess(proc, liveness))
+        return started[-1]
+
+    yield start
+    if any(op.running() for op in started):
+        # An operator still runs: delete the versions while it releases our finalizer.
+        cluster.kubectl(
+            "delete", "modelversions", "--all", "--timeout=30s", namespace=namespace, check=False
+        )
+    leftover = cluster.kubectl(
+        "get", "modelversions", "-o", "name", namespace=namespace, check=False
+    ).stdout.split()
+    for name in leftover:  # no operator was left to release them
+        cluster.kubectl(
+            "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+            namespace=namespace, check=False,
+        )  # fmt: skip

@@ -1,0 +1,202 @@
+"""The ModelVersion CRD as a person meets it through kubectl: validation, explain, get, scale.
+
+No operator runs here: everything is the API server applying crds/modelversion.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from modelroll_devcluster import Cluster
+from modelroll_devcluster.cluster import KubectlError, namespace_name
+from modelroll_operator.testing import model_version
+
+pytestmark = pytest.mark.integration
+pytest_plugins = ["modelroll_operator.testing_plugin"]
+
+SERVER = {"image": "ghcr.io/acme/sentiment:1.4"}
+
+
+@pytest.fixture(scope="module")
+def ns(cluster: Cluster, crd: None) -> Iterator[str]:
+    """One namespace for the whole module (nothing here leaves a finalizer behind)."""
+    name = cluster.create_namespace(namespace_name("crd"))
+    yield name
+    cluster.delete_namespace(name)
+
+
+def dry_run(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Create ``manifest`` with a server-side dry run: full validation and defaulting."""
+    result = cluster.kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-",
+        namespace=ns, input=yaml.safe_dump(manifest),
+    )  # fmt: skip
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
+    with pytest.raises(KubectlError) as caught:
+        dry_run(cluster, ns, manifest)
+    return caught.value.stderr
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        pytest.param(
+            model_version("v1", "sentiment", weight=-1, endpoint="http://s:8000"),
+            "spec.weight: Invalid value: -1: spec.weight in body should be greater than or "
+            "equal to 0",
+            id="negative-weight",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment", weight=1001, endpoint="http://s:8000"),
+            "spec.weight in body should be less than or equal to 1000",
+            id="weight-above-1000",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment", endpoint="http://s:8000", server=SERVER),
+            "exactly one of spec.server (managed mode: the operator runs the model) and "
+            "spec.endpoint (external mode: route to an existing URL) must be set",
+            id="server-and-endpoint",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment"),
+            "exactly one of spec.server",
+            id="neither-server-nor-endpoint",
+        ),
+        pytest.param(
+            {
+                **model_version("v1", "x", endpoint="http://s:8000"),
+                "spec": {"endpoint": "http://s"},
+            },
+            "spec.model: Required value",
+            id="missing-model",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment", server=SERVER, batching={"maxBatchSize": 0}),
+            "spec.batching.maxBatchSize: Invalid value: 0: spec.batching.maxBatchSize in body "
+            "should be greater than or equal to 1",
+            id="max-batch-size-0",
+        ),
+        pytest.param(
+            model_version(
+                "v1", "sentiment", server=SERVER, batching={"maxWaitMs": 500, "timeoutMs": 100}
+            ),
+            "spec.batching.maxWaitMs must not exceed spec.batching.timeoutMs",
+            id="wait-longer-than-timeout",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment", endpoint="ftp://s"),
+            "spec.endpoint must be an http:// or https:// URL",
+            id="endpoint-not-http",
+        ),
+        pytest.param(
+            model_version("v1", "Sentiment", endpoint="http://s:8000"),
+            "spec.model must be a DNS label",
+            id="model-not-a-dns-label",
+        ),
+        pytest.param(
+            model_version("v1.5", "sentiment", server=SERVER),
+            "metadata.name: Invalid value: a managed ModelVersion (spec.server) names its "
+            "Deployment and Service",
+            id="managed-name-not-a-dns-1035-label",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment", server=SERVER, batching={"maxBatchSise": 8}),
+            'unknown field "spec.batching.maxBatchSise"',
+            id="misspelt-field",
+        ),
+    ],
+)
+def test_an_invalid_model_version_is_rejected_with_a_message_naming_the_problem(
+    cluster: Cluster, ns: str, manifest: dict[str, Any], message: str
+) -> None:
+    assert message in rejection(cluster, ns, manifest)
+
+
+def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: str) -> None:
+    managed = dry_run(cluster, ns, model_version("stable-v1", "sentiment", server=SERVER))
+    assert managed["spec"] == {
+        "model": "sentiment",
+        "weight": 0,
+        "replicas": 1,
+        "server": {"image": "ghcr.io/acme/sentiment:1.4", "port": 8080},
+        "batching": {
+            "maxBatchSize": 32,
+            "maxWaitMs": 10,
+            "maxQueueSize": 1024,
+            "maxBatchTokens": 0,
+            "timeoutMs": 30000,
+            "maxConcurrentBatches": 1,
+        },
+    }
+    # The DESIGN example's `endpoint: ""` next to a server is managed mode, not a conflict.
+    example = model_version("stable-v1", "sentiment", endpoint="", server=SERVER, weight=9)
+    assert dry_run(cluster, ns, example)["spec"]["weight"] == 9
+
+
+def test_the_model_of_a_version_cannot_change(cluster: Cluster, ns: str) -> None:
+    cluster.apply(model_version("moving", "sentiment", endpoint="http://s:8000"), namespace=ns)
+    with pytest.raises(KubectlError) as caught:
+        cluster.kubectl(
+            "patch", "mv", "moving", "--type=merge", "-p", '{"spec":{"model":"other"}}',
+            namespace=ns,
+        )  # fmt: skip
+    assert "spec.model is immutable" in caught.value.stderr
+
+
+def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> None:
+    text = cluster.kubectl("explain", "mv.spec.batching").stdout
+    assert "how the sidecar groups requests into batches" in text
+    fields = {
+        "maxBatchSize": "A batch closes when it holds this many requests",
+        "maxWaitMs": "A batch closes when its oldest request has waited",
+        "maxQueueSize": "refused with 429",
+        "maxBatchTokens": "Padded-token budget per batch",
+        "timeoutMs": "gets\n    504",
+        "maxConcurrentBatches": "Batches sent to the model at the same time",
+    }
+    for name, words in fields.items():
+        assert f"  {name}\t<integer>" in text
+        assert " ".join(words.split()) in " ".join(text.split())
+    spec = cluster.kubectl("explain", "mv.spec").stdout
+    assert "model\t<string> -required-" in spec
+    assert "Relative routing weight, 0 to 1000" in " ".join(spec.split())
+
+
+def test_kubectl_get_shows_the_columns_people_scan(cluster: Cluster, ns: str) -> None:
+    cluster.apply(model_version("stable-v1", "sentiment", weight=9, endpoint="http://s:8000"), ns)
+    header, row = cluster.kubectl("get", "mv", "stable-v1", namespace=ns).stdout.splitlines()
+    assert header.split() == ["NAME", "MODEL", "WEIGHT", "SHARE", "READY", "AGE"]
+    assert row.split()[:3] == ["stable-v1", "sentiment", "9"]
+    wide = cluster.kubectl("get", "modelversions", "stable-v1", "-o", "wide", namespace=ns).stdout
+    assert wide.splitlines()[0].split() == [
+        "NAME", "MODEL", "WEIGHT", "SHARE", "READY", "AGE", "ROUTED", "REPLICAS", "ENDPOINT",
+    ]  # fmt: skip
+    # The category lists ModelVersions along with anything else modelroll adds later.
+    assert (
+        "modelversion.modelroll.io/stable-v1"
+        in cluster.kubectl("get", "modelroll", "-o", "name", namespace=ns).stdout
+    )
+
+
+def test_kubectl_scale_sets_the_replicas_of_a_version(cluster: Cluster, ns: str) -> None:
+    cluster.apply(model_version("scaled", "sentiment", server=SERVER), namespace=ns)
+    cluster.kubectl("scale", "mv", "scaled", "--replicas=3", namespace=ns)
+    assert cluster.kubectl_json("get", "mv", "scaled", namespace=ns)["spec"]["replicas"] == 3
+    scale = json.loads(
+        cluster.kubectl(
+            "get",
+            "--raw",
+            f"/apis/modelroll.io/v1alpha1/namespaces/{ns}/modelversions/scaled/scale",
+        ).stdout
+    )
+    assert scale["kind"] == "Scale"
+    assert scale["spec"]["replicas"] == 3

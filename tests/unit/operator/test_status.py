@@ -1,0 +1,88 @@
+"""Status conditions as `kubectl get mv` and `kubectl describe mv` show them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelroll_operator.routing import Candidate, compute_route
+from modelroll_operator.status import Readiness, desired_status, status_patch
+
+READY = Readiness(True, "ReplicasReady", "1 of 1 replicas ready", endpoint="http://a:8000")
+NOT_READY = Readiness(False, "ReplicasNotReady", "0 of 1 replicas ready", endpoint="http://a:8000")
+
+
+def status(
+    readiness: Readiness, weight: int, current: dict[str, Any] | None = None, now: str = "T1"
+) -> dict[str, Any]:
+    route = compute_route(
+        "sentiment",
+        [
+            Candidate("a", weight, readiness.endpoint, readiness.ready),
+            Candidate("b", 3, "http://b:8000", ready=True),
+        ],
+    )
+    return desired_status(
+        name="a",
+        model="sentiment",
+        generation=4,
+        readiness=readiness,
+        route=route,
+        current=current or {},
+        now=now,
+    )
+
+
+def conditions(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in doc["conditions"]}
+
+
+def test_a_routed_version_says_so_with_its_share() -> None:
+    doc = status(READY, weight=1)
+    assert doc["share"] == "25.0%"
+    assert doc["observedGeneration"] == 4
+    assert doc["endpoint"] == "http://a:8000"
+    ready, routed = conditions(doc)["Ready"], conditions(doc)["Routed"]
+    assert (ready["status"], ready["reason"]) == ("True", "ReplicasReady")
+    assert (routed["status"], routed["reason"]) == ("True", "Routed")
+    assert routed["message"] == "Receives 25.0% of model sentiment's traffic (weight 1 of 4)"
+    for cond in (ready, routed):
+        assert cond["observedGeneration"] == 4
+        assert cond["lastTransitionTime"] == "T1"
+
+
+def test_a_version_that_is_not_ready_is_not_routed() -> None:
+    doc = status(NOT_READY, weight=1)
+    routed = conditions(doc)["Routed"]
+    assert (routed["status"], routed["reason"]) == ("False", "NotReady")
+    assert doc["share"] == "0.0%"
+
+
+def test_a_ready_version_with_weight_zero_is_dark() -> None:
+    routed = conditions(status(READY, weight=0))["Routed"]
+    assert (routed["status"], routed["reason"]) == ("False", "WeightZero")
+    assert "X-Modelroll-Version" in routed["message"]
+
+
+def test_transition_times_move_only_when_a_condition_flips() -> None:
+    first = status(READY, weight=1, now="T1")
+    reweighted = status(READY, weight=2, current=first, now="T2")
+    assert conditions(reweighted)["Routed"]["lastTransitionTime"] == "T1"
+    assert conditions(reweighted)["Routed"]["message"].startswith("Receives 40.0%")
+    flipped = status(NOT_READY, weight=2, current=reweighted, now="T3")
+    assert conditions(flipped)["Ready"]["lastTransitionTime"] == "T3"
+    assert conditions(flipped)["Routed"]["lastTransitionTime"] == "T3"
+
+
+def test_replaying_the_same_state_patches_nothing() -> None:
+    first = status(READY, weight=1, now="T1")
+    assert status_patch(first, status(READY, weight=1, current=first, now="T9")) is None
+
+
+def test_a_patch_nulls_fields_that_no_longer_apply() -> None:
+    managed = {"share": "0.0%", "replicas": 1, "readyReplicas": 0, "selector": "x=y"}
+    external = {"share": "0.0%"}
+    assert status_patch(managed, external) == {
+        "replicas": None,
+        "readyReplicas": None,
+        "selector": None,
+    }

@@ -1,0 +1,115 @@
+"""The Deployment and Service of a managed version, as `kubectl get -o yaml` would show them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.spec import ANNOTATION_SPEC_HASH
+from modelroll_operator.workload import deployment_manifest, service_endpoint, service_manifest
+
+from .conftest import version
+
+CONFIG = OperatorConfig(sidecar_image="registry.local/modelroll-sidecar:test", drain_timeout_s=20)
+
+
+def containers(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in manifest["spec"]["template"]["spec"]["containers"]}
+
+
+def test_the_pod_runs_the_model_and_the_sidecar_configured_from_the_spec() -> None:
+    v = version(
+        "canary-v2",
+        weight=1,
+        server={"image": "ghcr.io/acme/sentiment:1.4", "port": 9000, "args": ["--fast"]},
+        batching={"maxBatchSize": 16, "maxWaitMs": 5, "maxBatchTokens": 4096},
+    )
+    pod = containers(deployment_manifest(v, CONFIG))
+    assert set(pod) == {"model", "sidecar"}
+    assert pod["model"]["image"] == "ghcr.io/acme/sentiment:1.4"
+    assert pod["model"]["args"] == ["--fast"]
+    sidecar = pod["sidecar"]
+    assert sidecar["image"] == "registry.local/modelroll-sidecar:test"
+    assert sidecar["args"] == [
+        "--model=sentiment",
+        "--version=canary-v2",
+        "--upstream=http://127.0.0.1:9000",  # the model is reached over localhost only
+        "--port=8000",
+        "--max-batch-size=16",
+        "--max-wait-ms=5",
+        "--max-queue-size=1024",
+        "--max-batch-tokens=4096",
+        "--timeout-ms=30000",
+        "--max-concurrent-batches=1",
+        "--drain-timeout-s=20",
+    ]
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+
+def test_the_grace_period_outlasts_the_sidecars_drain() -> None:
+    manifest = deployment_manifest(version(), CONFIG)
+    grace = manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > CONFIG.drain_timeout_s
+
+
+def test_the_sidecar_runs_locked_down_and_resources_stay_unset_unless_given() -> None:
+    pod = containers(deployment_manifest(version(), CONFIG))
+    security = pod["sidecar"]["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert "resources" not in pod["sidecar"]
+    assert "resources" not in pod["model"]
+    given = version(server={"image": "m:1", "resources": {"limits": {"nvidia.com/gpu": 1}}})
+    model = containers(deployment_manifest(given, CONFIG))["model"]
+    assert model["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
+def test_the_workload_is_owned_by_its_model_version() -> None:
+    v = version("canary-v2", uid="abc-123")
+    for manifest in (deployment_manifest(v, CONFIG), service_manifest(v, CONFIG)):
+        (owner,) = manifest["metadata"]["ownerReferences"]
+        assert owner["kind"] == "ModelVersion"
+        assert owner["name"] == "canary-v2"
+        assert owner["uid"] == "abc-123"
+        assert owner["controller"] is True
+        assert manifest["metadata"]["namespace"] == "prod"
+
+
+def test_the_service_exposes_the_sidecar_port_never_the_models() -> None:
+    v = version(server={"image": "m:1", "port": 8080})
+    service = service_manifest(v, CONFIG)
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 8000
+    assert port["targetPort"] == "http"
+    sidecar_ports = containers(deployment_manifest(v, CONFIG))["sidecar"]["ports"]
+    assert sidecar_ports == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    pod_labels = deployment_manifest(v, CONFIG)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service_endpoint("canary-v2", "prod", 8000) == "http://canary-v2.prod.svc:8000"
+
+
+def _hash(manifest: dict[str, Any]) -> str:
+    value: str = manifest["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
+    return value
+
+
+def test_a_weight_change_leaves_the_deployment_as_it_was() -> None:
+    before = deployment_manifest(version(weight=1, generation=1), CONFIG)
+    after = deployment_manifest(version(weight=9, generation=2), CONFIG)
+    assert after == before
+
+
+def test_batching_and_server_changes_change_the_pod_template() -> None:
+    base = deployment_manifest(version(), CONFIG)
+    batching = deployment_manifest(version(batching={"maxBatchSize": 8}), CONFIG)
+    image = deployment_manifest(version(server={"image": "ghcr.io/acme/sentiment:1.5"}), CONFIG)
+    for changed in (batching, image):
+        assert changed["spec"]["template"] != base["spec"]["template"]
+        assert _hash(changed) != _hash(base)
+
+
+def test_replicas_come_from_the_spec() -> None:
+    assert deployment_manifest(version(replicas=3), CONFIG)["spec"]["replicas"] == 3
