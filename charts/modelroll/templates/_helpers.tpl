@@ -1,0 +1,173 @@
+{{/*
+The chart name, overridable with nameOverride.
+*/}}
+{{- define "modelroll.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every resource name: <release>-<chart>, or the release name alone when it already
+contains the chart name. Truncated so that "<fullname>-operator" stays within 63 characters.
+*/}}
+{{- define "modelroll.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label (never used in selectors).
+*/}}
+{{- define "modelroll.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every resource.
+*/}}
+{{- define "modelroll.labels" -}}
+helm.sh/chart: {{ include "modelroll.chart" . }}
+app.kubernetes.io/name: {{ include "modelroll.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: modelroll
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels of one component; call with (dict "ctx" $ "component" "gateway").
+*/}}
+{{- define "modelroll.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "modelroll.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+All labels of one component's resources; call like modelroll.selectorLabels.
+*/}}
+{{- define "modelroll.componentLabels" -}}
+{{ include "modelroll.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+An image reference; call with (dict "image" .Values.x.image "ctx" $). The tag defaults to the
+chart's appVersion.
+*/}}
+{{- define "modelroll.image" -}}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- end }}
+
+{{/*
+The sidecar image the operator injects: operator.sidecarImage, else sidecar.image.
+*/}}
+{{- define "modelroll.sidecarImage" -}}
+{{- if .Values.operator.sidecarImage }}
+{{- .Values.operator.sidecarImage }}
+{{- else }}
+{{- include "modelroll.image" (dict "image" .Values.sidecar.image "ctx" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Service account names.
+*/}}
+{{- define "modelroll.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "modelroll.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "modelroll.gateway.serviceAccountName" -}}
+{{- if .Values.gateway.serviceAccount.create }}
+{{- default (printf "%s-gateway" (include "modelroll.fullname" .)) .Values.gateway.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.gateway.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The routes ConfigMap: one per namespace, named by the contract in DESIGN.md.
+*/}}
+{{- define "modelroll.routesConfigMap" -}}
+modelroll-routes
+{{- end }}
+
+{{/*
+Labels that make the Prometheus Operator (kube-prometheus-stack) select a monitoring object.
+*/}}
+{{- define "modelroll.monitoringLabels" -}}
+{{- $labels := fromYaml (include "modelroll.labels" .) }}
+{{- toYaml (merge (deepCopy .Values.monitoring.additionalLabels) $labels) }}
+{{- end }}
+
+{{/*
+The writable /tmp every container gets, since root filesystems are read-only.
+*/}}
+{{- define "modelroll.tmpVolumeMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{- define "modelroll.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end }}
+
+{{/*
+The operator's namespaced permissions, as its code uses them: ModelVersions (kopf patches its
+finalizer and annotations; the operator patches status), the routes ConfigMap (created when
+missing, then merge-patched per model), the managed Deployments and Services (server-side apply,
+deleted when a version leaves managed mode), and core Events.
+*/}}
+{{- define "modelroll.operator.rules" -}}
+- apiGroups: [modelroll.io]
+  resources: [modelversions]
+  verbs: [get, list, watch, patch]
+- apiGroups: [modelroll.io]
+  resources: [modelversions/status]
+  verbs: [get, patch]
+# Children are adopted with blockOwnerDeletion, which needs this where the
+# OwnerReferencesPermissionEnforcement admission plugin runs.
+- apiGroups: [modelroll.io]
+  resources: [modelversions/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .Values.operator.peering }}
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}
+
+{{/*
+The kopf peering name the operator replicas share when peering is on.
+*/}}
+{{- define "modelroll.peeringName" -}}
+{{- include "modelroll.fullname" . }}
+{{- end }}

@@ -1,0 +1,546 @@
+"""The chart as a user meets it: lint, rendering, values and their schema, security, RBAC, CRD.
+
+Everything here runs helm (built by `make helm`) without a cluster; tests/chart/test_cluster.py
+sends the rendered objects to a real API server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.conftest import (
+    CHART,
+    FULL_VALUES,
+    REPO,
+    Helm,
+    Manifest,
+    by_kind,
+    containers,
+    one,
+)
+
+MONITORING_ON = (
+    "--set",
+    "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,"
+    "monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
+)
+
+
+def chart_meta() -> dict[str, Any]:
+    meta: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    return meta
+
+
+# --- lint and render ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+def test_helm_lint_strict_passes(helm: Helm, values: tuple[Path, ...]) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for path in values:
+        args += ["--values", str(path)]
+    result = helm.run(*args)
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+    assert "[WARNING]" not in result.stdout, result.stdout
+
+
+def test_chart_yaml_is_v2_with_kube_version() -> None:
+    meta = chart_meta()
+    assert meta["apiVersion"] == "v2"
+    assert meta["kubeVersion"].startswith(">=")
+    assert meta["type"] == "application"
+
+
+def test_default_install_is_operator_and_gateway_without_monitoring(helm: Helm) -> None:
+    docs = helm.template()
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+    ]
+    assert [d["metadata"]["name"] for d in by_kind(docs, "Deployment")] == [
+        "modelroll-gateway",
+        "modelroll-operator",
+    ]
+
+
+def test_full_values_render_every_optional_object(helm: Helm) -> None:
+    docs = helm.template(values=[FULL_VALUES])
+    for kind in ("PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap"):
+        assert by_kind(docs, kind), f"no {kind} rendered with {FULL_VALUES.name}"
+    # The operator watches two namespaces: a Role and RoleBinding in each, no ClusterRole for them.
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind(docs, "Role")}
+    assert ("models", "modelroll-operator") in roles
+    assert ("models-staging", "modelroll-operator") in roles
+    cluster_roles = [r["metadata"]["name"] for r in by_kind(docs, "ClusterRole")]
+    assert cluster_roles == ["modelroll-operator-cluster"]
+
+
+def test_the_crd_is_shipped_in_crds_and_not_templated(helm: Helm) -> None:
+    assert not by_kind(helm.template(), "CustomResourceDefinition")
+    crds = by_kind(helm.template("--include-crds"), "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+        "modelversions.modelroll.io",
+    ]
+
+
+def test_the_charts_crd_is_the_same_file_as_crds_modelversion() -> None:
+    source = REPO / "crds" / "modelversion.yaml"
+    copy = CHART / "crds" / "modelversion.yaml"
+    assert source.is_file(), f"{source} is missing"
+    assert copy.is_file(), (
+        f"{copy} is missing: cp {source.relative_to(REPO)} {copy.relative_to(REPO)}"
+    )
+    assert copy.read_bytes() == source.read_bytes(), (
+        f"{copy.relative_to(REPO)} differs from {source.relative_to(REPO)}, the single source; "
+        f"copy it again: cp {source.relative_to(REPO)} {copy.relative_to(REPO)}"
+    )
+
+
+# --- values and schema -------------------------------------------------------------------------
+
+
+KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):")
+
+
+def undocumented_keys(text: str) -> list[str]:
+    """Keys of values.yaml that have no `# --` comment, on themselves or on all their children.
+
+    helm-docs reads a `# --` comment block right above a key; a mapping documented as a whole
+    (e.g. `podSecurityContext`) needs nothing more on its children.
+    """
+    nodes: list[tuple[int, str, bool]] = []  # (indent, dotted path, documented)
+    stack: list[tuple[int, str]] = []
+    comment: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped)
+            continue
+        match = KEY_LINE.match(line)
+        if not match:
+            comment = []
+            continue
+        indent = len(match["indent"])
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([p for _, p in stack] + [match["key"]])
+        documented = any(c.startswith("# --") for c in comment)
+        nodes.append((indent, path, documented))
+        stack.append((indent, match["key"]))
+        comment = []
+
+    def ok(i: int) -> bool:
+        _indent, path, documented = nodes[i]
+        if documented:
+            return True
+        children = [
+            j
+            for j in range(i + 1, len(nodes))
+            if nodes[j][1].startswith(path + ".") and nodes[j][1].count(".") == path.count(".") + 1
+        ]
+        return bool(children) and all(ok(j) for j in children)
+
+    top = [i for i, (indent, _, _) in enumerate(nodes) if indent == 0]
+    missing: list[str] = []
+
+    def collect(i: int) -> None:
+        if ok(i):
+            return
+        _, path, _ = nodes[i]
+        children = [
+            j
+            for j in range(i + 1, len(nodes))
+            if nodes[j][1].startswith(path + ".") and nodes[j][1].count(".") == path.count(".") + 1
+        ]
+        if not children:
+            missing.append(path)
+        for j in children:
+            collect(j)
+
+    for i in top:
+        collect(i)
+    return missing
+
+
+def test_every_value_is_documented_with_a_helm_docs_comment() -> None:
+    text = (CHART / "values.yaml").read_text()
+    assert undocumented_keys(text) == []
+    # The checker itself catches a key without a comment.
+    assert undocumented_keys("a:\n  # -- fine\n  b: 1\n  c: 2\n") == ["a.c"]
+
+
+def schema_gaps(values: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Keys present in values.yaml that the schema does not list (they would be rejected)."""
+    gaps: list[str] = []
+    if isinstance(values, dict) and "properties" in schema:
+        for key, value in values.items():
+            sub = schema["properties"].get(key)
+            if sub is None:
+                gaps.append(f"{path}{key}")
+            else:
+                gaps += schema_gaps(value, sub, f"{path}{key}.")
+    return gaps
+
+
+def test_schema_lists_every_default_value_and_closes_every_mapping() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema_gaps(values, schema) == []
+
+    def open_objects(node: dict[str, Any], path: str = "") -> list[str]:
+        found = []
+        if "properties" in node and node.get("additionalProperties") is not False:
+            found.append(path or "(top)")
+        for key, sub in node.get("properties", {}).items():
+            found += open_objects(sub, f"{path}{key}.")
+        return found
+
+    assert open_objects(schema) == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("replica=2", "replica"),
+        ("operator.replica=2", "replica"),
+        ("gateway.service.nodePort=30080", "nodePort"),
+        ("monitoring.podMonitor.enable=true", "enable"),
+        ("monitoring.prometheusRule.errorRatio.treshold=0.1", "treshold"),
+    ],
+)
+def test_schema_rejects_unknown_keys(helm: Helm, setting: str, key: str) -> None:
+    result = helm.run("template", "modelroll", str(CHART), "--set", setting, check=False)
+    assert result.returncode != 0, f"--set {setting} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert key in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "gateway.port=http",
+        "operator.image.pullPolicy=Sometimes",
+        "monitoring.podMonitor.interval=5",
+    ],
+)
+def test_schema_rejects_wrong_types_and_values(helm: Helm, setting: str) -> None:
+    result = helm.run("template", "modelroll", str(CHART), "--set", setting, check=False)
+    assert result.returncode != 0, f"--set {setting} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr
+
+
+# --- pods: security, resources, images ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+def test_containers_run_non_root_with_read_only_root_and_a_writable_tmp(
+    helm: Helm, values: tuple[Path, ...]
+) -> None:
+    rendered = list(containers(helm.template(values=values)))
+    assert len(rendered) == 2
+    for name, pod, container in rendered:
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] != 0, name
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True, name
+        assert security["allowPrivilegeEscalation"] is False, name
+        assert security["capabilities"]["drop"] == ["ALL"], name
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert "emptyDir" in volumes[mounts["/tmp"]], name
+
+
+def test_resources_are_unset_by_default_and_passed_through_when_set(helm: Helm) -> None:
+    for name, _, container in containers(helm.template()):
+        assert "resources" not in container, name
+    full = {n: c for n, _, c in containers(helm.template(values=[FULL_VALUES]))}
+    assert full["modelroll-operator"]["resources"]["limits"] == {"memory": "256Mi"}
+
+
+def test_images_default_to_the_app_version(helm: Helm) -> None:
+    app_version = chart_meta()["appVersion"]
+    images = {n: c["image"] for n, _, c in containers(helm.template())}
+    assert images == {
+        "modelroll-gateway": f"ghcr.io/modelroll/modelroll-gateway:{app_version}",
+        "modelroll-operator": f"ghcr.io/modelroll/modelroll-operator:{app_version}",
+    }
+
+
+def operator_args(docs: list[Manifest]) -> list[str]:
+    container = one(docs, "Deployment", "-operator")["spec"]["template"]["spec"]["containers"][0]
+    args: list[str] = container["args"]
+    return args
+
+
+def test_operator_gets_the_sidecar_image_from_values(helm: Helm) -> None:
+    app_version = chart_meta()["appVersion"]
+    default = operator_args(helm.template())
+    assert f"--sidecar-image=ghcr.io/modelroll/modelroll-sidecar:{app_version}" in default
+    retagged = operator_args(
+        helm.template("--set", "sidecar.image.repository=reg.local/sc,sidecar.image.tag=1.2.3")
+    )
+    assert "--sidecar-image=reg.local/sc:1.2.3" in retagged
+    explicit = operator_args(helm.template("--set", "operator.sidecarImage=reg.local/other:9"))
+    assert "--sidecar-image=reg.local/other:9" in explicit
+
+
+def test_operator_watches_all_namespaces_or_the_listed_ones(helm: Helm) -> None:
+    assert "--all-namespaces" in operator_args(helm.template())
+    listed = operator_args(helm.template("--set", "operator.watchNamespaces={a,b}"))
+    assert "--namespace=a" in listed
+    assert "--namespace=b" in listed
+    assert "--all-namespaces" not in listed
+
+
+def test_gateway_follows_the_routes_configmap_of_its_own_namespace(helm: Helm) -> None:
+    deployment = one(helm.template(), "Deployment", "-gateway")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--namespace=$(POD_NAMESPACE)" in container["args"]
+    assert "--configmap=modelroll-routes" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    probes = {p: container[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")}
+    assert probes == {"readinessProbe": "/readyz", "livenessProbe": "/livez"}
+
+
+def test_selectors_use_only_stable_labels(helm: Helm) -> None:
+    docs = helm.template(values=[FULL_VALUES])
+    selectors = [d["spec"]["selector"]["matchLabels"] for d in by_kind(docs, "Deployment")]
+    selectors += [d["spec"]["selector"] for d in by_kind(docs, "Service")]
+    for selector in selectors:
+        assert set(selector) == {
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/component",
+        }
+    for deployment in by_kind(docs, "Deployment"):
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod_labels.items()
+
+
+# --- RBAC --------------------------------------------------------------------------------------
+
+
+def rules_of(doc: Manifest) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples a Role or ClusterRole grants."""
+    return {
+        (group, resource, verb)
+        for rule in doc["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_gateway_may_only_read_its_routes_configmap(helm: Helm) -> None:
+    role = one(helm.template(), "Role", "-gateway")
+    assert rules_of(role) == {("", "configmaps", v) for v in ("get", "list", "watch")}
+    assert role["rules"][0]["resourceNames"] == ["modelroll-routes"]
+
+
+def test_operator_rbac_covers_exactly_what_it_uses(helm: Helm) -> None:
+    docs = helm.template()
+    namespaced = rules_of(one(docs, "ClusterRole", "-operator"))
+    resources = {(g, r) for g, r, _ in namespaced}
+    assert resources == {
+        ("modelroll.io", "modelversions"),
+        ("modelroll.io", "modelversions/status"),
+        ("modelroll.io", "modelversions/finalizers"),
+        ("", "configmaps"),
+        ("apps", "deployments"),
+        ("", "services"),
+        ("", "events"),
+    }
+    assert ("", "configmaps", "delete") not in namespaced  # it patches keys, never deletes
+    assert ("modelroll.io", "modelversions", "delete") not in namespaced
+    assert not any(verb in ("*", "escalate", "bind", "impersonate") for _, _, verb in namespaced)
+    kopf = rules_of(one(docs, "ClusterRole", "-operator-cluster"))
+    assert kopf == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+    }
+
+
+def test_peering_creates_the_peering_object_the_replicas_share(helm: Helm) -> None:
+    standalone = helm.template()
+    assert "--standalone" in operator_args(standalone)
+    assert not by_kind(standalone, "ClusterKopfPeering")
+    peering = helm.template("--set", "operator.peering=true,operator.replicas=2")
+    assert "--peering=modelroll" in operator_args(peering)
+    assert "--standalone" not in operator_args(peering)
+    assert one(peering, "ClusterKopfPeering")["metadata"]["name"] == "modelroll"
+    assert ("kopf.dev", "clusterkopfpeerings", "patch") in rules_of(
+        one(peering, "ClusterRole", "-operator-cluster")
+    )
+    limited = helm.template("--set", "operator.peering=true,operator.watchNamespaces={a,b}")
+    peerings = by_kind(limited, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["a", "b"]
+    assert not by_kind(limited, "ClusterKopfPeering")
+    for role in by_kind(limited, "Role"):
+        if role["metadata"]["name"].endswith("-operator"):
+            assert ("kopf.dev", "kopfpeerings", "patch") in rules_of(role)
+
+
+# --- monitoring objects ------------------------------------------------------------------------
+
+
+def test_monitoring_is_opt_in_and_labelled_for_kube_prometheus_stack(helm: Helm) -> None:
+    docs = helm.template(*MONITORING_ON)
+    for kind in ("PodMonitor", "ServiceMonitor", "PrometheusRule"):
+        labels = one(docs, kind)["metadata"]["labels"]
+        assert labels["release"] == "kube-prometheus-stack", kind
+    relabelled = helm.template(*MONITORING_ON, "--set", "monitoring.additionalLabels.release=prom")
+    assert one(relabelled, "PodMonitor")["metadata"]["labels"]["release"] == "prom"
+
+
+def test_podmonitor_selects_sidecars_by_the_modelroll_labels(helm: Helm) -> None:
+    spec = one(helm.template(*MONITORING_ON), "PodMonitor")["spec"]
+    keys = {e["key"] for e in spec["selector"]["matchExpressions"]}
+    assert keys == {"modelroll.io/model", "modelroll.io/version"}
+    assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "modelroll-operator"}
+    assert spec["namespaceSelector"] == {"any": True}
+    assert spec["podMetricsEndpoints"][0]["port"] == "http"
+    assert spec["podMetricsEndpoints"][0]["path"] == "/metrics"
+    limited = helm.template(*MONITORING_ON, "--set", "operator.watchNamespaces={models}")
+    assert one(limited, "PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["models"]}
+
+
+def test_servicemonitor_selects_the_gateway_service(helm: Helm) -> None:
+    docs = helm.template(*MONITORING_ON)
+    monitor = one(docs, "ServiceMonitor")["spec"]
+    service = one(docs, "Service", "-gateway")
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_dashboard_configmap_holds_the_dashboard_file_unchanged(helm: Helm) -> None:
+    configmap = one(helm.template(*MONITORING_ON), "ConfigMap", "-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = (CHART / "dashboards" / "modelroll.json").read_text()
+    assert configmap["data"]["modelroll.json"] == shipped.rstrip("\n")
+    elsewhere = helm.template(*MONITORING_ON, "--set", "monitoring.dashboard.namespace=grafana")
+    assert one(elsewhere, "ConfigMap", "-dashboard")["metadata"]["namespace"] == "grafana"
+
+
+def test_alert_thresholds_come_from_values(helm: Helm) -> None:
+    rule = one(helm.template(values=[FULL_VALUES]), "PrometheusRule")
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert set(alerts) == {
+        "ModelrollVersionErrorRatioHigh",
+        "ModelrollVersionLatencyHigh",
+        "ModelrollVersionQueueSaturated",
+    }
+    assert alerts["ModelrollVersionErrorRatioHigh"]["expr"].endswith("> 0.01")
+    assert alerts["ModelrollVersionErrorRatioHigh"]["for"] == "2m"
+    assert alerts["ModelrollVersionLatencyHigh"]["expr"].endswith("> 0.25")
+    assert "> 500" in alerts["ModelrollVersionQueueSaturated"]["expr"]
+    for alert in alerts.values():
+        assert alert["labels"]["team"] == "ml-platform"
+        assert "{{ $labels.version }}" in alert["annotations"]["summary"]
+    records = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r]
+    assert all("[10m]" in expr for expr in records)
+    assert any('code=~"5..|422|429"' in expr for expr in records)
+
+
+# --- the dashboard file ------------------------------------------------------------------------
+
+
+def dashboard() -> dict[str, Any]:
+    board: dict[str, Any] = json.loads((CHART / "dashboards" / "modelroll.json").read_text())
+    return board
+
+
+def dashboard_targets(board: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (panel["title"], target) for panel in board["panels"] for target in panel.get("targets", [])
+    ]
+
+
+def test_dashboard_is_provisionable_with_a_fixed_uid() -> None:
+    board = dashboard()
+    assert board["uid"] == "modelroll-versions"
+    assert "__inputs" not in board
+    assert "__requires" not in board
+    assert board.get("id") is None
+
+
+def test_dashboard_variables_are_datasource_namespace_model_and_multi_version() -> None:
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert list(variables) == ["datasource", "namespace", "model", "version"]
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert variables["version"]["multi"] is True
+    assert variables["version"]["includeAll"] is True
+    for name in ("namespace", "model", "version"):
+        assert variables[name]["datasource"]["uid"] == "${datasource}"
+
+
+def test_every_dashboard_query_keeps_versions_apart_and_uses_rate_interval() -> None:
+    targets = dashboard_targets(dashboard())
+    assert len(targets) >= 12
+    for title, target in targets:
+        expr = target["expr"]
+        assert target["datasource"]["uid"] == "${datasource}", title
+        assert re.search(r"by \((version\b[^)]*)\)", expr), f"{title}: not split by version"
+        ranges = re.findall(r"\[([^\]]+)\]", expr)
+        assert all(r == "$__rate_interval" for r in ranges), f"{title}: fixed range {ranges}"
+        assert 'version=~"$version"' in expr, f"{title}: ignores the version variable"
+
+
+def test_dashboard_covers_the_per_version_panels() -> None:
+    board = dashboard()
+    exprs = "\n".join(t["expr"] for _, t in dashboard_targets(board))
+    for metric in (
+        "modelroll_requests_total",
+        "modelroll_request_duration_seconds_bucket",
+        "modelroll_queue_wait_seconds_bucket",
+        "modelroll_batch_size_bucket",
+        "modelroll_batch_size_sum",
+        "modelroll_batches_total",
+        "modelroll_queue_depth",
+        "modelroll_rejected_total",
+        "modelroll_gateway_weight",
+        "modelroll_gateway_requests_total",
+    ):
+        assert metric in exprs, f"no panel shows {metric}"
+    for quantile in ("0.5", "0.95", "0.99"):
+        assert f"histogram_quantile({quantile}," in exprs
+    repeated = [p["title"] for p in board["panels"] if p.get("repeat") == "version"]
+    assert repeated, "no panel is repeated per version"
+    # No two panels overlap on the grid.
+    cells: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        pos = panel["gridPos"]
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps another panel"
+                cells.add((x, y))
+
+
+def test_dashboard_and_alerts_count_the_same_codes_as_errors() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    codes = values["monitoring"]["prometheusRule"]["errorCodes"]
+    error_panels = [
+        t["expr"] for title, t in dashboard_targets(dashboard()) if "error ratio" in title.lower()
+    ]
+    assert error_panels
+    for expr in error_panels:
+        assert f'code=~"{codes}"' in expr

@@ -1,0 +1,244 @@
+"""The images' Dockerfiles, checked without Docker (it does not run here).
+
+Each component's image is built from the repository root. A build fails on a COPY source that
+does not exist or that .dockerignore leaves out of the context, and an image is useless when its
+entrypoint is not a command its own project installs: these checks catch both before a build.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chart.conftest import REPO
+
+COMPONENTS = {
+    # directory: (entrypoint, other commands the image must also run)
+    "sidecar": ("modelroll-sidecar", ("modelroll-demo-model",)),
+    "gateway": ("modelroll-gateway", ()),
+    "operator": ("modelroll-operator", ()),
+}
+
+
+@dataclass
+class Dockerfile:
+    path: Path
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, path: Path) -> Dockerfile:
+        """Instructions with continuation lines joined and comments dropped."""
+        parsed = cls(path)
+        pending = ""
+        for raw in path.read_text().splitlines():
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            line = pending + line
+            pending = ""
+            keyword, _, rest = line.partition(" ")
+            parsed.instructions.append((keyword.upper(), rest.strip()))
+        assert not pending, f"{path}: dangling line continuation"
+        return parsed
+
+    def all(self, keyword: str) -> list[str]:
+        return [rest for kw, rest in self.instructions if kw == keyword]
+
+    def context_sources(self) -> list[str]:
+        """Paths that COPY/ADD take from the build context (not from another stage)."""
+        sources: list[str] = []
+        for keyword in ("COPY", "ADD"):
+            for rest in self.all(keyword):
+                words = shlex.split(rest)
+                if any(w.startswith("--from=") for w in words):
+                    continue
+                paths = [w for w in words if not w.startswith("--")]
+                sources += paths[:-1]
+        return sources
+
+    def final_stage(self) -> list[tuple[str, str]]:
+        last_from = max(i for i, (kw, _) in enumerate(self.instructions) if kw == "FROM")
+        return self.instructions[last_from:]
+
+    def args(self) -> dict[str, str]:
+        values = {}
+        for rest in self.all("ARG"):
+            name, _, default = rest.partition("=")
+            values[name] = default
+        return values
+
+
+class DockerIgnore:
+    """.dockerignore rules as Docker applies them: the last matching pattern wins, and a pattern
+    that matches a directory matches everything below it."""
+
+    def __init__(self, text: str) -> None:
+        self.rules: list[tuple[re.Pattern[str], bool]] = []
+        for raw in text.splitlines():
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            negated = line.startswith("!")
+            pattern = line.lstrip("!").strip("/")
+            self.rules.append((re.compile(self._regex(pattern)), negated))
+
+    @staticmethod
+    def _regex(pattern: str) -> str:
+        out = ""
+        i = 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                out += "(?:.*/)?"
+                i += 3
+            elif pattern.startswith("**", i):
+                out += ".*"
+                i += 2
+            elif pattern[i] == "*":
+                out += "[^/]*"
+                i += 1
+            elif pattern[i] == "?":
+                out += "[^/]"
+                i += 1
+            else:
+                out += re.escape(pattern[i])
+                i += 1
+        return f"^{out}$"
+
+    def excluded(self, path: str) -> bool:
+        parts = path.strip("/").split("/")
+        candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        result = False
+        for regex, negated in self.rules:
+            if any(regex.match(c) for c in candidates):
+                result = not negated
+        return result
+
+
+def dockerignore() -> DockerIgnore:
+    return DockerIgnore((REPO / ".dockerignore").read_text())
+
+
+def pyproject(component: str) -> dict[str, Any]:
+    data: dict[str, Any] = tomllib.loads((REPO / component / "pyproject.toml").read_text())
+    return data
+
+
+@pytest.fixture(params=sorted(COMPONENTS))
+def component(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def test_every_copied_path_exists_and_is_in_the_build_context(component: str) -> None:
+    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+    sources = dockerfile.context_sources()
+    assert sources, "the Dockerfile copies nothing from the context"
+    ignore = dockerignore()
+    for source in sources:
+        path = REPO / source
+        assert path.exists(), f"{component}/Dockerfile copies {source}, which does not exist"
+        assert not ignore.excluded(source), f".dockerignore leaves {source} out of the context"
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        kept = [f for f in files if not ignore.excluded(str(f.relative_to(REPO)))]
+        assert kept, f"every file under {source} is left out by .dockerignore"
+
+
+def project_files(component: str) -> list[Path]:
+    """What building a component's project from source needs: pyproject, readme, packages."""
+    project = pyproject(component)
+    needed = [Path(component, "pyproject.toml")]
+    if readme := project["project"].get("readme"):
+        needed.append(Path(component, readme))
+    packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    needed += [Path(component, p.rstrip("*")) for p in packages]
+    return needed
+
+
+def local_dependencies(component: str) -> list[str]:
+    """Components of this repository that a component's project depends on (not on PyPI)."""
+    names = {pyproject(c)["project"]["name"]: c for c in COMPONENTS}
+    deps = pyproject(component)["project"].get("dependencies", [])
+    return [names[n] for d in deps if (n := re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) in names]
+
+
+def test_the_image_installs_the_whole_project(component: str) -> None:
+    """The project and every sibling project it depends on are copied and built from source."""
+    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+    copied = {Path(s) for s in dockerfile.context_sources()}
+    project = pyproject(component)
+    needed = [Path("constraints.txt")]
+    for local in (component, *local_dependencies(component)):
+        needed += project_files(local)
+        wheels = [r for r in dockerfile.all("RUN") if "pip wheel" in r]
+        assert any(f"./{local}" in r for r in wheels), (
+            f"{component}/Dockerfile does not build ./{local}, which {component} depends on"
+        )
+    for path in needed:
+        assert path in copied or any(parent in copied for parent in path.parents), (
+            f"{component}/Dockerfile does not copy {path}, which building the project needs"
+        )
+    name = project["project"]["name"]
+    installs = [r for r in dockerfile.all("RUN") if "pip install" in r]
+    assert any(re.search(rf'["\s]{re.escape(name)}(\[[a-z,]+\])?["\s]?', r) for r in installs), (
+        f"no RUN pip install of {name} in {component}/Dockerfile"
+    )
+    extras = set(project["project"].get("optional-dependencies", {}))
+    for requested in re.findall(rf"{re.escape(name)}\[([a-z,]+)\]", " ".join(installs)):
+        assert set(requested.split(",")) <= extras, f"{name} has no extra {requested}"
+    assert any("--constraint constraints.txt" in r for r in dockerfile.all("RUN")), (
+        "dependencies are not installed at the versions pinned in constraints.txt"
+    )
+
+
+def test_the_entrypoint_is_a_command_the_project_installs(component: str) -> None:
+    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+    final = dockerfile.final_stage()
+    entrypoints = [rest for kw, rest in final if kw == "ENTRYPOINT"]
+    assert len(entrypoints) == 1, "the image needs exactly one ENTRYPOINT"
+    argv = json.loads(entrypoints[0])  # exec form: signals reach the process directly
+    expected, others = COMPONENTS[component]
+    assert argv == [expected]
+    scripts = pyproject(component)["project"]["scripts"]
+    for command in (expected, *others):
+        assert command in scripts, f"{command} is not a [project.scripts] entry of {component}"
+
+
+def test_the_image_runs_as_a_non_root_user_from_a_slim_python_base(component: str) -> None:
+    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+    final = dockerfile.final_stage()
+    base = final[0][1]
+    base = re.sub(r"\$\{(\w+)\}", lambda m: dockerfile.args()[m[1]], base)
+    assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", base), base
+    users = [rest for kw, rest in final if kw == "USER"]
+    assert users, "the image runs as root"
+    uid, _, gid = users[-1].partition(":")
+    # Numeric, so that Kubernetes can check runAsNonRoot without looking inside the image.
+    assert uid.isdigit(), users[-1]
+    assert int(uid) != 0, users[-1]
+    assert not gid or (gid.isdigit() and int(gid) != 0), users[-1]
+    env = " ".join(rest for kw, rest in final if kw == "ENV")
+    assert "HOME=/tmp" in env
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+    assert [rest for kw, rest in final if kw == "WORKDIR"][-1] == "/tmp"
+
+
+def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
+    ignore = dockerignore()
+    for path in (".git", ".venv", ".bin", ".cache", ".cluster", "tests", "bench", "hack"):
+        assert ignore.excluded(path), f"{path} would be sent to the Docker daemon"
+    for path in (
+        "sidecar/modelroll_sidecar/__pycache__/app.cpython-311.pyc",
+        "gateway/modelroll_gateway.egg-info/PKG-INFO",
+    ):
+        assert ignore.excluded(path), path
+    assert not ignore.excluded("sidecar/modelroll_sidecar/app.py")

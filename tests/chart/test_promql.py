@@ -1,0 +1,509 @@
+"""Every PromQL expression the chart ships, evaluated by a real Prometheus against real metrics.
+
+A gateway (routes from a file) splits load between two versions of one model, `stable` and
+`canary`, each a sidecar in front of a demo model; the canary's model fails a share of its items.
+Prometheus (the Debian package) scrapes all three on loopback every second and evaluates the
+chart's PrometheusRule. Then every query of the Grafana dashboard, with its template variables
+substituted the way Grafana does, and every rule expression must parse and return series for both
+versions; the canary's error ratio must show and the stable's must be zero.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.conftest import CHART, Helm, one
+from tests.conftest import VENV_BIN, Proc, free_port, wait_http
+
+NAMESPACE = "models"
+MODEL = "sentiment"
+VERSIONS = ("stable", "canary")
+WEIGHTS = {"stable": 3, "canary": 1}
+CANARY_ERROR_RATE = 0.3
+SCRAPE_INTERVAL = "1s"
+# What Grafana substitutes: $__rate_interval is at least four scrape intervals; a multi-value
+# variable with several values selected becomes a regex group.
+VARIABLES = {
+    "namespace": NAMESPACE,
+    "model": MODEL,
+    "version": "(" + "|".join(VERSIONS) + ")",
+    "__rate_interval": "10s",
+}
+SETTLE_TIMEOUT = 60.0
+"""Seconds an expression may take to return every version once the load runs."""
+
+INSTALL_HINT = (
+    "apt-get update && apt-get install -y --no-install-recommends prometheus "
+    "(the Debian package; .ci/run installs it)"
+)
+
+Series = list[dict[str, Any]]
+
+
+def prometheus_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: {INSTALL_HINT}", pytrace=False)
+    return path
+
+
+# --- what the chart ships ----------------------------------------------------------------------
+
+
+def dashboard() -> dict[str, Any]:
+    board: dict[str, Any] = json.loads((CHART / "dashboards" / "modelroll.json").read_text())
+    return board
+
+
+@dataclass(frozen=True)
+class Query:
+    """One dashboard target."""
+
+    panel: str
+    ref: str
+    expr: str
+    legend: str
+    repeated: bool
+
+    @property
+    def id(self) -> str:
+        return re.sub(r"[^A-Za-z0-9]+", "-", f"{self.panel} {self.ref}").strip("-").lower()
+
+
+def dashboard_queries() -> list[Query]:
+    return [
+        Query(p["title"], t["refId"], t["expr"], t.get("legendFormat", ""), "repeat" in p)
+        for p in dashboard()["panels"]
+        for t in p.get("targets", [])
+    ]
+
+
+def substitute(expr: str, variables: dict[str, str] = VARIABLES) -> str:
+    """Replace $var and ${var} as Grafana does, and insist that nothing is left over."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match["braced"] or match["plain"]
+        assert name in variables, f"unknown variable ${name} in {expr}"
+        return variables[name]
+
+    out = re.sub(r"\$(?:\{(?P<braced>\w+)\}|(?P<plain>\w+))", value, expr)
+    assert "$" not in out, out
+    return out
+
+
+def rendered_rules(helm: Helm) -> dict[str, Any]:
+    """The PrometheusRule's groups as a Prometheus rule file, with the default values."""
+    docs = helm.template("--set", "monitoring.prometheusRule.enabled=true")
+    groups: dict[str, Any] = {"groups": one(docs, "PrometheusRule")["spec"]["groups"]}
+    return groups
+
+
+def as_bool(expr: str) -> str:
+    """An alert expression whose comparisons with a threshold keep every series (0 or 1)."""
+    out, count = re.subn(r" (>|<|>=|<=|==|!=) (?=[0-9])", r" \1 bool ", expr)
+    assert count, f"no comparison with a threshold in {expr}"
+    return out
+
+
+# --- the running stack -------------------------------------------------------------------------
+
+
+class Load:
+    """A bounded load on the gateway: a few threads, each pacing its own keep-alive connection."""
+
+    def __init__(self, port: int, threads: int = 4, pause: float = 0.01, limit: float = 300.0):
+        self.port = port
+        self.pause = pause
+        self.deadline = time.monotonic() + limit
+        self.codes: Counter[int] = Counter()
+        self.versions: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _run(self) -> None:
+        body = json.dumps({"payload": "a fine day for a canary"})
+        headers = {"Content-Type": "application/json"}
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        while not self._stop.is_set() and time.monotonic() < self.deadline:
+            try:
+                conn.request("POST", f"/v1/models/{MODEL}/infer", body, headers)
+                response = conn.getresponse()
+                response.read()
+            except OSError:
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                self.codes[response.status] += 1
+                self.versions[response.getheader("X-Modelroll-Version", "")] += 1
+            self._stop.wait(self.pause)
+        conn.close()
+
+
+@dataclass
+class Prometheus:
+    url: str
+    proc: Proc
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as resp:  # noqa: S310
+                doc = json.load(resp)
+        except urllib.error.HTTPError as err:
+            doc = json.load(err)
+        return doc
+
+    def query(self, expr: str) -> Series:
+        """An instant query; fails the test if Prometheus cannot parse or evaluate it."""
+        doc = self.api("/api/v1/query", query=expr)
+        assert doc["status"] == "success", f"{expr}\n{doc.get('errorType')}: {doc.get('error')}"
+        assert doc["data"]["resultType"] == "vector", expr
+        result: Series = doc["data"]["result"]
+        return result
+
+    def until(
+        self, expr: str, ok: Callable[[Series], bool], timeout: float = SETTLE_TIMEOUT
+    ) -> Series:
+        """Query until `ok(result)`; fail with the last result after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.query(expr)
+            if ok(result):
+                return result
+            if time.monotonic() > deadline:
+                pytest.fail(f"after {timeout:.0f}s, {expr}\nreturned {result}")
+            time.sleep(0.5)
+
+
+def versions_of(result: Series) -> set[str]:
+    return {s["metric"].get("version", "") for s in result}
+
+
+def values_by_version(result: Series) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for series in result:
+        version = series["metric"]["version"]
+        assert version not in out, f"two series for {version}: {result}"
+        out[version] = float(series["value"][1])
+    return out
+
+
+def every_version(result: Series) -> bool:
+    return versions_of(result) >= set(VERSIONS)
+
+
+@dataclass
+class Stack:
+    prometheus: Prometheus
+    load: Load
+    procs: list[Proc] = field(default_factory=list)
+
+
+def _start(name: str, argv: list[str], log_dir: Path, procs: list[Proc]) -> Proc:
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    proc = Proc(name, popen, log_path)
+    procs.append(proc)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Gateway, two versions and Prometheus on loopback, with load running for the module."""
+    prometheus = prometheus_binary("prometheus")
+    prometheus_binary("promtool")
+    tmp = tmp_path_factory.mktemp("promql")
+    procs: list[Proc] = []
+    try:
+        routes: list[dict[str, Any]] = []
+        sidecars: list[str] = []
+        for version in VERSIONS:
+            model_port, sidecar_port = free_port(), free_port()
+            errors = CANARY_ERROR_RATE if version == "canary" else 0.0
+            model = _start(f"model-{version}", [
+                str(VENV_BIN / "modelroll-demo-model"), f"--port={model_port}", "--fixed-ms=1",
+                "--per-token-ms=0.05", f"--error-rate={errors}", "--seed=7",
+            ], tmp, procs)  # fmt: skip
+            wait_http(f"http://127.0.0.1:{model_port}/readyz", model)
+            sidecar = _start(f"sidecar-{version}", [
+                str(VENV_BIN / "modelroll-sidecar"), f"--port={sidecar_port}",
+                f"--upstream=http://127.0.0.1:{model_port}", f"--model={MODEL}",
+                f"--version={version}", "--max-wait-ms=2", "--host=127.0.0.1",
+            ], tmp, procs)  # fmt: skip
+            wait_http(f"http://127.0.0.1:{sidecar_port}/readyz", sidecar)
+            endpoint = f"127.0.0.1:{sidecar_port}"
+            sidecars.append(endpoint)
+            routes.append(
+                {"name": version, "weight": WEIGHTS[version], "endpoint": f"http://{endpoint}"}
+            )
+        routes_file = tmp / "routes.json"
+        routes_file.write_text(json.dumps({MODEL: {"model": MODEL, "versions": routes}}))
+        gateway_port = free_port()
+        gateway = _start("gateway", [
+            str(VENV_BIN / "modelroll-gateway"), f"--port={gateway_port}", "--host=127.0.0.1",
+            f"--routes-file={routes_file}",
+        ], tmp, procs)  # fmt: skip
+        wait_http(f"http://127.0.0.1:{gateway_port}/readyz", gateway)
+
+        rules = write_rules(helm, tmp)
+        # `namespace` is what the PodMonitor/ServiceMonitor add in a cluster.
+        config = {
+            "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": "1s"},
+            "rule_files": [str(rules)],
+            "scrape_configs": [
+                {
+                    "job_name": "modelroll-sidecars",
+                    "static_configs": [{"targets": sidecars, "labels": {"namespace": NAMESPACE}}],
+                },
+                {
+                    "job_name": "modelroll-gateway",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{gateway_port}"],
+                            "labels": {"namespace": NAMESPACE},
+                        }
+                    ],
+                },
+            ],
+        }
+        config_file = tmp / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        prom_port = free_port()
+        prom = _start("prometheus", [
+            prometheus, f"--config.file={config_file}", f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h",
+        ], tmp, procs)  # fmt: skip
+        url = f"http://127.0.0.1:{prom_port}"
+        wait_http(f"{url}/-/ready", prom, timeout=60)
+        with Load(gateway_port) as load:
+            yield Stack(Prometheus(url, prom), load, procs)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+# --- the rule file on its own ------------------------------------------------------------------
+
+
+def write_rules(helm: Helm, directory: Path) -> Path:
+    rules = directory / "rules.yaml"
+    rules.write_text(yaml.safe_dump(rendered_rules(helm), sort_keys=False))
+    return rules
+
+
+def promtool(*args: str) -> str:
+    """Run promtool; fail with its output unless it exits 0. Returns stdout and stderr."""
+    result = subprocess.run(
+        [prometheus_binary("promtool"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    return output
+
+
+def test_the_rule_file_passes_promtool_check_rules(helm: Helm, tmp_path: Path) -> None:
+    output = promtool("check", "rules", str(write_rules(helm, tmp_path)))
+    assert "SUCCESS: 8 rules found" in output
+
+
+def test_the_error_alert_fires_for_the_failing_version_only(helm: Helm, tmp_path: Path) -> None:
+    """`promtool test rules`: 20% errors on the canary for 10 minutes fire the alert after its
+    `for`; the stable, without errors, never does."""
+    rules = write_rules(helm, tmp_path)
+    labels = f'namespace="{NAMESPACE}", model="{MODEL}"'
+    series = [
+        {"series": f'modelroll_requests_total{{{labels}, version="stable", code="200"}}',
+         "values": "0+100x20"},
+        {"series": f'modelroll_requests_total{{{labels}, version="stable", code="422"}}',
+         "values": "0+0x20"},
+        {"series": f'modelroll_requests_total{{{labels}, version="canary", code="200"}}',
+         "values": "0+80x20"},
+        {"series": f'modelroll_requests_total{{{labels}, version="canary", code="422"}}',
+         "values": "0+20x20"},
+    ]  # fmt: skip
+    canary = {"namespace": NAMESPACE, "model": MODEL, "version": "canary", "severity": "critical"}
+    # The annotations render with the alert's labels and value, as a person paged reads them.
+    annotations = {
+        "summary": "Version canary of model sentiment fails 20% of its requests.",
+        "description": "More than 5% of the requests answered by version canary of model "
+        "sentiment in namespace models over the last 5m were errors (codes matching 5..|422). "
+        "Move its weight to another version, or roll it back.",
+    }
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "3m",
+                        "alertname": "ModelrollVersionErrorRatioHigh",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": "10m",
+                        "alertname": "ModelrollVersionErrorRatioHigh",
+                        "exp_alerts": [{"exp_labels": canary, "exp_annotations": annotations}],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    assert "SUCCESS" in promtool("test", "rules", str(test_file))
+
+
+# --- against the running stack -----------------------------------------------------------------
+
+
+def test_the_load_reaches_both_versions_and_the_canary_fails_some(stack: Stack) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline and not (
+        stack.load.versions.keys() >= set(VERSIONS) and stack.load.codes[422] > 0
+    ):
+        time.sleep(0.2)
+    assert stack.load.versions.keys() >= set(VERSIONS), stack.load.versions
+    assert set(stack.load.codes) == {200, 422}, stack.load.codes
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("namespace", {NAMESPACE}), ("model", {MODEL}), ("version", set(VERSIONS))],
+)
+def test_dashboard_variables_list_what_was_scraped(
+    stack: Stack, name: str, expected: set[str]
+) -> None:
+    variable = next(v for v in dashboard()["templating"]["list"] if v["name"] == name)
+    match = re.fullmatch(r"label_values\((?:(.+),\s*)?(\w+)\)", variable["definition"])
+    assert match, variable["definition"]
+    selector, label = match[1], match[2]
+    assert variable["query"]["query"] == variable["definition"]
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while True:
+        params = {"match[]": substitute(selector)} if selector else {}
+        doc = stack.prometheus.api(f"/api/v1/label/{label}/values", **params)
+        assert doc["status"] == "success", doc
+        if set(doc["data"]) >= expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(doc["data"]) == expected
+
+
+@pytest.mark.parametrize("query", dashboard_queries(), ids=lambda q: q.id)
+def test_every_dashboard_query_returns_series_for_both_versions(stack: Stack, query: Query) -> None:
+    expr = substitute(query.expr)
+    result = stack.prometheus.until(expr, every_version)
+    assert versions_of(result) == set(VERSIONS), result
+    # The legend names every series: each label it uses is on every series.
+    for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", query.legend):
+        assert all(label in s["metric"] for s in result), f"legend {{{{{label}}}}} is empty"
+    if query.repeated:
+        # A panel repeated per version shows that version alone.
+        single = substitute(query.expr, {**VARIABLES, "version": "canary"})
+        assert versions_of(stack.prometheus.until(single, bool)) == {"canary"}
+
+
+def test_the_error_ratio_panel_shows_the_canary_failing_and_the_stable_at_zero(
+    stack: Stack,
+) -> None:
+    panels = [q for q in dashboard_queries() if q.panel.lower().startswith("error ratio")]
+    assert len(panels) == 1
+    expr = substitute(panels[0].expr)
+
+    def settled(result: Series) -> bool:
+        ratios = values_by_version(result) if every_version(result) else {}
+        return bool(ratios) and ratios["canary"] > 0.1
+
+    ratios = values_by_version(stack.prometheus.until(expr, settled))
+    assert ratios["stable"] == 0.0
+    assert 0.1 < ratios["canary"] < 0.5  # the demo model fails 30% of the canary's items
+
+
+def test_configured_weights_and_the_share_the_gateway_sent_agree(stack: Stack) -> None:
+    panel = [q for q in dashboard_queries() if q.panel.startswith("Configured weight share")]
+    configured, sent = (substitute(q.expr) for q in sorted(panel, key=lambda q: q.ref))
+    total = sum(WEIGHTS.values())
+    expected = {v: w / total for v, w in WEIGHTS.items()}
+    assert values_by_version(stack.prometheus.until(configured, every_version)) == expected
+    shares = values_by_version(stack.prometheus.until(sent, every_version))
+    for version, share in shares.items():
+        assert share == pytest.approx(expected[version], abs=0.1), shares
+
+
+def rules_of(helm: Helm) -> list[dict[str, Any]]:
+    return [rule for group in rendered_rules(helm)["groups"] for rule in group["rules"]]
+
+
+def test_every_recording_rule_returns_and_records_both_versions(helm: Helm, stack: Stack) -> None:
+    records = [r for r in rules_of(helm) if "record" in r]
+    assert len(records) == 5
+    for rule in records:
+        stack.prometheus.until(rule["expr"], every_version)
+        # Prometheus evaluates the rule file itself, and records a series per version.
+        result = stack.prometheus.until(rule["record"], every_version)
+        assert versions_of(result) == set(VERSIONS)
+
+
+def test_every_alert_expression_parses_and_measures_both_versions(helm: Helm, stack: Stack) -> None:
+    alerts = [r for r in rules_of(helm) if "alert" in r]
+    assert len(alerts) == 3
+    for rule in alerts:
+        stack.prometheus.query(rule["expr"])  # parses and evaluates
+        result = stack.prometheus.until(as_bool(rule["expr"]), every_version)
+        assert versions_of(result) == set(VERSIONS), rule["alert"]
+
+
+def test_the_error_ratio_alert_is_pending_for_the_canary_alone(helm: Helm, stack: Stack) -> None:
+    alert = next(r for r in rules_of(helm) if r.get("alert") == "ModelrollVersionErrorRatioHigh")
+    assert versions_of(stack.prometheus.until(alert["expr"], bool)) == {"canary"}
+    pending = stack.prometheus.until('ALERTS{alertname="ModelrollVersionErrorRatioHigh"}', bool)
+    assert versions_of(pending) == {"canary"}
+    assert pending[0]["metric"]["alertstate"] == "pending"  # `for: 5m` has not passed yet
+    assert pending[0]["metric"]["severity"] == "critical"
+
+
+def test_prometheus_scraped_every_target(stack: Stack) -> None:
+    result = stack.prometheus.until("up", lambda r: len(r) == 3)
+    assert {s["metric"]["job"]: s["value"][1] for s in result} == {
+        "modelroll-sidecars": "1",
+        "modelroll-gateway": "1",
+    }
+    assert {s["value"][1] for s in result} == {"1"}
