@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from modelroll_gateway import cli as gateway_cli
+from modelroll_operator import cli as operator_cli
+from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
 from tests.chart.conftest import (
     CHART,
     FULL_VALUES,
@@ -544,3 +548,43 @@ def test_dashboard_and_alerts_count_the_same_codes_as_errors() -> None:
     assert error_panels
     for expr in error_panels:
         assert f'code=~"{codes}"' in expr
+
+
+# --- the chart and the programs it runs --------------------------------------------------------
+
+
+def container_args(docs: list[Manifest], suffix: str) -> list[str]:
+    container = one(docs, "Deployment", suffix)["spec"]["template"]["spec"]["containers"][0]
+    args: list[str] = container["args"]
+    return args
+
+
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+def test_the_operator_and_the_gateway_accept_the_rendered_arguments(
+    helm: Helm, values: tuple[Path, ...]
+) -> None:
+    """Their own argument parsers read what the chart passes (a wrong flag exits the pod)."""
+    docs = helm.template(values=values)
+    operator = operator_cli.build_parser().parse_args(container_args(docs, "-operator"))
+    config = operator_cli.parse_config(operator)
+    gateway = gateway_cli.config_from_args(
+        gateway_cli.build_parser().parse_args(container_args(docs, "-gateway"))
+    )
+    deployment = one(docs, "Deployment", "-gateway")["spec"]["template"]["spec"]
+    assert gateway.port == deployment["containers"][0]["ports"][0]["containerPort"]
+    operator_pod = one(docs, "Deployment", "-operator")["spec"]["template"]["spec"]
+    health = {p["name"]: p["containerPort"] for p in operator_pod["containers"][0]["ports"]}
+    assert urllib.parse.urlsplit(operator.liveness).port == health["health"]
+    if values:
+        assert config.peering == "modelroll"
+        assert operator.namespace == ["models", "models-staging"]
+        assert config.sidecar_image == "registry.example.com/modelroll/sidecar:0.1.0"
+    else:
+        assert config.peering is None
+        assert operator.all_namespaces
+
+
+def test_the_charts_default_sidecar_image_is_the_operators_default() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    image = values["sidecar"]["image"]
+    assert f"{image['repository']}:{chart_meta()['appVersion']}" == DEFAULT_SIDECAR_IMAGE

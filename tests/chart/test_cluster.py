@@ -7,8 +7,11 @@ The PodMonitor, ServiceMonitor and PrometheusRule CRDs come from the prometheus-
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,7 +26,9 @@ from tests.chart.conftest import (
     REPO,
     Helm,
     by_kind,
+    one,
 )
+from tests.conftest import Proc, Spawn, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -225,3 +230,88 @@ def test_an_operator_limited_to_namespaces_gets_roles_only_there(
     assert can_i(crds, account, namespace, "create", "deployments.apps")
     assert not can_i(crds, account, "default", "patch", "modelversions.modelroll.io")
     assert not can_i(crds, account, "default", "create", "deployments.apps")
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as a service account, with a token the API server made."""
+    token = cluster.kubectl("create", "token", account, namespace=namespace).stdout.strip()
+    raw = cluster.kubectl_json("config", "view", "--raw", "--minify")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "clusters": [{"name": "c", "cluster": raw["clusters"][0]["cluster"]}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def rendered_operator_args(helm: Helm, cluster: Cluster, release: str, namespace: str) -> list[str]:
+    manifest = helm.run("get", "manifest", release, "--namespace", namespace, env=helm_env(cluster))
+    docs = [d for d in yaml.safe_load_all(manifest.stdout) if d]
+    deployment = one(docs, "Deployment", "-operator")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def routes_weights(cluster: Cluster, namespace: str) -> dict[str, int]:
+    if not cluster.exists("configmap", "modelroll-routes", namespace=namespace):
+        return {}
+    data = cluster.kubectl_json("get", "configmap", "modelroll-routes", namespace=namespace)
+    route = json.loads((data.get("data") or {}).get("sentiment", "null")) or {"versions": []}
+    return {v["name"]: v["weight"] for v in route["versions"]}
+
+
+def poll(check: Callable[[], bool], what: str, proc: Proc, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if proc.popen.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout:.0f}s; operator log:\n{proc.log()}")
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(240)
+def test_the_operator_runs_with_nothing_but_the_charts_rbac(
+    helm: Helm, crds: Cluster, namespace: str, release: str, spawn: Spawn, tmp_path: Path
+) -> None:
+    """The real operator, started with the arguments the chart renders and authenticated as the
+    chart's service account, routes the external example and runs the managed one."""
+    install(helm, crds, release, namespace)
+    account = f"{release}-modelroll-operator"
+    kubeconfig = service_account_kubeconfig(
+        crds, namespace, account, tmp_path / "operator.kubeconfig"
+    )
+    args = rendered_operator_args(helm, crds, release, namespace)
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    operator = spawn(
+        "modelroll-operator", *args, f"--kubeconfig={kubeconfig}", f"--liveness={liveness}",
+        ready=liveness,
+    )  # fmt: skip
+    try:
+        crds.kubectl("apply", "-f", str(EXAMPLES / "external"), namespace=namespace)
+        poll(lambda: routes_weights(crds, namespace) == {"sentiment-stable": 90,
+             "sentiment-canary": 10}, "routing the external versions", operator)  # fmt: skip
+
+        # Managed mode: the operator runs the model with the sidecar image the chart gave it.
+        crds.kubectl("apply", "-f", str(EXAMPLES / "managed"), namespace=namespace)
+        poll(lambda: crds.exists("deployment", "sentiment-canary", namespace=namespace),
+             "creating the managed Deployment", operator)  # fmt: skip
+        pod = crds.kubectl_json("get", "deployment", "sentiment-canary", namespace=namespace)
+        images = {c["image"] for c in pod["spec"]["template"]["spec"]["containers"]}
+        sidecar_image = next(a.split("=", 1)[1] for a in args if a.startswith("--sidecar-image="))
+        assert sidecar_image in images
+        assert crds.exists("service", "sentiment-canary", namespace=namespace)
+
+        # Back to external mode: the operator deletes the workload it created.
+        crds.kubectl("apply", "-f", str(EXAMPLES / "external"), namespace=namespace)
+        poll(lambda: not crds.exists("deployment", "sentiment-canary", namespace=namespace),
+             "deleting the managed Deployment", operator)  # fmt: skip
+    finally:
+        # While the operator still runs, so that it removes its finalizers.
+        crds.kubectl("delete", "modelversions", "--all", "--timeout=60s", namespace=namespace,
+                     check=False)  # fmt: skip
+    log = operator.log()
+    assert "Forbidden" not in log, log
+    assert " 403" not in log, log
