@@ -8,11 +8,11 @@ whose lifespan never started answers 503 at once instead of hanging.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -99,7 +99,7 @@ SIDECAR = web.AppKey("sidecar", Sidecar)
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         status=status,
-        body=json.dumps(body, separators=(",", ":")).encode(),
+        body=orjson.dumps(body),
         content_type="application/json",
         headers=headers,
     )
@@ -128,8 +128,8 @@ async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Respon
     except web.HTTPRequestEntityTooLarge:
         return error_response(413, f"request body is larger than {max_bytes} bytes")
     try:
-        body = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError; messages hold no payload
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:  # its message gives a position, never the payload
         return error_response(400, f"malformed JSON: {exc}")
     if not isinstance(body, dict) or "payload" not in body:
         return error_response(400, 'body must be a JSON object with a "payload" field')

@@ -54,10 +54,26 @@ def configure_logging() -> None:
     )
 
 
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """uvloop's loop when asked for, or by default when it is installed; else asyncio's."""
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError as exc:
+            if kind == "uvloop":
+                raise SystemExit(
+                    "modelroll-sidecar: --event-loop uvloop, but uvloop is not installed"
+                ) from exc
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     config = parse_args(argv)
     configure_logging()
-    asyncio.run(serve(config))
+    with asyncio.Runner(loop_factory=lambda: new_event_loop(config.event_loop)) as runner:
+        runner.run(serve(config))
 
 
 if __name__ == "__main__":

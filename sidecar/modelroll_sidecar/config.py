@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+
 
 @dataclass(frozen=True, slots=True)
 class SidecarConfig:
@@ -31,6 +33,7 @@ class SidecarConfig:
     upstream_timeout_ms: float = 60000.0
     readiness_interval_ms: float = 1000.0
     drain_timeout_s: float = 30.0
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -66,6 +69,8 @@ class SidecarConfig:
             return f"--port must be at most 65535, got {self.port}"
         if not self.upstream.startswith(("http://", "https://")):
             return f"--upstream must be an http(s) URL, got {self.upstream!r}"
+        if self.event_loop not in EVENT_LOOPS:
+            return f"--event-loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}"
         for name in ("model", "version"):
             if not getattr(self, name):
                 return f"{flag(name)} must not be empty"
@@ -96,6 +101,7 @@ HELP = {
     "upstream_timeout_ms": "a model call slower than this fails its batch with 502",
     "readiness_interval_ms": "how often the model's /readyz is probed",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
+    "event_loop": "auto (uvloop when installed), asyncio or uvloop",
 }
 
 

@@ -6,11 +6,11 @@ optional ``"errors": [null, "why", ...]`` per item. ``GET /readyz`` answers 200 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 
 def payload_length(payload: object) -> int:
@@ -93,7 +93,7 @@ class ModelClient:
 
     async def infer(self, inputs: list[Any]) -> BatchResult:
         """Run one batch. Raises ModelUnreachable or ModelFailed for whole-batch failures."""
-        data = json.dumps({"inputs": inputs}, separators=(",", ":"))
+        data = orjson.dumps({"inputs": inputs})
         try:
             async with self.session.post(
                 self._base + "/v1/batch",
@@ -110,8 +110,8 @@ class ModelClient:
         except aiohttp.ClientError as exc:
             raise ModelFailed(f"model connection failed: {type(exc).__name__}") from exc
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
             raise ModelFailed("model response is not JSON") from exc
         return parse_batch_response(body, len(inputs))
 

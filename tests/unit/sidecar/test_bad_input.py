@@ -93,6 +93,7 @@ async def test_unknown_paths_and_methods_answer_json(
         (["--timeout-ms", "5", "--max-wait-ms", "10"], "--max-wait-ms"),
         (["--upstream", "localhost:8080"], "--upstream"),
         (["--max-batch-size", "many"], "--max-batch-size"),
+        (["--event-loop", "trio"], "--event-loop"),
     ],
 )
 def test_invalid_settings_exit_with_a_message_naming_the_flag(
