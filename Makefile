@@ -11,11 +11,12 @@ STAMP := $(VENV)/.installed
 # Every Python project in the repository, installed editable into one .venv.
 PROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard sidecar/pyproject.toml gateway/pyproject.toml \
 	operator/pyproject.toml bench/pyproject.toml hack/devcluster/pyproject.toml))
-PACKAGES := $(foreach p,$(PROJECTS),$(wildcard $(p)/modelroll_*))
+PACKAGES := $(patsubst %/__init__.py,%,$(foreach p,$(PROJECTS),$(wildcard $(p)/modelroll_*/__init__.py)))
 PYTEST_ARGS ?=
 ARGS ?=
 
 include hack/cluster.mk
+include hack/chart.mk
 
 .PHONY: help
 help: ## List the targets.
@@ -56,7 +57,7 @@ test-integration: venv cluster-bins ## Tests against a real kube-apiserver + etc
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint test-unit test-integration ## Everything CI runs.
+test: lint test-unit test-integration chart-test ## Everything CI runs.
 
 .PHONY: demo
 demo: venv ## The main job: run the demo (ARGS=--once runs it once and exits).
