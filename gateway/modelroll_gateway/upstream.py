@@ -311,8 +311,12 @@ class Endpoint:
 
     def _release(self, conn: _Connection, reusable: bool) -> None:
         if reusable and not conn.closed and not self.pool.closed:
-            conn.idle_since = self.loop.time()
-            self.idle.append(conn)
+            now = conn.idle_since = self.loop.time()
+            idle = self.idle
+            idle.append(conn)
+            cutoff = now - self.pool.idle_timeout
+            while idle[0].idle_since < cutoff:  # the oldest, left over from a burst
+                idle.popleft().close()
         else:
             conn.abort()
 
