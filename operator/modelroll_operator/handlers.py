@@ -48,6 +48,15 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     log.info("Started the modelroll operator (%s, sidecar image %s)", mode, config.sidecar_image)
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The same credentials as our own client: a kubeconfig first, else the service account.
+
+    kopf picks its default logins when it is imported, before --kubeconfig is known.
+    """
+    return kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
+
+
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     reconciler: Reconciler | None = memo.get("reconciler")

@@ -55,6 +55,15 @@ def _ref(version: VersionInfo) -> dict[str, Any]:
                         "name": version.name, "uid": version.uid}}  # fmt: skip
 
 
+def _rejected(exc: KubeApiError) -> bool:
+    """The API server refused the object itself: retrying the same manifest cannot help.
+
+    Server-side apply reports a field it cannot convert (a malformed quantity, say) as a 500
+    "failed to convert new object"; invalid values are 422, malformed requests 400.
+    """
+    return exc.status in (400, 422) or (exc.status == 500 and "failed to convert" in exc.message)
+
+
 def _first(store: Iterable[WorkloadInfo] | None) -> WorkloadInfo | None:
     return next(iter(store), None) if store is not None else None
 
@@ -82,6 +91,7 @@ class Reconciler:
         self._retries: dict[ModelKey, asyncio.TimerHandle] = {}
         self._rejected: dict[tuple[str, VersionKey], tuple[str, str]] = {}
         self._workers: list[asyncio.Task[None]] = []
+        self._active = 0
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -114,12 +124,14 @@ class Reconciler:
 
     @property
     def pending(self) -> int:
-        return len(self._queued) + len(self._retries)
+        """Models queued, waiting for a retry, or being reconciled right now."""
+        return len(self._queued) + len(self._retries) + self._active
 
     async def _work(self) -> None:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            self._active += 1
             try:
                 await self.reconcile(key)
             except asyncio.CancelledError:
@@ -128,13 +140,15 @@ class Reconciler:
                 self._retry(key, exc)
             else:
                 self._failures.pop(key, None)
+            finally:
+                self._active -= 1
 
     def _retry(self, key: ModelKey, exc: Exception) -> None:
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
         delay = min(self.config.retry_max_s, self.config.retry_initial_s * 2**failures)
         what = f"model {key[0]}/{key[1]}"
-        if isinstance(exc, TRANSIENT | RetryLater):
+        if isinstance(exc, (*TRANSIENT, RetryLater)):
             log.warning("Reconciling %s failed (%s); retrying in %.1fs", what, exc, delay)
         else:
             log.exception("Reconciling %s failed; retrying in %.1fs", what, delay)
@@ -171,6 +185,7 @@ class Reconciler:
         now = now_rfc3339()
         for v in live:
             await self._write_status(v, readiness[v.name], route, now)
+        log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -358,7 +373,7 @@ class Reconciler:
         try:
             applied = await self.api.apply(path, manifest)
         except KubeApiError as exc:
-            if exc.status not in (400, 422):
+            if not _rejected(exc):
                 raise
             message = f"The API server rejected {kind} {name}: {exc.message}"
             self._rejected[rejected_key] = (want, message)

@@ -38,8 +38,45 @@ def crd_path() -> Path:
 
 
 def apply_crd(cluster: Cluster) -> None:
+    """Apply the CRD and wait until ModelVersions can be listed.
+
+    Right after a CRD is Established the API server may still answer 429 "storage is
+    (re)initializing" for a moment; an operator started then would log (and retry) that.
+    """
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path()))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    eventually(
+        lambda: cluster.kubectl("get", "modelversions", "-A", check=False).returncode == 0,
+        "listing ModelVersions",
+    )
+
+
+def wait_for_garbage_collection(cluster: Cluster, namespace: str = "default") -> None:
+    """Wait until kube-controller-manager's garbage collector follows ModelVersion owners.
+
+    The garbage collector picks up new resource kinds on its periodic resync (every 30 s), so
+    for a while after the CRD is created the children of a deleted ModelVersion linger. A probe:
+    a ConfigMap owned by a ModelVersion, which must go when its owner does.
+    """
+    probe = f"gc-probe-{int(time.time() * 1000) % 10**9}"
+    owner = model_version(probe, "gc-probe", endpoint="http://gc-probe:8000")
+    cluster.apply(owner, namespace=namespace)
+    uid = cluster.kubectl_json("get", "mv", probe, namespace=namespace)["metadata"]["uid"]
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": probe,
+                "ownerReferences": [
+                    {"apiVersion": API_VERSION, "kind": KIND, "name": probe, "uid": uid}
+                ],
+            },
+        },
+        namespace=namespace,
+    )
+    cluster.kubectl("delete", "mv", probe, "--cascade=background", namespace=namespace)
+    cluster.wait_gone("configmap", probe, namespace=namespace, timeout=90)
 
 
 def eventually(check: Callable[[], T | None], what: str, within: float = 30.0) -> T:
@@ -71,6 +108,31 @@ def model_version(name: str, model: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"model": model, **spec},
     }
+
+
+def mark_pods_ready(cluster: Cluster, namespace: str, selector: str) -> int:
+    """Report the selected pods Ready, as a kubelet would once their probes pass.
+
+    The test control plane has no kubelet or scheduler, so pods never run. Patching the pods'
+    status lets the real ReplicaSet and Deployment controllers count them ready and set the
+    Deployment's readyReplicas; patching the Deployment's status directly does not stick (the
+    Deployment controller recomputes it from its ReplicaSets at once). Returns how many pods.
+    """
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ready = [
+        {"type": kind, "status": "True", "lastTransitionTime": now}
+        for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+    ]
+    patch = json.dumps({"status": {"phase": "Running", "conditions": ready}})
+    names = cluster.kubectl(
+        "get", "pods", "-l", selector, "-o", "name", namespace=namespace
+    ).stdout.split()
+    for name in names:
+        cluster.kubectl(
+            "patch", name, "--subresource=status", "--type=merge", "-p", patch,
+            namespace=namespace,
+        )  # fmt: skip
+    return len(names)
 
 
 class ProcLike(Protocol):
@@ -108,11 +170,19 @@ class OperatorProcess:
     def messages(self) -> list[str]:
         return [str(r.get("message")) for r in self.records()]
 
+    def logged(self, fragment: str) -> bool:
+        """Whether some log message contains ``fragment``."""
+        return any(fragment in message for message in self.messages())
+
     def running(self) -> bool:
         return self.proc.popen.poll() is None
 
     def stop(self) -> None:
         self.proc.stop()
+
+
+StartOperator = Callable[..., OperatorProcess]
+"""The ``start_operator`` fixture: ``start_operator(*extra_flags)``."""
 
 
 class Routes:

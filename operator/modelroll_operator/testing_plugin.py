@@ -1,6 +1,8 @@
 """pytest fixtures for the operator's integration tests: ``pytest_plugins`` names this module.
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
+- ``garbage_collector`` (session): waits until kube-controller-manager collects the children
+  of deleted ModelVersions (up to ~30 s after the CRD is new; only tests that rely on it);
 - ``routes`` (function): the test namespace's routes ConfigMap (``testing.Routes``);
 - ``start_operator`` (function): ``start_operator(*flags)`` starts ``modelroll-operator`` as a
   real process serving the test's namespace and waits for its liveness endpoint. At teardown the
@@ -20,17 +22,27 @@ import pytest
 
 from modelroll_devcluster.controlplane import free_port
 
-from .testing import OperatorProcess, ProcLike, Routes, apply_crd
+from .testing import (
+    OperatorProcess,
+    ProcLike,
+    Routes,
+    StartOperator,
+    apply_crd,
+    wait_for_garbage_collection,
+)
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
-
-StartOperator = Callable[..., OperatorProcess]
 
 
 @pytest.fixture(scope="session")
 def crd(cluster: Cluster) -> None:
     apply_crd(cluster)
+
+
+@pytest.fixture(scope="session")
+def garbage_collector(cluster: Cluster, crd: None) -> None:
+    wait_for_garbage_collection(cluster)
 
 
 @pytest.fixture

@@ -1,0 +1,163 @@
+"""The operator as a real process against a real API server: routes, statuses, events.
+
+Every test starts `modelroll-operator` serving only its own namespace and drives it with
+kubectl, the way a person would. Versions here are in external mode (spec.endpoint): they are
+Ready as soon as they exist, so these tests are about routing; managed workloads are in
+test_operator_managed.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from modelroll_devcluster import Cluster
+from modelroll_gateway.routes import CONFIGMAP_NAME
+from modelroll_operator.testing import Routes, StartOperator, eventually, model_version
+
+pytestmark = pytest.mark.integration
+pytest_plugins = ["modelroll_operator.testing_plugin"]
+
+
+def apply(cluster: Cluster, namespace: str, *manifests: dict[str, Any]) -> None:
+    for manifest in manifests:
+        cluster.apply(manifest, namespace=namespace)
+
+
+def external(name: str, model: str, weight: int) -> dict[str, Any]:
+    return model_version(name, model, weight=weight, endpoint=f"http://{name}.example:8000")
+
+
+def mv(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = cluster.kubectl_json("get", "mv", name, namespace=namespace)
+    return doc
+
+
+def conditions(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (body.get("status") or {}).get("conditions") or []}
+
+
+def settled(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The version's body once its status describes its current generation."""
+    body = mv(cluster, namespace, name)
+    status = body.get("status") or {}
+    return body if status.get("observedGeneration") == body["metadata"]["generation"] else None
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str]]:
+    doc = cluster.kubectl_json(
+        "get", "events", f"--field-selector=involvedObject.name={name}", namespace=namespace
+    )
+    items = sorted(doc["items"], key=lambda e: e.get("eventTime") or e["metadata"]["name"])
+    return [(e["reason"], e["message"]) for e in items if e["source"]["component"] != "kopf"]
+
+
+def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
+) -> None:
+    operator = start_operator()
+    apply(
+        cluster,
+        namespace,
+        external("stable-v1", "sentiment", 9),
+        external("canary-v2", "sentiment", 1),
+    )
+    eventually(lambda: routes.weights("sentiment") == {"canary-v2": 1, "stable-v1": 9}, "routing")
+    assert routes.endpoints("sentiment")["canary-v2"] == "http://canary-v2.example:8000"
+
+    stable = eventually(lambda: settled(cluster, namespace, "stable-v1"), "stable-v1's status")
+    status = stable["status"]
+    assert status["share"] == "90.0%"
+    assert status["endpoint"] == "http://stable-v1.example:8000"
+    ready, routed = conditions(stable)["Ready"], conditions(stable)["Routed"]
+    assert (ready["status"], ready["reason"]) == ("True", "ExternalEndpoint")
+    assert (routed["status"], routed["reason"]) == ("True", "Routed")
+    assert routed["message"] == "Receives 90.0% of model sentiment's traffic (weight 9 of 10)"
+    assert routed["observedGeneration"] == stable["metadata"]["generation"]
+
+    row = cluster.kubectl("get", "mv", "stable-v1", "--no-headers", namespace=namespace).stdout
+    assert row.split()[:5] == ["stable-v1", "sentiment", "9", "90.0%", "True"]
+
+    eventually(
+        lambda: ("Routed", "Now routed: 10.0% of model sentiment's traffic (weight 1 of 10) "
+                 "to http://canary-v2.example:8000") in events(cluster, namespace, "canary-v2"),
+        "an event saying canary-v2 is routed",
+    )  # fmt: skip
+
+    # Weight 0: deployed but dark. The version stays listed (a request can pin it).
+    cluster.kubectl(
+        "patch", "mv", "canary-v2", "--type=merge", "-p", '{"spec":{"weight":0}}',
+        namespace=namespace,
+    )  # fmt: skip
+    eventually(lambda: routes.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}, "dark")
+    canary = eventually(lambda: settled(cluster, namespace, "canary-v2"), "canary-v2's status")
+    assert canary["status"]["share"] == "0.0%"
+    assert conditions(canary)["Routed"]["reason"] == "WeightZero"
+    assert conditions(canary)["Ready"]["status"] == "True"
+    eventually(
+        lambda: ("Routed", "Routing changed: 90.0% -> 100.0% of model sentiment's traffic "
+                 "(weight 9 of 9)") in events(cluster, namespace, "stable-v1"),
+        "an event saying stable-v1's share went up",
+    )  # fmt: skip
+    assert operator.errors() == []
+
+
+def test_deleting_versions_edits_only_their_models_key(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
+) -> None:
+    foreign = json.dumps({"model": "legacy", "versions": []})
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CONFIGMAP_NAME},
+            "data": {"legacy": foreign},
+        },
+        namespace=namespace,
+    )
+    start_operator()
+    apply(
+        cluster,
+        namespace,
+        external("a", "sentiment", 1),
+        external("b", "sentiment", 3),
+        external("t1", "translate", 2),
+    )
+    eventually(lambda: routes.weights("sentiment") == {"a": 1, "b": 3}, "sentiment routed")
+    eventually(lambda: routes.weights("translate") == {"t1": 2}, "translate routed")
+    translate = routes.data()["translate"]
+
+    cluster.kubectl("delete", "mv", "a", namespace=namespace)  # waits for our finalizer
+    assert routes.weights("sentiment") == {"b": 3}  # out of the route before it is gone
+    b = eventually(lambda: settled(cluster, namespace, "b"), "b's status")
+    eventually(lambda: mv(cluster, namespace, "b")["status"]["share"] == "100.0%", "b's share")
+    assert b["metadata"]["finalizers"] == ["modelroll.io/finalizer"]
+
+    cluster.kubectl("delete", "mv", "b", namespace=namespace)
+    assert "sentiment" not in routes.data()  # the last version took the key with it
+    assert routes.data() == {"legacy": foreign, "translate": translate}
+
+
+def test_the_routes_configmap_is_created_when_missing_and_restored_when_deleted_or_edited(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
+) -> None:
+    start_operator()
+    assert routes.configmap() is None
+    apply(cluster, namespace, external("stable-v1", "sentiment", 9))
+    eventually(lambda: routes.weights("sentiment") == {"stable-v1": 9}, "the ConfigMap created")
+    labels = (routes.configmap() or {})["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "modelroll-operator"
+    # The shared ConfigMap belongs to no version: deleting one must never collect it.
+    assert "ownerReferences" not in (routes.configmap() or {})["metadata"]
+    written = routes.data()
+
+    cluster.kubectl("delete", "configmap", CONFIGMAP_NAME, namespace=namespace)
+    eventually(lambda: routes.data() == written, "the ConfigMap re-created")
+
+    broken = json.dumps({"data": {"sentiment": "not json"}})
+    cluster.kubectl(
+        "patch", "configmap", CONFIGMAP_NAME, "--type=merge", "-p", broken, namespace=namespace
+    )
+    eventually(lambda: routes.data() == written, "the hand-edited entry rewritten")
