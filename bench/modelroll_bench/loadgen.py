@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -29,11 +30,12 @@ def json_bodies(payloads: list[Any]) -> Body:
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (0 for an empty one)."""
+    """Nearest-rank percentile of an already sorted list (0 for an empty one): the smallest value
+    with at least a fraction ``q`` of the values at or below it."""
     if not sorted_values:
         return 0.0
-    rank = max(0, min(len(sorted_values) - 1, round(q * len(sorted_values) + 0.5) - 1))
-    return sorted_values[rank]
+    rank = math.ceil(q * len(sorted_values) - 1e-9)  # 1-based; the epsilon absorbs 0.07 * 100
+    return sorted_values[max(0, min(len(sorted_values), rank) - 1)]
 
 
 @dataclass
@@ -138,6 +140,7 @@ async def closed_loop(
     *,
     label: str = "",
     warmup_s: float = 1.0,
+    progress: Callable[[float], None] | None = None,
 ) -> LoadResult:
     """``concurrency`` clients, each sending its next request when the last one is answered.
     Only answers that arrive within the ``duration_s`` after ``warmup_s`` are counted."""
@@ -153,6 +156,8 @@ async def closed_loop(
                 finished = time.perf_counter()
                 if counted_from <= finished <= stop:  # answers within the measured window
                     result.record(status, finished - started)
+                    if progress is not None and k == 0:
+                        progress((finished - counted_from) / duration_s)
                 i += concurrency
 
         await asyncio.gather(*(client(k) for k in range(concurrency)))

@@ -1,0 +1,97 @@
+"""How a server batched during a run: counters read before and after it, then subtracted.
+
+Two sources: the sidecar's Prometheus ``/metrics`` (``modelroll_batch_size`` and
+``modelroll_batches_total{reason}``), and the demo model's ``/v1/stats`` (batches and items it
+ran), which sees every batcher the same way, whatever sits in front of the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class BatchCounters:
+    """Cumulative batch counters at one moment."""
+
+    batches: float = 0.0
+    items: float = 0.0
+    reasons: dict[str, float] = field(default_factory=dict)
+
+    def __sub__(self, earlier: BatchCounters) -> BatchCounters:
+        return BatchCounters(
+            self.batches - earlier.batches,
+            self.items - earlier.items,
+            {r: n - earlier.reasons.get(r, 0.0) for r, n in self.reasons.items()},
+        )
+
+    @property
+    def mean_batch(self) -> float | None:
+        return self.items / self.batches if self.batches > 0 else None
+
+    def summary(self) -> dict[str, Any]:
+        mean = self.mean_batch
+        return {
+            "batches": int(self.batches),
+            "mean_batch": None if mean is None else round(mean, 2),
+            "closed_by": {r: int(n) for r, n in sorted(self.reasons.items())},
+        }
+
+
+def parse_sidecar_metrics(text: str) -> BatchCounters:
+    """Batch counters from the sidecar's Prometheus exposition (summed over label sets)."""
+    batches = items = 0.0
+    reasons: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "modelroll_batch_size_count":
+                batches += sample.value
+            elif sample.name == "modelroll_batch_size_sum":
+                items += sample.value
+            elif sample.name == "modelroll_batches_total":
+                reason = sample.labels.get("reason", "")
+                reasons[reason] = reasons.get(reason, 0.0) + sample.value
+    return BatchCounters(batches, items, reasons)
+
+
+def parse_model_stats(stats: dict[str, Any]) -> BatchCounters:
+    """Batch counters from the demo model's ``GET /v1/stats``."""
+    return BatchCounters(float(stats["batches"]), float(stats["items"]))
+
+
+async def scrape(http: aiohttp.ClientSession, url: str) -> BatchCounters:
+    """Read counters from ``url``: the demo model's /v1/stats (JSON) or Prometheus text."""
+    async with http.get(url) as resp:
+        resp.raise_for_status()
+        if resp.content_type == "application/json":
+            return parse_model_stats(await resp.json())
+        return parse_sidecar_metrics(await resp.text())
+
+
+class Watch:
+    """Counters at ``url`` over a stretch of time: ``async with Watch(url) as w: ...; w.delta``."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.delta: BatchCounters | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._before = BatchCounters()
+
+    async def __aenter__(self) -> Watch:
+        if self.url is not None:
+            self._http = aiohttp.ClientSession()
+            self._before = await scrape(self._http, self.url)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._http is None or self.url is None:
+            return
+        try:
+            if exc[0] is None:
+                self.delta = await scrape(self._http, self.url) - self._before
+        finally:
+            await self._http.close()

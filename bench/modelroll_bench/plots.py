@@ -1,0 +1,164 @@
+"""PNG plots of the reports (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from .analysis import Point, Recommendation, goodput_by_setting
+
+
+def _log_ms(ax: Axes) -> None:
+    """A log y axis labelled in plain milliseconds (10, 20, 50, ...), not powers of ten."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(3.0, 4.0, 6.0, 7.0, 8.0, 9.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _p: ""))
+    ax.grid(True, which="major", axis="y", alpha=0.3)
+
+
+def _bars(ax: Axes, summary: dict[str, Any], key: str, title: str) -> None:
+    labels = list(summary)
+    medians, low, high = [], [], []
+    for label in labels:
+        value = summary[label][key]["value"] or {"median": 0.0, "low": 0.0, "high": 0.0}
+        medians.append(value["median"])
+        low.append(value["median"] - value["low"])
+        high.append(value["high"] - value["median"])
+    ax.bar(range(len(labels)), medians, yerr=[low, high], capsize=4, color="#4c72b0")
+    ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right")
+    ax.set_ylabel("req/s")
+    ax.set_title(title)
+    for x, m in enumerate(medians):
+        ax.annotate(f"{m:.0f}", (x, m), ha="center", va="bottom", fontsize=8)
+
+
+def compare(report: dict[str, Any], directory: Path) -> list[Path]:
+    """``bench-compare.png``: saturation, p99 against load, and goodput for every system."""
+    directory.mkdir(parents=True, exist_ok=True)
+    setup, summary = report["setup"], report["summary"]
+    limit = setup["model_limit_rps"]
+    fig, (sat, lat, good) = plt.subplots(1, 3, figsize=(16, 5.2), layout="constrained")
+    _bars(sat, summary, "saturation_rps", "Throughput at saturation (wrk)")
+    sat.axhline(limit, color="grey", linestyle="--", label=f"model's limit {limit:.0f} req/s")
+    sat.legend(loc="lower right", fontsize=8)
+    for label, entry in summary.items():
+        xs, ys = [], []
+        for share in setup["shares"]:
+            value = entry[f"p99_at_{share:.0%}"]["value"]
+            if value is not None:
+                xs.append(share * 100)
+                ys.append(value["median"])
+        if xs:
+            lat.plot(xs, ys, marker="o", label=label)
+    lat.axhline(setup["slo_ms"], color="grey", linestyle="--", label=f"SLO {setup['slo_ms']:g} ms")
+    _log_ms(lat)
+    lat.set_xlabel("Poisson arrival rate, % of the model's limit")
+    lat.set_ylabel("p99 latency, ms (log)")
+    lat.set_title("p99 under open-loop load (median of rounds)")
+    lat.legend(fontsize=8)
+    _bars(good, summary, "goodput_rps", f"Goodput with p99 <= {setup['slo_ms']:g} ms")
+    scenario = setup["scenario"]
+    fig.suptitle(
+        f"Demo model {scenario['fixed_ms']:g} ms + {scenario['per_token_ms']:g} ms/padded token, "
+        f"lengths {scenario['lengths']}, max batch {setup['max_batch']}, "
+        f"max-wait {setup['max_wait_ms']:g} ms; bars: median, whiskers: range over "
+        f"{setup['rounds']} rounds"
+    )
+    path = directory / "bench-compare.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def sweep(
+    points: list[Point],
+    slo_ms: float,
+    pick: Recommendation | None,
+    title: str,
+    directory: Path,
+) -> list[Path]:
+    """``bench-sweep.png`` (p99 against throughput, one line per max batch size at the chosen
+    max-wait, every other run in grey) and ``bench-sweep-goodput.png`` (goodput over the grid)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    batches = sorted({p.max_batch for p in points})
+    waits = sorted({p.max_wait_ms for p in points})
+    wait = pick.max_wait_ms if pick else waits[len(waits) // 2]
+
+    fig, ax = plt.subplots(figsize=(9, 6), layout="constrained")
+    for b in batches:
+        for w in waits:
+            line = sorted((p for p in points if p.setting == (b, w)), key=lambda p: p.offered_rps)
+            if not line:
+                continue
+            xs, ys = [p.throughput_rps for p in line], [p.p99_ms for p in line]
+            if w == wait:
+                ax.plot(xs, ys, marker="o", linewidth=2, label=f"max batch {b}")
+            else:
+                ax.plot(xs, ys, color="lightgrey", linewidth=0.8, zorder=0)
+    ax.axhline(slo_ms, color="grey", linestyle="--", label=f"p99 SLO {slo_ms:g} ms")
+    if pick is not None:
+        ax.plot(
+            [pick.goodput_rps],
+            [pick.p99_ms],
+            marker="*",
+            markersize=18,
+            color="crimson",
+            linestyle="none",
+            label=f"recommended: {pick.max_batch} / {pick.max_wait_ms:g} ms",
+        )
+    _log_ms(ax)
+    ax.set_xlabel("throughput, req/s")
+    ax.set_ylabel("p99 latency, ms (log)")
+    ax.set_title(f"{title}\ncoloured: max-wait {wait:g} ms; grey: the other max-waits")
+    ax.legend(fontsize=8)
+    knee = directory / "bench-sweep.png"
+    fig.savefig(knee, dpi=110)
+    plt.close(fig)
+
+    best = goodput_by_setting(points, slo_ms)
+    grid = [
+        [best[(b, w)].throughput_rps if (b, w) in best else 0.0 for w in waits] for b in batches
+    ]
+    fig, ax = plt.subplots(figsize=(7, 5), layout="constrained")
+    image = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(waits)), [f"{w:g}" for w in waits])
+    ax.set_yticks(range(len(batches)), [str(b) for b in batches])
+    ax.set_xlabel("max-wait, ms")
+    ax.set_ylabel("max batch size")
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center", color="white", fontsize=9)
+    fig.colorbar(image, label=f"goodput, req/s with p99 <= {slo_ms:g} ms")
+    ax.set_title(f"Goodput by setting (highest tested rate within the SLO)\n{title}")
+    heat = directory / "bench-sweep-goodput.png"
+    fig.savefig(heat, dpi=110)
+    plt.close(fig)
+    return [knee, heat]
+
+
+def rollback(delays_ms: dict[str, list[float]], title: str, directory: Path) -> list[Path]:
+    """``bench-rollback.png``: every flip's delay, per mode, as points over the flip number."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    for label, delays in delays_ms.items():
+        ax.plot(range(1, len(delays) + 1), delays, marker="o", linestyle="none", label=label)
+    ax.axhline(1000, color="grey", linestyle="--", label="target: p99 < 1 s")
+    ax.set_xlabel("flip")
+    ax.set_ylabel("ms until the version got no more requests")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    path = directory / "bench-rollback.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

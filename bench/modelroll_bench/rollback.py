@@ -1,0 +1,421 @@
+"""``modelroll-bench rollback`` (``make bench-rollback``): how long a rollback takes to stop
+traffic, on a real control plane.
+
+Two stand-in versions of one model (``stable`` and ``canary``, weight 1 each, external endpoints
+that record when each request reaches them) sit behind a real ``modelroll-gateway`` watching the
+routes ConfigMap, with Poisson load through the gateway the whole time. Each flip sets the
+canary's weight to 0 and measures from the moment ``kubectl patch`` starts to the last request
+that reaches the canary; then the weight goes back to 1 (the time to the canary's first request
+is reported as well) before the next flip. Two modes, in this order:
+
+``configmap``: the gateway's half: ``kubectl patch`` of the routes ConfigMap, no operator running.
+``operator``:  the whole path: ``kubectl patch modelversion canary`` -> modelroll-operator ->
+               ConfigMap -> gateway.
+
+The control plane is started for the run (``make cluster-bins`` builds it) unless ``--kubeconfig``
+names a running one. Resolution: the canary gets half the load, so with ``--rate`` R a delay is
+known to within about 2/R seconds (the gap between two of its requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from modelroll_devcluster import Cluster, ControlPlane, namespace_name
+from modelroll_gateway.routes import CONFIGMAP_NAME, ModelRoute, VersionRoute, configmap_patch
+from modelroll_sidecar.demo import free_port
+
+from . import plots
+from .analysis import Spread
+from .loadgen import percentile
+from .runs import bar, load_average, machine
+from .systems import serve
+
+MODEL = "bench"
+VERSIONS = ("stable", "canary")
+CRD = Path(__file__).resolve().parents[2] / "crds" / "modelversion.yaml"
+
+
+@dataclass(frozen=True)
+class Setup:
+    flips: int = 20
+    rate: float = 400.0
+    """Requests per second through the gateway, all the time."""
+    quiet_s: float = 1.0
+    """The canary has stopped once it got nothing for this long while the stable version did."""
+    timeout_s: float = 15.0
+    modes: tuple[str, ...] = ("configmap", "operator")
+    kubeconfig: Path | None = None
+
+
+class Load:
+    """Poisson arrivals through the gateway until stopped; answers counted by status."""
+
+    def __init__(self, url: str, rate: float, seed: int = 1) -> None:
+        self.url = url
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.statuses: Counter[int] = Counter()
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        body = json.dumps({"payload": "a short request"}).encode()
+        headers = {"Content-Type": "application/json"}
+        tasks: set[asyncio.Task[None]] = set()
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as http:
+
+            async def send() -> None:
+                try:
+                    async with http.post(self.url, data=body, headers=headers) as resp:
+                        await resp.read()
+                        self.statuses[resp.status] += 1
+                except (aiohttp.ClientError, TimeoutError):
+                    self.statuses[599] += 1
+
+            due = time.monotonic()
+            while not self.stopping.is_set():
+                due += self.rng.expovariate(self.rate)
+                if (delay := due - time.monotonic()) > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.create_task(send())
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.wait(tasks)
+
+
+async def arrivals(http: aiohttp.ClientSession, recorder: str, after: float) -> dict[str, Any]:
+    async with http.get(recorder + "/arrivals", params={"after": repr(after)}) as resp:
+        resp.raise_for_status()
+        answer: dict[str, Any] = await resp.json()
+        return answer
+
+
+async def stopped_at(
+    http: aiohttp.ClientSession, recorders: dict[str, str], t0: float, setup: Setup
+) -> float | None:
+    """When the canary got its last request after ``t0``: once it has had none for ``quiet_s``
+    while the stable version kept getting them. ``t0`` itself if it got none; None on timeout."""
+    while time.monotonic() < t0 + setup.timeout_s:
+        canary = await arrivals(http, recorders["canary"], t0)
+        last = canary["last"] if canary["count"] else t0
+        now = time.monotonic()
+        if now - last >= setup.quiet_s:
+            stable = await arrivals(http, recorders["stable"], last + setup.quiet_s / 2)
+            if stable["count"]:
+                return float(last)
+        await asyncio.sleep(0.05)
+    return None
+
+
+async def resumed_at(
+    http: aiohttp.ClientSession, recorders: dict[str, str], t0: float, setup: Setup
+) -> float | None:
+    """When the canary got its first request after ``t0``; None on timeout."""
+    while time.monotonic() < t0 + setup.timeout_s:
+        canary = await arrivals(http, recorders["canary"], t0)
+        if canary["count"]:
+            return float(canary["first"])
+        await asyncio.sleep(0.02)
+    return None
+
+
+def timed(action: Callable[[], object]) -> tuple[float, float]:
+    """Run ``action``; (monotonic time it started, seconds it took)."""
+    started = time.monotonic()
+    action()
+    return started, time.monotonic() - started
+
+
+class Routes:
+    """How a mode changes the canary's weight, as one ``kubectl patch``."""
+
+    def __init__(self, cluster: Cluster, namespace: str, recorders: dict[str, str]) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.recorders = recorders
+
+    def route(self, canary_weight: int) -> ModelRoute:
+        weights = {"stable": 1, "canary": canary_weight}
+        versions = tuple(VersionRoute(v, weights[v], self.recorders[v]) for v in VERSIONS)
+        return ModelRoute(MODEL, versions)
+
+    def patch_configmap(self, canary_weight: int) -> None:
+        patch = json.dumps(configmap_patch(self.route(canary_weight)))
+        self.cluster.kubectl(
+            "patch", "configmap", CONFIGMAP_NAME, "--type=merge", "-p", patch,
+            namespace=self.namespace,
+        )  # fmt: skip
+
+    def patch_version(self, canary_weight: int) -> None:
+        patch = json.dumps({"spec": {"weight": canary_weight}})
+        self.cluster.kubectl(
+            "patch", "modelversion", "canary", "--type=merge", "-p", patch,
+            namespace=self.namespace,
+        )  # fmt: skip
+
+    def create_configmap(self) -> None:
+        self.cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CONFIGMAP_NAME},
+                **configmap_patch(self.route(1)),
+            },
+            namespace=self.namespace,
+        )
+
+    def create_versions(self) -> None:
+        for version in VERSIONS:
+            self.cluster.apply(
+                {
+                    "apiVersion": "modelroll.io/v1alpha1",
+                    "kind": "ModelVersion",
+                    "metadata": {"name": version},
+                    "spec": {"model": MODEL, "weight": 1, "endpoint": self.recorders[version]},
+                },
+                namespace=self.namespace,
+            )
+
+    def share(self, version: str) -> str:
+        return self.cluster.kubectl(
+            "get", "modelversion", version, "-o", "jsonpath={.status.share}",
+            namespace=self.namespace, check=False,
+        ).stdout  # fmt: skip
+
+
+async def flips(
+    mode: str, routes: Routes, recorders: dict[str, str], setup: Setup, progress: Any
+) -> list[dict[str, Any]]:
+    patch = routes.patch_configmap if mode == "configmap" else routes.patch_version
+    rows: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for i in range(1, setup.flips + 1):
+            progress.set_postfix_str(f"{mode} flip {i}")
+            t0, kubectl_s = await asyncio.to_thread(timed, lambda: patch(0))
+            last = await stopped_at(http, recorders, t0, setup)
+            t1, _ = await asyncio.to_thread(timed, lambda: patch(1))
+            first = await resumed_at(http, recorders, t1, setup)
+            rows.append(
+                {
+                    "flip": i,
+                    "rollback_ms": None if last is None else round((last - t0) * 1000, 1),
+                    "restore_ms": None if first is None else round((first - t1) * 1000, 1),
+                    "kubectl_ms": round(kubectl_s * 1000, 1),
+                }
+            )
+            progress.update()
+            await asyncio.sleep(0.3)
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    values = sorted(r[key] for r in rows if r[key] is not None)
+    spread = Spread.of(values)
+    return {
+        "p50_ms": round(percentile(values, 0.50), 1),
+        "p99_ms": round(percentile(values, 0.99), 1),
+        "max_ms": spread and spread.high,
+        "min_ms": spread and spread.low,
+        "timeouts": sum(1 for r in rows if r[key] is None),
+        "samples": len(values),
+    }
+
+
+async def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"modelroll-bench rollback: {what} did not happen in {timeout_s:g} s")
+        await asyncio.sleep(0.1)
+
+
+async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -> dict[str, Any]:
+    python = sys.executable
+    ports = {v: free_port() for v in VERSIONS}
+    recorders = {v: f"http://127.0.0.1:{p}" for v, p in ports.items()}
+    routes = Routes(cluster, namespace, recorders)
+    await asyncio.to_thread(routes.create_configmap)
+    gport = free_port()
+    kube = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace]
+    gateway = [python, "-m", "modelroll_gateway", "--host", "127.0.0.1", "--port", str(gport)]
+    report: dict[str, Any] = {
+        "setup": {**asdict(setup), "kubeconfig": str(setup.kubeconfig or "")},
+        "modes": {},
+    }
+    report["machine"] = machine()
+    async with (
+        serve(
+            [python, "-m", "modelroll_bench.recorder", *map(str, ports.values())], ports["stable"]
+        ),
+        serve([*gateway, *kube, "--log-level", "WARNING"], gport) as gw,
+        aiohttp.ClientSession() as http,
+    ):
+        load = Load(f"{gw}/v1/models/{MODEL}/infer", setup.rate)
+        loading = asyncio.create_task(load.run())
+        try:
+            started = time.monotonic()
+
+            async def both_routed() -> bool:
+                got = [await arrivals(http, recorders[v], started) for v in VERSIONS]
+                return all(g["count"] for g in got)
+
+            await wait_for("traffic to both versions", both_routed)
+            with bar(setup.flips * len(setup.modes), "rollback", unit="flip") as progress:
+                for mode in setup.modes:
+                    before = Counter(load.statuses)
+                    if mode == "operator":
+                        rows = await with_operator(
+                            cluster, namespace, routes, recorders, setup, progress
+                        )
+                    else:
+                        rows = await flips(mode, routes, recorders, setup, progress)
+                    errors = {
+                        str(c): n - before.get(c, 0)
+                        for c, n in load.statuses.items()
+                        if not 200 <= c < 300 and n - before.get(c, 0)
+                    }
+                    report["modes"][mode] = {
+                        "rollback": summarize(rows, "rollback_ms"),
+                        "restore": summarize(rows, "restore_ms"),
+                        "kubectl": summarize(rows, "kubectl_ms"),
+                        "errors": errors,
+                        "flips": rows,
+                    }
+        finally:
+            load.stopping.set()
+            await loading
+    report["requests"] = {str(c): n for c, n in sorted(load.statuses.items())}
+    report["load_average_1m_end"] = round(load_average(), 2)
+    print_report(report, setup)
+    delays = {
+        f"{mode} (p50 {m['rollback']['p50_ms']:g}, p99 {m['rollback']['p99_ms']:g} ms)": [
+            r["rollback_ms"] for r in m["flips"] if r["rollback_ms"] is not None
+        ]
+        for mode, m in report["modes"].items()
+    }
+    title = f"Rollback: kubectl patch -> last request to the version ({setup.rate:g} req/s)"
+    written = plots.rollback(delays, title, plots_dir)
+    print("Plots: " + ", ".join(str(p) for p in written))
+    return report
+
+
+async def with_operator(
+    cluster: Cluster,
+    namespace: str,
+    routes: Routes,
+    recorders: dict[str, str],
+    setup: Setup,
+    progress: Any,
+) -> list[dict[str, Any]]:
+    """Start the operator, hand it the route as two ModelVersions, and flip through it."""
+    await asyncio.to_thread(
+        cluster.kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD)
+    )
+    await asyncio.to_thread(
+        cluster.kubectl, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/modelversions.modelroll.io",
+    )  # fmt: skip
+    operator = [sys.executable, "-m", "modelroll_operator", "--namespace", namespace]
+    operator += ["--kubeconfig", str(cluster.kubeconfig), "--liveness", ""]
+    operator += ["--log-level", "WARNING"]
+    with tempfile.TemporaryFile() as log:
+        proc = await asyncio.create_subprocess_exec(
+            *operator, stdout=asyncio.subprocess.DEVNULL, stderr=log
+        )
+        try:
+            await asyncio.to_thread(routes.create_versions)
+
+            async def routed() -> bool:
+                shares = [await asyncio.to_thread(routes.share, v) for v in VERSIONS]
+                return shares == ["50.0%", "50.0%"] and proc.returncode is None
+
+            await wait_for("the operator routing both ModelVersions", routed)
+            return await flips("operator", routes, recorders, setup, progress)
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
+
+
+def print_report(report: dict[str, Any], setup: Setup) -> None:
+    print(
+        f"\n{setup.flips} flips per mode at {setup.rate:g} req/s through the gateway "
+        f"(resolution about {2000 / setup.rate:.0f} ms)."
+    )
+    for mode, m in report["modes"].items():
+        rb, rs, kc = m["rollback"], m["restore"], m["kubectl"]
+        print(
+            f"  {mode:<9} rollback p50 {rb['p50_ms']:7.1f} ms  p99 {rb['p99_ms']:7.1f} ms  "
+            f"(min {rb['min_ms']}, timeouts {rb['timeouts']}); restore p50 {rs['p50_ms']:.1f} "
+            f"p99 {rs['p99_ms']:.1f} ms; kubectl itself p50 {kc['p50_ms']:.1f} ms; "
+            f"errors {m['errors'] or 0}"
+        )
+    print(f"Requests by status: {report['requests']}")
+
+
+@contextlib.contextmanager
+def cluster_for(setup: Setup) -> Iterator[tuple[Cluster, str]]:
+    """A cluster and a fresh namespace in it, removed afterwards (the whole control plane, if
+    this run started it)."""
+    if setup.kubeconfig is not None:
+        cluster = Cluster.existing(setup.kubeconfig)
+        namespace = cluster.create_namespace(namespace_name("bench-rollback"))
+        try:
+            yield cluster, namespace
+        finally:
+            cluster.delete_namespace(namespace)
+        return
+    with tempfile.TemporaryDirectory(prefix="modelroll-bench-") as tmp:
+        print("Starting a local control plane ...", file=sys.stderr, flush=True)
+        with ControlPlane(Path(tmp)) as plane:
+            cluster = Cluster.local(plane)
+            yield cluster, cluster.create_namespace("bench-rollback")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = Setup()
+    parser.add_argument("--flips", type=int, default=d.flips, help="flips per mode (20)")
+    parser.add_argument("--rate", type=float, default=d.rate, help="req/s through the gateway")
+    parser.add_argument(
+        "--mode",
+        dest="modes",
+        action="append",
+        choices=["configmap", "operator"],
+        help="measure only this mode (repeatable; default: both)",
+    )
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="use this running cluster instead of starting one"
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench/results/rollback.json"))
+    parser.add_argument("--plots", type=Path, default=Path("bench/results"))
+
+
+def main(args: argparse.Namespace) -> int:
+    setup = Setup(
+        flips=args.flips,
+        rate=args.rate,
+        modes=tuple(args.modes or Setup.modes),
+        kubeconfig=args.kubeconfig,
+    )
+    with cluster_for(setup) as (cluster, namespace):
+        report = asyncio.run(run(cluster, namespace, setup, args.plots))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"Results in {args.out}")
+    return 0

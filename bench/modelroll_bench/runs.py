@@ -1,0 +1,209 @@
+"""One measured run against a server: the workload it sends, open-loop, closed-loop or wrk
+saturation, with the batching counters read around it; and the machine's state while it ran."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from . import wrk
+from .lengths import CostModel, Lengths, parse
+from .lengths import payload as make_payload
+from .loadgen import Body, LoadResult, closed_loop, json_bodies, open_loop
+from .metrics import Watch, scrape
+
+Progress = Callable[[float], None]
+WRK_TIMEOUT_S = 60
+"""wrk's own default (2 s) would drop the slow answers of an unbatched server from its figures."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every request looks like: ``bodies`` distinct payloads with lengths drawn from
+    ``lengths`` (seeded), sent in that order and cycled."""
+
+    lengths: Lengths
+    bodies: int = 2000
+    seed: int = 1
+
+    def sample(self) -> list[int]:
+        return self.lengths.sample(self.bodies, self.seed)
+
+    def payloads(self) -> list[str]:
+        return [make_payload(n) for n in self.sample()]
+
+    def json_bodies(self) -> list[str]:
+        return [json.dumps({"payload": p}) for p in self.payloads()]
+
+    def body(self) -> Body:
+        return json_bodies(list(self.payloads()))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The demo model's cost and the request lengths: what compare and sweep hold fixed."""
+
+    lengths: str = "lognormal:3,0.7"
+    fixed_ms: float = 10.0
+    per_token_ms: float = 0.02
+    parallel: int = 1
+    seed: int = 1
+
+    @property
+    def cost(self) -> CostModel:
+        return CostModel(self.fixed_ms, self.per_token_ms, self.parallel)
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(parse(self.lengths), seed=self.seed)
+
+    def limit_rps(self, max_batch: int) -> float:
+        return self.cost.limit_rps(self.workload.lengths, max_batch, seed=self.seed)
+
+    def describe(self) -> str:
+        return (
+            f"Demo model: {self.fixed_ms:g} ms + {self.per_token_ms:g} ms x batch size x longest "
+            f"length, parallel {self.parallel}; lengths {self.lengths} (seed {self.seed})."
+        )
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser, results: str) -> None:
+        """The scenario's flags, and where results and plots go (bench/results/RESULTS.json)."""
+        d = Scenario()
+        parser.add_argument(
+            "--lengths", default=d.lengths, help="length distribution (%(default)s)"
+        )
+        parser.add_argument("--fixed-ms", type=float, default=d.fixed_ms, help="(%(default)s)")
+        parser.add_argument(
+            "--per-token-ms", type=float, default=d.per_token_ms, help="(%(default)s)"
+        )
+        parser.add_argument("--parallel", type=int, default=d.parallel, help="(%(default)s)")
+        parser.add_argument("--seed", type=int, default=d.seed, help="seeds lengths and arrivals")
+        parser.add_argument("--out", type=Path, default=Path(f"bench/results/{results}.json"))
+        parser.add_argument(
+            "--plots", type=Path, default=Path("bench/results"), help="PNG directory (%(default)s)"
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Scenario:
+        parse(args.lengths)  # a bad spec fails here, before anything starts
+        return cls(args.lengths, args.fixed_ms, args.per_token_ms, args.parallel, args.seed)
+
+
+def write(report: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"Results in {out}")
+
+
+async def watched(stats_url: str | None, load: Awaitable[LoadResult]) -> dict[str, Any]:
+    """Run ``load``; its summary, plus how the server batched meanwhile if ``stats_url`` says."""
+    async with Watch(stats_url) as watch:
+        result = await load
+    return {**result.summary(), "batching": watch.delta and watch.delta.summary()}
+
+
+async def open_run(
+    url: str,
+    workload: Workload,
+    rate: float,
+    duration_s: float,
+    *,
+    seed: int = 1,
+    label: str = "",
+    stats_url: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Poisson arrivals at ``rate`` for ``duration_s``."""
+    body, target = workload.body(), url + "/v1/infer"
+    load = open_loop(target, body, rate, duration_s, seed=seed, label=label, progress=progress)
+    return await watched(stats_url, load)
+
+
+async def closed_run(
+    url: str,
+    workload: Workload,
+    concurrency: int,
+    duration_s: float,
+    *,
+    stats_url: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``concurrency`` clients back to back for ``duration_s`` (after a 1 s warm-up)."""
+    load = closed_loop(
+        url + "/v1/infer", workload.body(), concurrency, duration_s, progress=progress
+    )
+    return await watched(stats_url, load)
+
+
+async def saturate(
+    url: str,
+    workload: Workload,
+    connections: int,
+    duration_s: int,
+    *,
+    label: str = "",
+    stats_url: str | None = None,
+) -> dict[str, Any]:
+    """wrk with ``connections`` keep-alive connections cycling through the workload's bodies."""
+    bodies = workload.json_bodies()
+    async with Watch(stats_url) as watch:
+        result = await asyncio.to_thread(
+            wrk.run,
+            label,
+            url + "/v1/infer",
+            bodies,
+            connections=connections,
+            duration_s=duration_s,
+            timeout_s=WRK_TIMEOUT_S,
+        )
+    return {**asdict(result), "batching": watch.delta and watch.delta.summary()}
+
+
+async def idle(stats_url: str, quiet_s: float = 0.3, timeout_s: float = 60.0) -> None:
+    """Wait until the counters at ``stats_url`` stop moving: a server that wrk left with a
+    backlog (it drops its connections, not the requests they sent) has worked through it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession() as http:
+        last = await scrape(http, stats_url)
+        still_since = loop.time()
+        while loop.time() < deadline:
+            await asyncio.sleep(quiet_s / 3)
+            now = await scrape(http, stats_url)
+            if now.items != last.items:
+                last, still_since = now, loop.time()
+            elif loop.time() - still_since >= quiet_s:
+                return
+
+
+def load_average() -> float:
+    """The 1-minute load average (runnable processes); compare it with the CPU count."""
+    return os.getloadavg()[0]
+
+
+def machine() -> dict[str, Any]:
+    """What the figures depend on: CPUs, load when the run started, the commit measured."""
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {"cpus": os.cpu_count(), "load_average_1m": round(load_average(), 2), "commit": commit}
+
+
+@contextlib.contextmanager
+def bar(total: float, desc: str, unit: str = "run") -> Iterator[Any]:
+    """A tqdm progress bar on stderr; none when stderr is not a terminal."""
+    from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type information
+
+    with tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, disable=None) as progress:
+        yield progress

@@ -1,0 +1,134 @@
+"""The servers a benchmark starts, as real processes on loopback: the demo model, and the
+batchers under test in front of it (the modelroll sidecar, the classic sleep-then-drain batcher,
+KServe's batcher), all answering ``POST /v1/infer {"payload": p}``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+
+import aiohttp
+
+from modelroll_sidecar.demo import free_port
+
+from .lengths import CostModel
+
+# `make kserve-batcher` builds it into the checkout's .bin/ (two levels above this package).
+KSERVE_BIN = Path(__file__).resolve().parents[2] / ".bin" / "kserve-batcher"
+Kind = Literal["sidecar", "classic", "kserve"]
+
+
+class StartError(RuntimeError):
+    """A server exited or never became ready."""
+
+
+@dataclass(frozen=True)
+class Batching:
+    """One batcher configuration; ``max_batch_tokens`` 0 means no token budget."""
+
+    max_batch: int = 32
+    max_wait_ms: float = 10.0
+    max_batch_tokens: int = 0
+
+    @property
+    def name(self) -> str:
+        tokens = f", {self.max_batch_tokens} tokens" if self.max_batch_tokens else ""
+        return f"B={self.max_batch}, wait {self.max_wait_ms:g} ms{tokens}"
+
+
+@dataclass(frozen=True)
+class System:
+    """A batcher under test: which implementation, and how it is configured."""
+
+    label: str
+    kind: Kind
+    batching: Batching
+
+    def argv(self, port: int, upstream: str, parallel: int) -> list[str]:
+        b = self.batching
+        match self.kind:
+            case "sidecar":
+                return [
+                    *(sys.executable, "-m", "modelroll_sidecar", "--host", "127.0.0.1"),
+                    *("--port", str(port), "--upstream", upstream, "--model", "bench"),
+                    *("--version", self.label.replace(" ", "-"), "--max-queue-size", "4096"),
+                    *("--max-batch-size", str(b.max_batch), "--max-wait-ms", f"{b.max_wait_ms:g}"),
+                    *("--max-batch-tokens", str(b.max_batch_tokens)),
+                    *("--max-concurrent-batches", str(parallel)),
+                ]
+            case "classic":
+                return [
+                    *(sys.executable, "-m", "modelroll_bench.classic", str(port), upstream),
+                    *(str(b.max_batch), f"{b.max_wait_ms:g}"),
+                ]
+            case "kserve":
+                return [
+                    *(str(KSERVE_BIN), "--port", str(port), "--upstream", upstream),
+                    *("--max-batch-size", str(b.max_batch)),
+                    *("--max-latency-ms", str(round(b.max_wait_ms))),
+                ]
+
+
+async def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 20.0) -> None:
+    async with aiohttp.ClientSession() as http:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            if proc.poll() is not None:
+                raise StartError(f"{proc.args!r} exited with {proc.returncode}")
+            await asyncio.sleep(0.05)
+    raise StartError(f"{proc.args!r} was not ready at {url} within {timeout_s:g} s")
+
+
+@contextlib.asynccontextmanager
+async def serve(argv: list[str], port: int, ready_path: str = "/readyz") -> AsyncIterator[str]:
+    """Run ``argv`` until the block ends; yields its base URL once ``ready_path`` answers 200.
+    Its stderr is kept in a temporary file and shown when it fails to start."""
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)  # noqa: ASYNC220
+        try:
+            try:
+                await wait_ready(proc, url + ready_path)
+            except StartError as exc:
+                raise StartError(f"{exc}\n{_tail(log)}") from None
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                await asyncio.to_thread(proc.wait, 10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+
+
+def _tail(log: IO[bytes], limit: int = 2000) -> str:
+    log.seek(0)
+    return log.read().decode(errors="replace")[-limit:]
+
+
+@contextlib.asynccontextmanager
+async def demo_model(cost: CostModel) -> AsyncIterator[str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "modelroll_sidecar.demo_model", "--port", str(port)]
+    argv += ["--fixed-ms", f"{cost.fixed_ms:g}", "--per-token-ms", f"{cost.per_token_ms:g}"]
+    argv += ["--parallel", str(cost.parallel)]
+    async with serve(argv, port) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def batcher(system: System, model_url: str, parallel: int) -> AsyncIterator[str]:
+    port = free_port()
+    async with serve(system.argv(port, model_url, parallel), port) as url:
+        yield url

@@ -1,0 +1,31 @@
+# Benchmarks (owned by bench/): the batcher comparison, the batching sweep, rollback latency, and
+# KServe's batcher built from its Go module for the comparison. Results go to bench/results/
+# (git-ignored). Included from the Makefile after hack/cluster.mk (it uses VENV and cluster-bins).
+# Pass options with ARGS, e.g. make bench ARGS="--rounds 5"; `modelroll-bench <cmd> --help` lists them.
+
+GO ?= go
+KSERVE_MOD := bench/kserve
+KSERVE_BATCHER := .bin/kserve-batcher
+BENCH := $(VENV)/bin/modelroll-bench
+
+.PHONY: kserve-batcher
+kserve-batcher: $(KSERVE_BATCHER) ## Build KServe's batcher (pkg/batcher of its Go module) behind the sidecar's API into .bin/.
+
+$(KSERVE_BATCHER): $(KSERVE_MOD)/go.mod $(KSERVE_MOD)/go.sum $(KSERVE_MOD)/main.go
+	@mkdir -p $(dir $@)
+	cd $(KSERVE_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -mod=readonly \
+		-ldflags '-s -w' -o $(abspath $@) .
+
+.PHONY: bench
+bench: venv ## Every batcher against the same demo model and lengths, as ratios (writes bench/results/).
+	@$(MAKE) --no-print-directory kserve-batcher || \
+		echo "kserve-batcher did not build; make bench measures the others and says why"
+	$(BENCH) compare $(ARGS)
+
+.PHONY: bench-sweep
+bench-sweep: venv ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N".
+	$(BENCH) sweep $(ARGS)
+
+.PHONY: bench-rollback
+bench-rollback: venv cluster-bins ## Time from a weight patch to the last request the gateway routes to that version.
+	$(BENCH) rollback $(ARGS)

@@ -1,0 +1,51 @@
+"""Percentile arithmetic and the load summary (nothing here is timed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelroll_bench.loadgen import LoadResult, json_bodies, percentile
+
+
+def test_nearest_rank_percentiles() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.50) == 50
+    assert percentile(values, 0.95) == 95
+    assert percentile(values, 0.99) == 99
+    assert percentile(values, 1.0) == 100
+
+
+def test_percentiles_of_few_samples_take_the_largest_for_the_tail() -> None:
+    assert percentile([3.0], 0.99) == 3.0
+    assert percentile([1.0, 2.0], 0.5) == 1.0
+    assert percentile([float(v) for v in range(20)], 0.99) == 19.0
+    assert percentile([], 0.5) == 0.0
+
+
+def test_summary_counts_errors_by_status_and_times_only_successes() -> None:
+    result = LoadResult("x", duration_s=2.0)
+    for i in range(1, 101):
+        result.record(200, i / 1000)
+    result.record(429, 5.0)
+    result.record(599, 9.0)
+    result.record(429, 5.0)
+    summary = result.summary()
+    assert summary["ok"] == 100
+    assert summary["requests"] == 103
+    assert summary["errors"] == {"429": 2, "599": 1}
+    assert summary["throughput_rps"] == 50.0
+    assert (summary["p50_ms"], summary["p95_ms"], summary["p99_ms"]) == (50.0, 95.0, 99.0)
+
+
+def test_bodies_cycle_in_order() -> None:
+    body = json_bodies(["a", "b b"])
+    assert [body(i) for i in range(3)] == [
+        b'{"payload": "a"}',
+        b'{"payload": "b b"}',
+        b'{"payload": "a"}',
+    ]
+
+
+@pytest.mark.parametrize("q", [0.0, 0.001])
+def test_the_lowest_percentiles_are_the_minimum(q: float) -> None:
+    assert percentile([5.0, 6.0, 7.0], q) == 5.0
