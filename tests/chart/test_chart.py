@@ -527,8 +527,12 @@ def test_dashboard_covers_the_per_version_panels() -> None:
         assert metric in exprs, f"no panel shows {metric}"
     for quantile in ("0.5", "0.95", "0.99"):
         assert f"histogram_quantile({quantile}," in exprs
-    repeated = [p["title"] for p in board["panels"] if p.get("repeat") == "version"]
+    repeated = [p for p in board["panels"] if p.get("repeat") == "version"]
     assert repeated, "no panel is repeated per version"
+    for panel in repeated:
+        # Grafana lays a panel's copies side by side across the whole row.
+        assert panel["repeatDirection"] == "h"
+        assert panel["gridPos"]["w"] == 24, f"{panel['title']} shares its row"
     # No two panels overlap on the grid.
     cells: set[tuple[int, int]] = set()
     for panel in board["panels"]:
