@@ -1,0 +1,172 @@
+"""A real Prometheus (the Debian package) on loopback, scraping processes a test or the demo runs.
+
+One implementation for every user: the e2e suite and ``make demo`` (through :mod:`.stack`) and the
+chart's PromQL checks (tests/chart/test_promql.py). Storage and the generated configuration live
+in the run directory; the process is stopped like the control plane's components.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+
+from .controlplane import ClusterError, Component, MissingBinaryError, free_port, tail
+
+INSTALL_HINT = (
+    "apt-get update && apt-get install -y --no-install-recommends prometheus "
+    "(the Debian package; .ci/run installs it)"
+)
+
+Series = list[dict[str, Any]]
+
+
+class PrometheusError(ClusterError):
+    """Prometheus did not start, or could not parse or evaluate a query."""
+
+
+def find_tool(name: str = "prometheus") -> Path:
+    """``prometheus`` or ``promtool`` on PATH; raises MissingBinaryError naming the install."""
+    path = shutil.which(name)
+    if path is None:
+        raise MissingBinaryError(f"{name} is not installed: {INSTALL_HINT}")
+    return Path(path)
+
+
+def static_job(name: str, targets: Sequence[str], **labels: str) -> dict[str, Any]:
+    """A scrape job over fixed ``host:port`` targets, each series labelled with ``labels``."""
+    config: dict[str, Any] = {"targets": list(targets)}
+    if labels:
+        config["labels"] = dict(labels)
+    return {"job_name": name, "static_configs": [config]}
+
+
+class PrometheusAPI:
+    """The HTTP API of a Prometheus at ``url`` (one this module started, or any other)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def api(self, path: str, **params: str) -> Any:
+        """GET an HTTP API path (``/api/v1/...``) and return the decoded JSON, errors included."""
+        query = urllib.parse.urlencode(params)
+        url = f"{self.url}{path}?{query}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (an http URL)
+                return json.load(resp)
+        except urllib.error.HTTPError as err:
+            return json.load(err)
+
+    def query(self, expr: str) -> Series:
+        """An instant query's vector; raises PrometheusError if it does not parse or evaluate."""
+        doc = self.api("/api/v1/query", query=expr)
+        if doc.get("status") != "success":
+            raise PrometheusError(f"{expr}\n{doc.get('errorType')}: {doc.get('error')}")
+        if doc["data"]["resultType"] != "vector":
+            raise PrometheusError(f"{expr} returned a {doc['data']['resultType']}, not a vector")
+        result: Series = doc["data"]["result"]
+        return result
+
+    def by_label(self, expr: str, label: str = "version") -> dict[str, float]:
+        """An instant query's values keyed by one label (NaN values left out)."""
+        out: dict[str, float] = {}
+        for series in self.query(expr):
+            value = float(series["value"][1])
+            if value == value:  # not NaN (0/0 over a version with no requests)
+                out[series["metric"].get(label, "")] = value
+        return out
+
+
+class Prometheus(PrometheusAPI):
+    """One Prometheus server on a free loopback port, scraping ``scrape_configs``."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        scrape_configs: Sequence[Mapping[str, Any]],
+        *,
+        rule_files: Sequence[Path] = (),
+        scrape_interval: str = "1s",
+        die_with_parent: bool = True,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.run_dir = run_dir.resolve()
+        self.scrape_configs = [dict(c) for c in scrape_configs]
+        self.rule_files = list(rule_files)
+        self.scrape_interval = scrape_interval
+        self.die_with_parent = die_with_parent
+        self.start_timeout = start_timeout
+        self.port = 0
+        super().__init__("")
+        self.component: Component | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "prometheus.log"
+
+    def start(self) -> Self:
+        """Write the configuration, start the server and wait until it answers /-/ready."""
+        binary = find_tool("prometheus")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = {
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "evaluation_interval": self.scrape_interval,
+            },
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": self.scrape_configs,
+        }
+        config_file = self.run_dir / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.component = Component(
+            "prometheus",
+            [
+                str(binary),
+                f"--config.file={config_file}",
+                f"--storage.tsdb.path={self.run_dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            self.log_path,
+        )
+        self.component.start(die_with_parent=self.die_with_parent)
+        deadline = time.monotonic() + self.start_timeout
+        while not self._ready():
+            if not self.component.running():
+                self.stop()
+                raise self._failure("exited during start-up")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise self._failure(f"was not ready after {self.start_timeout:.0f}s")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.component is not None:
+            self.component.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:  # noqa: S310
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def _failure(self, reason: str) -> PrometheusError:
+        return PrometheusError(f"prometheus {reason}; log {self.log_path}:\n{tail(self.log_path)}")

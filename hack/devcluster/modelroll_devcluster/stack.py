@@ -1,0 +1,417 @@
+"""The whole modelroll stack as processes on loopback: one implementation for the e2e suite and
+``make demo``.
+
+The local control plane (or a cluster the caller already has), the ModelVersion CRD, and in one
+namespace: per version a demo model behind its own batching sidecar, the operator serving that
+namespace, the gateway watching its ``modelroll-routes`` ConfigMap, and Prometheus scraping the
+sidecars and the gateway every second. Versions run in external mode: each ModelVersion's
+``spec.endpoint`` is its sidecar's URL, and the operator creates no workload for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import yaml
+
+from .cluster import Cluster
+from .controlplane import (
+    ClusterError,
+    Component,
+    ControlPlane,
+    MissingBinaryError,
+    default_bin_dir,
+    find_binaries,
+    free_port,
+    repo_root,
+    tail,
+)
+from .progress import Progress
+from .prometheus import Prometheus, PrometheusAPI, static_job
+
+MODEL = "sentiment"
+API_VERSION = "modelroll.io/v1alpha1"
+CRD_NAME = "modelversions.modelroll.io"
+CONFIGMAP = "modelroll-routes"
+#: Seconds a process of the stack may take to answer its readiness URL.
+READY_TIMEOUT = 60.0
+
+PrometheusMode = Literal["required", "optional", "off"]
+
+
+@dataclass(frozen=True)
+class VersionSpec:
+    """One version of the model: its weight, and how its demo model and sidecar behave."""
+
+    name: str
+    weight: int
+    error_rate: float = 0.0
+    """Share of items the demo model fails (each answered 422 by the sidecar)."""
+    fixed_ms: float = 5.0
+    per_token_ms: float = 0.05
+    max_batch_size: int = 32
+    max_wait_ms: int = 10
+
+
+#: The rollout of the story: stable-v1 and canary-v2 at 9:1, the canary failing 20% of items.
+ROLLOUT = (VersionSpec("stable-v1", 9), VersionSpec("canary-v2", 1, error_rate=0.2))
+
+
+class StackError(ClusterError):
+    """A process of the stack did not start or answer; the message has the tail of its log."""
+
+
+@dataclass
+class Version:
+    """A running version: its spec, its demo model and its sidecar."""
+
+    spec: VersionSpec
+    model: Component
+    model_url: str
+    sidecar: Component
+    sidecar_url: str
+
+
+def venv_script(name: str) -> str:
+    """A console script installed next to the running interpreter (the checkout's .venv)."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def ensure_cluster_bins(progress: Progress, bin_dir: Path | None = None) -> Path:
+    """The control-plane binaries' directory, building them with ``make cluster-bins`` first
+    when they are missing (the first build compiles Kubernetes: several minutes)."""
+    bin_dir = bin_dir or default_bin_dir()
+    try:
+        find_binaries(bin_dir)
+    except MissingBinaryError:
+        root = repo_root()
+        if root is None or not (root / "Makefile").is_file():
+            raise
+        progress.say(
+            "The local control plane is not built yet: compiling kube-apiserver, "
+            "kube-controller-manager, kubectl and etcd from Go modules (first run only; "
+            "several minutes, more on 2 cores)."
+        )
+        progress.run(
+            "Building the control plane (make cluster-bins)",
+            ["make", "--no-print-directory", "cluster-bins"],
+            cwd=root,
+            env={"GOFLAGS": "-v"},  # go prints each package it compiles: the progress count
+            unit="packages compiled",
+        )
+        find_binaries(bin_dir)
+    return bin_dir
+
+
+class Stack:
+    """Start with :meth:`start` (or ``with``), stop with :meth:`stop`: every process it started
+    is stopped, the namespace it created is deleted, the control plane it started is stopped."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        cluster: Cluster | None = None,
+        namespace: str | None = None,
+        model: str = MODEL,
+        versions: Sequence[VersionSpec] = ROLLOUT,
+        prometheus: PrometheusMode = "required",
+        progress: Progress | None = None,
+        bin_dir: Path | None = None,
+    ) -> None:
+        self.run_dir = run_dir.resolve()
+        self.log_dir = self.run_dir / "logs"
+        self.given_cluster = cluster
+        self.cluster: Cluster | None = cluster
+        self.plane: ControlPlane | None = None
+        self.namespace = namespace or "modelroll-demo"
+        self._own_namespace = namespace is None
+        self.model = model
+        self.specs = list(versions)
+        self.prometheus_mode = prometheus
+        self.progress = progress or Progress(None)
+        self.bin_dir = bin_dir
+        self.versions: dict[str, Version] = {}
+        self.operator: Component | None = None
+        self.operator_liveness = ""
+        self.gateway: Component | None = None
+        self.gateway_url = ""
+        self.prometheus: Prometheus | None = None
+        self._components: list[Component] = []
+
+    # -- start and stop -----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Bring everything up, in dependency order; on failure stop what did start."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        step = self.progress.step
+        if self.cluster is None:
+            bin_dir = ensure_cluster_bins(self.progress, self.bin_dir)
+            with step("Starting the local control plane (etcd, kube-apiserver, controllers)"):
+                self.plane = ControlPlane(self.run_dir / "cluster", bin_dir).start()
+                self.cluster = Cluster.local(self.plane)
+        with step("Installing the ModelVersion CRD"):
+            self.install_crd()
+            if self._own_namespace:
+                self.cluster.create_namespace(self.namespace)
+        for spec in self.specs:
+            with step(
+                f"Starting {spec.name}: a demo model failing {spec.error_rate:.0%} of items, "
+                "behind its own sidecar"
+            ):
+                self.versions[spec.name] = self._start_version(spec)
+        with step(f"Starting the operator (namespace {self.namespace})"):
+            self.start_operator()
+        with step(f"Starting the gateway (watching ConfigMap {self.namespace}/{CONFIGMAP})"):
+            self._start_gateway()
+        if self.prometheus_mode != "off":
+            self._start_prometheus()
+
+    def stop(self) -> None:
+        """Stop everything this stack started, in reverse order. Safe to call twice."""
+        if self.cluster is not None and self.operator is not None and self.operator.running():
+            # Delete the versions while the operator runs, so our finalizer never blocks.
+            with contextlib.suppress(ClusterError, subprocess.SubprocessError):
+                self.cluster.kubectl(
+                    "delete", "modelversions", "--all", "--timeout=20s",
+                    namespace=self.namespace, check=False, timeout=30,
+                )  # fmt: skip
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        for component in reversed(self._components):
+            component.stop()
+        if self.plane is not None:
+            self.plane.stop()  # the namespace goes with the control plane
+        elif self.cluster is not None and self._own_namespace:
+            with contextlib.suppress(ClusterError, subprocess.SubprocessError):
+                self.cluster.delete_namespace(self.namespace)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the pieces ---------------------------------------------------------------------------
+
+    def install_crd(self) -> None:
+        """Apply crds/modelversion.yaml and wait until ModelVersions can be listed."""
+        cluster = self._cluster()
+        root = repo_root()
+        if root is None:
+            raise StackError("crds/modelversion.yaml not found: run from a modelroll checkout")
+        crd = root / "crds" / "modelversion.yaml"
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+        # Right after Established the API server may answer 429 for a moment.
+        deadline = time.monotonic() + 30
+        while cluster.kubectl("get", "modelversions", "-A", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise StackError("ModelVersions could not be listed 30 s after the CRD")
+            time.sleep(0.2)
+
+    def _spawn(self, name: str, argv: list[str], ready_url: str) -> Component:
+        component = Component(name, argv, self.log_dir / f"{name}.log")
+        component.start(die_with_parent=True)
+        self._components.append(component)
+        wait_http(ready_url, component)
+        return component
+
+    def _start_version(self, spec: VersionSpec) -> Version:
+        model_port, sidecar_port = free_port(), free_port()
+        model_url = f"http://127.0.0.1:{model_port}"
+        sidecar_url = f"http://127.0.0.1:{sidecar_port}"
+        model = self._spawn(
+            f"model-{spec.name}",
+            [
+                venv_script("modelroll-demo-model"), "--host=127.0.0.1", f"--port={model_port}",
+                f"--fixed-ms={spec.fixed_ms}", f"--per-token-ms={spec.per_token_ms}",
+                f"--error-rate={spec.error_rate}", "--seed=7",
+            ],
+            f"{model_url}/readyz",
+        )  # fmt: skip
+        sidecar = self._spawn(
+            f"sidecar-{spec.name}",
+            [
+                venv_script("modelroll-sidecar"), "--host=127.0.0.1", f"--port={sidecar_port}",
+                f"--upstream={model_url}", f"--model={self.model}", f"--version={spec.name}",
+                f"--max-batch-size={spec.max_batch_size}", f"--max-wait-ms={spec.max_wait_ms}",
+            ],
+            f"{sidecar_url}/readyz",
+        )  # fmt: skip
+        return Version(spec, model, model_url, sidecar, sidecar_url)
+
+    def start_operator(self) -> Component:
+        """Start (or start again) ``modelroll-operator`` for the namespace; wait for liveness."""
+        if self.operator is not None and self.operator.running():
+            raise StackError("the operator is already running")
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        argv = [
+            venv_script("modelroll-operator"), f"--namespace={self.namespace}",
+            f"--kubeconfig={self._cluster().kubeconfig}", f"--liveness={liveness}",
+            "--log-format=full",
+        ]  # fmt: skip
+        if self.operator is not None:  # a restart: same log file, new process
+            self._components.remove(self.operator)
+        self.operator = self._spawn("operator", argv, liveness)
+        self.operator_liveness = liveness
+        return self.operator
+
+    def kill_operator(self) -> None:
+        """SIGKILL the operator, as a crash or an evicted pod would end it: no cleanup."""
+        if self.operator is None or self.operator.process is None:
+            raise StackError("the operator is not running")
+        self.operator.process.send_signal(signal.SIGKILL)
+        self.operator.process.wait(10)
+        self.operator.stop()  # reaps it and closes its log
+
+    def _start_gateway(self) -> None:
+        port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        self.gateway = self._spawn(
+            "gateway",
+            [
+                venv_script("modelroll-gateway"), "--host=127.0.0.1", f"--port={port}",
+                f"--namespace={self.namespace}", f"--configmap={CONFIGMAP}",
+                f"--kubeconfig={self._cluster().kubeconfig}",
+            ],
+            f"{self.gateway_url}/readyz",
+        )  # fmt: skip
+
+    def _start_prometheus(self) -> None:
+        sidecars = [v.sidecar_url.removeprefix("http://") for v in self.versions.values()]
+        gateway = self.gateway_url.removeprefix("http://")
+        server = Prometheus(
+            self.run_dir / "prometheus",
+            [
+                static_job("modelroll-sidecars", sidecars, namespace=self.namespace),
+                static_job("modelroll-gateway", [gateway], namespace=self.namespace),
+            ],
+        )
+        try:
+            with self.progress.step("Starting Prometheus (scraping the sidecars and gateway)"):
+                self.prometheus = server.start()
+        except MissingBinaryError as err:
+            if self.prometheus_mode == "required":
+                raise
+            self.progress.say(f"    Prometheus is not running: {err}")
+
+    # -- what callers do with it --------------------------------------------------------------
+
+    def _cluster(self) -> Cluster:
+        if self.cluster is None:
+            raise StackError("the stack has not been started")
+        return self.cluster
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl in the stack's namespace; raises KubectlError on failure if ``check``."""
+        return self._cluster().kubectl(*args, namespace=self.namespace, input=input, check=check)
+
+    def prometheus_api(self) -> PrometheusAPI:
+        """The Prometheus scraping this stack; raises StackError when none runs."""
+        if self.prometheus is None:
+            raise StackError("Prometheus is not running in this stack")
+        return self.prometheus
+
+    def manifest(self, name: str, weight: int | None = None) -> dict[str, Any]:
+        """The external-mode ModelVersion of a running version (its spec's weight by default)."""
+        version = self.versions[name]
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "ModelVersion",
+            "metadata": {"name": name},
+            "spec": {
+                "model": self.model,
+                "weight": version.spec.weight if weight is None else weight,
+                "endpoint": version.sidecar_url,
+                "batching": {
+                    "maxBatchSize": version.spec.max_batch_size,
+                    "maxWaitMs": version.spec.max_wait_ms,
+                },
+            },
+        }
+
+    def manifests_yaml(self) -> str:
+        """Every version's ModelVersion as one multi-document YAML for ``kubectl apply -f -``."""
+        return yaml.safe_dump_all([self.manifest(n) for n in self.versions], sort_keys=False)
+
+    def plugin(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``kubectl modelroll <args>`` in the stack's namespace; raises on failure."""
+        cluster = self._cluster()
+        argv = [
+            venv_script("kubectl-modelroll"), f"--kubeconfig={cluster.kubeconfig}",
+            f"--namespace={self.namespace}", *args,
+        ]  # fmt: skip
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, env=cluster.env
+        )
+        if result.returncode != 0:
+            raise StackError(f"kubectl modelroll {' '.join(args)} exited {result.returncode}: "
+                             f"{result.stderr.strip()}")  # fmt: skip
+        return result
+
+    def routes(self) -> dict[str, Any]:
+        """The gateway's view of the routes (``GET /v1/models``), by model."""
+        doc = get_json(f"{self.gateway_url}/v1/models")
+        return {m["model"]: m for m in doc["models"]}
+
+    def configmap_data(self) -> dict[str, str]:
+        """The routes ConfigMap's data ({} when it does not exist)."""
+        result = self.kubectl("get", "configmap", CONFIGMAP, "-o", "json", check=False)
+        if result.returncode != 0:
+            return {}
+        data: dict[str, str] = json.loads(result.stdout).get("data") or {}
+        return data
+
+    def log_tails(self) -> str:
+        """The end of every process's log, for a failure message."""
+        parts = [f"--- {c.name} ({c.log_path})\n{tail(c.log_path, 15)}" for c in self._components]
+        return "\n".join(parts)
+
+
+def get_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
+        return json.load(resp)
+
+
+def wait_http(url: str, component: Component, timeout: float = READY_TIMEOUT) -> None:
+    """Poll ``url`` until it answers 200; raise with the component's log if it dies or never
+    does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not component.running():
+            code = component.process.returncode if component.process else None
+            raise StackError(f"{component.name} exited with {code} during start-up; "
+                             f"log {component.log_path}:\n{tail(component.log_path)}")  # fmt: skip
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 (loopback URL)
+                if resp.status == 200:
+                    return
+        except (OSError, urllib.error.URLError):
+            pass
+        if time.monotonic() > deadline:
+            raise StackError(f"{component.name} did not answer {url} within {timeout:.0f}s; "
+                             f"log {component.log_path}:\n{tail(component.log_path)}")  # fmt: skip
+        time.sleep(0.05)

@@ -1,0 +1,105 @@
+"""The e2e suite's fixtures: the stack the scenario runs against, and the figures it reports.
+
+The cluster comes from the environment, like every tier's (modelroll_devcluster's ``cluster``
+fixture): by default the local control plane, with the operator, the gateway, the two versions
+and Prometheus started as processes on loopback (modelroll_devcluster.stack, the same code as
+``make demo``). With ``MODELROLL_KUBECONFIG`` set (``make e2e-kind``) the scenario runs against
+the chart installed in that cluster instead (see incluster.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from modelroll_devcluster import Cluster
+from modelroll_devcluster.prometheus import PrometheusAPI
+from modelroll_devcluster.stack import Stack
+from tests.e2e.incluster import InCluster
+
+FIGURES = pytest.StashKey[list[tuple[str, str]]]()
+
+
+class Rollout(Protocol):
+    """What the scenario needs of a running stack, local or in a cluster."""
+
+    namespace: str
+    gateway_url: str
+    settle_s: float
+    """How long versions may take to become routable (pods starting, in a real cluster)."""
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]: ...
+
+    def manifests_yaml(self) -> str: ...
+
+    def plugin(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]: ...
+
+    def routes(self) -> dict[str, Any]: ...
+
+    def configmap_data(self) -> dict[str, str]: ...
+
+    def kill_operator(self) -> None: ...
+
+    def start_operator(self) -> object: ...
+
+    def prometheus_api(self) -> PrometheusAPI: ...
+
+    def log_tails(self) -> str: ...
+
+
+class LocalRollout(Stack):
+    settle_s = 30.0
+
+
+@pytest.fixture
+def rollout(cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rollout]:
+    """The stack of the story, with no ModelVersion applied yet."""
+    if not cluster.is_local:
+        incluster = InCluster.from_env(cluster)
+        yield incluster
+        incluster.cleanup()
+        return
+    namespace: str = request.getfixturevalue("namespace")
+    stack = LocalRollout(tmp_path / "stack", cluster=cluster, namespace=namespace)
+    try:
+        stack.start()
+    except Exception as err:  # the message carries the failing process's log
+        pytest.fail(f"the local stack did not start: {err}", pytrace=False)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+class Figures:
+    """Measured figures: printed as the test goes and again in the run's terminal summary."""
+
+    def __init__(self, store: list[tuple[str, str]]) -> None:
+        self.store = store
+
+    def add(self, name: str, value: str) -> None:
+        self.store.append((name, value))
+        print(f"{name}: {value}")
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    return Figures(request.config.stash.setdefault(FIGURES, []))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    measured = config.stash.get(FIGURES, [])
+    if not measured:
+        return
+    where = "MODELROLL_KUBECONFIG cluster" if os.environ.get("MODELROLL_KUBECONFIG") else "loopback"
+    terminalreporter.section(f"modelroll e2e: measured figures ({where})")
+    width = max(len(name) for name, _ in measured)
+    for name, value in measured:
+        terminalreporter.write_line(f"{name.ljust(width)}  {value}")
