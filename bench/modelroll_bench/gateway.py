@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from modelroll_sidecar.demo import free_port, process
+from modelroll_devcluster.processes import free_port, process
 
 from . import wrk
 from .loadgen import json_bodies, open_loop

@@ -36,8 +36,8 @@ from typing import Any
 import aiohttp
 
 from modelroll_devcluster import Cluster, ControlPlane, namespace_name
+from modelroll_devcluster.processes import free_port
 from modelroll_gateway.routes import CONFIGMAP_NAME, ModelRoute, VersionRoute, configmap_patch
-from modelroll_sidecar.demo import free_port
 
 from . import plots
 from .analysis import Spread

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelroll_sidecar.demo import free_port, process
+from modelroll_devcluster.processes import free_port, process
 
 from . import wrk
 from .loadgen import json_bodies, open_loop

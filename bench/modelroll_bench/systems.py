@@ -16,7 +16,7 @@ from typing import IO, Literal
 
 import aiohttp
 
-from modelroll_sidecar.demo import free_port
+from modelroll_devcluster.processes import free_port
 
 from .lengths import CostModel
 
