@@ -13,13 +13,9 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
+from modelroll_devcluster import MissingBinaryError
+from modelroll_devcluster.prometheus import Prometheus as PrometheusServer
+from modelroll_devcluster.prometheus import PrometheusError, Series, find_tool, static_job
 from tests.chart.conftest import CHART, Helm, one
 from tests.conftest import VENV_BIN, Proc, free_port, wait_http
 
@@ -49,19 +48,12 @@ VARIABLES = {
 SETTLE_TIMEOUT = 60.0
 """Seconds an expression may take to return every version once the load runs."""
 
-INSTALL_HINT = (
-    "apt-get update && apt-get install -y --no-install-recommends prometheus "
-    "(the Debian package; .ci/run installs it)"
-)
-
-Series = list[dict[str, Any]]
-
 
 def prometheus_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: {INSTALL_HINT}", pytrace=False)
-    return path
+    try:
+        return str(find_tool(name))
+    except MissingBinaryError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 # --- what the chart ships ----------------------------------------------------------------------
@@ -171,17 +163,12 @@ class Load:
 
 @dataclass
 class Prometheus:
-    url: str
-    proc: Proc
+    """The shared Prometheus (modelroll_devcluster.prometheus), with the tests' assertions."""
+
+    server: PrometheusServer
 
     def api(self, path: str, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as resp:  # noqa: S310
-                doc = json.load(resp)
-        except urllib.error.HTTPError as err:
-            doc = json.load(err)
-        return doc
+        return self.server.api(path, **params)
 
     def query(self, expr: str) -> Series:
         """An instant query; fails the test if Prometheus cannot parse or evaluate it."""
@@ -241,10 +228,11 @@ def _start(name: str, argv: list[str], log_dir: Path, procs: list[Proc]) -> Proc
 @pytest.fixture(scope="module")
 def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Gateway, two versions and Prometheus on loopback, with load running for the module."""
-    prometheus = prometheus_binary("prometheus")
+    prometheus_binary("prometheus")
     prometheus_binary("promtool")
     tmp = tmp_path_factory.mktemp("promql")
     procs: list[Proc] = []
+    server: PrometheusServer | None = None
     try:
         routes: list[dict[str, Any]] = []
         sidecars: list[str] = []
@@ -276,39 +264,25 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
         ], tmp, procs)  # fmt: skip
         wait_http(f"http://127.0.0.1:{gateway_port}/readyz", gateway)
 
-        rules = write_rules(helm, tmp)
         # `namespace` is what the PodMonitor/ServiceMonitor add in a cluster.
-        config = {
-            "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": "1s"},
-            "rule_files": [str(rules)],
-            "scrape_configs": [
-                {
-                    "job_name": "modelroll-sidecars",
-                    "static_configs": [{"targets": sidecars, "labels": {"namespace": NAMESPACE}}],
-                },
-                {
-                    "job_name": "modelroll-gateway",
-                    "static_configs": [
-                        {
-                            "targets": [f"127.0.0.1:{gateway_port}"],
-                            "labels": {"namespace": NAMESPACE},
-                        }
-                    ],
-                },
+        server = PrometheusServer(
+            tmp / "prometheus",
+            [
+                static_job("modelroll-sidecars", sidecars, namespace=NAMESPACE),
+                static_job("modelroll-gateway", [f"127.0.0.1:{gateway_port}"], namespace=NAMESPACE),
             ],
-        }
-        config_file = tmp / "prometheus.yml"
-        config_file.write_text(yaml.safe_dump(config))
-        prom_port = free_port()
-        prom = _start("prometheus", [
-            prometheus, f"--config.file={config_file}", f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h",
-        ], tmp, procs)  # fmt: skip
-        url = f"http://127.0.0.1:{prom_port}"
-        wait_http(f"{url}/-/ready", prom, timeout=60)
+            rule_files=[write_rules(helm, tmp)],
+            scrape_interval=SCRAPE_INTERVAL,
+        )
+        try:
+            server.start()
+        except PrometheusError as err:
+            pytest.fail(str(err), pytrace=False)
         with Load(gateway_port) as load:
-            yield Stack(Prometheus(url, prom), load, procs)
+            yield Stack(Prometheus(server), load, procs)
     finally:
+        if server is not None:
+            server.stop()
         for proc in reversed(procs):
             proc.stop()
 
