@@ -63,8 +63,10 @@ def rollout(cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path) ->
     """The stack of the story, with no ModelVersion applied yet."""
     if not cluster.is_local:
         incluster = InCluster.from_env(cluster)
-        yield incluster
-        incluster.cleanup()
+        try:
+            yield incluster
+        finally:
+            incluster.cleanup()
         return
     namespace: str = request.getfixturevalue("namespace")
     stack = LocalRollout(tmp_path / "stack", cluster=cluster, namespace=namespace)

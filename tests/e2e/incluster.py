@@ -30,7 +30,7 @@ import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.prometheus import PrometheusAPI
-from modelroll_devcluster.stack import CONFIGMAP, MODEL, get_json
+from modelroll_devcluster.stack import CONFIGMAP, MODEL, get_json, venv_script
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "managed"
 STORY = {  # version -> (example it is made from, weight, demo model's error rate)
@@ -86,7 +86,7 @@ class InCluster:
         return yaml.safe_dump_all([managed_manifest(n) for n in STORY], sort_keys=False)
 
     def plugin(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        argv = ["kubectl-modelroll", f"--kubeconfig={self.cluster.kubeconfig}",
+        argv = [venv_script("kubectl-modelroll"), f"--kubeconfig={self.cluster.kubeconfig}",
                 f"--namespace={self.namespace}", *args]  # fmt: skip
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True)
 

@@ -112,7 +112,8 @@ def error_ratios(rollout: Rollout, minimum: int) -> tuple[Ratios, float, Ratios]
         seen = all(totals.get(v, 0) >= minimum for v in (STABLE, CANARY))
         return totals if seen else None
 
-    totals = eventually(enough, f"Prometheus seeing {minimum} requests of each version", 60)
+    within = max(60.0, rollout.settle_s)  # a cluster's Prometheus discovers new pods slowly
+    totals = eventually(enough, f"Prometheus seeing {minimum} requests of each version", within)
     errors = prometheus.by_label(errors_q)
     ratios = {v: errors.get(v, 0.0) / totals[v] for v in (STABLE, CANARY)}
     blended = sum(errors.get(v, 0.0) for v in totals) / sum(totals.values())

@@ -1,0 +1,11 @@
+# End to end (owned by tests/e2e/ and hack/kind/): the rollout story on loopback, part of
+# `make test`, and the same scenario on a kind cluster. Included from the Makefile after
+# hack/cluster.mk and hack/chart.mk (it uses VENV, PY, PYTEST_ARGS, cluster-bins and HELM).
+
+.PHONY: test-e2e
+test-e2e: venv cluster-bins ## The rollout story on loopback: control plane, operator, gateway, sidecars, Prometheus.
+	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+.PHONY: e2e-kind
+e2e-kind: venv cluster-bins $(HELM) ## The same scenario on a kind cluster with the chart (needs Docker and kind).
+	PYTEST_ARGS='$(PYTEST_ARGS)' hack/kind/e2e.sh
