@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -108,7 +109,8 @@ def ensure_cluster_bins(progress: Progress, bin_dir: Path | None = None) -> Path
             "Building the control plane (make cluster-bins)",
             ["make", "--no-print-directory", "cluster-bins"],
             cwd=root,
-            env={"GOFLAGS": "-v"},  # go prints each package it compiles: the progress count
+            # go prints each package it compiles: the progress count.
+            env={"GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -v".strip()},
             unit="packages compiled",
         )
         find_binaries(bin_dir)
@@ -189,13 +191,9 @@ class Stack:
 
     def stop(self) -> None:
         """Stop everything this stack started, in reverse order. Safe to call twice."""
-        if self.cluster is not None and self.operator is not None and self.operator.running():
-            # Delete the versions while the operator runs, so our finalizer never blocks.
+        if self.cluster is not None and self.plane is None:
             with contextlib.suppress(ClusterError, subprocess.SubprocessError):
-                self.cluster.kubectl(
-                    "delete", "modelversions", "--all", "--timeout=20s",
-                    namespace=self.namespace, check=False, timeout=30,
-                )  # fmt: skip
+                self._delete_versions(self.cluster)
         if self.prometheus is not None:
             self.prometheus.stop()
         for component in reversed(self._components):
@@ -205,6 +203,25 @@ class Stack:
         elif self.cluster is not None and self._own_namespace:
             with contextlib.suppress(ClusterError, subprocess.SubprocessError):
                 self.cluster.delete_namespace(self.namespace)
+
+    def _delete_versions(self, cluster: Cluster) -> None:
+        """Leave no ModelVersion behind in a cluster that outlives the stack. Deleted while the
+        operator runs, our finalizer goes as it should; without it (killed and not restarted),
+        the finalizer is removed by hand so that the namespace can still be deleted."""
+        if self.operator is not None and self.operator.running():
+            cluster.kubectl(
+                "delete", "modelversions", "--all", "--timeout=20s",
+                namespace=self.namespace, check=False, timeout=30,
+            )  # fmt: skip
+        leftover = cluster.kubectl(
+            "get", "modelversions", "-o", "name", namespace=self.namespace, check=False
+        ).stdout.split()
+        for name in leftover:
+            cluster.kubectl(
+                "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                namespace=self.namespace, check=False,
+            )  # fmt: skip
+            cluster.kubectl("delete", name, "--wait=false", namespace=self.namespace, check=False)
 
     def __enter__(self) -> Self:
         return self.start()
