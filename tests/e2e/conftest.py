@@ -23,6 +23,7 @@ from modelroll_devcluster.stack import Stack
 from tests.e2e.incluster import InCluster
 
 FIGURES = pytest.StashKey[list[tuple[str, str]]]()
+FAILED = pytest.StashKey[bool]()
 
 
 class Rollout(Protocol):
@@ -66,6 +67,7 @@ def rollout(cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path) ->
         try:
             yield incluster
         finally:
+            show_logs_if_failed(request, incluster)
             incluster.cleanup()
         return
     namespace: str = request.getfixturevalue("namespace")
@@ -77,7 +79,22 @@ def rollout(cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path) ->
     try:
         yield stack
     finally:
+        show_logs_if_failed(request, stack)
         stack.stop()
+
+
+def show_logs_if_failed(request: pytest.FixtureRequest, rollout: Rollout) -> None:
+    """After a failed test, the end of each component's log (shown with the failure)."""
+    if request.node.stash.get(FAILED, False):
+        print(f"--- component logs ---\n{rollout.log_tails()}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[FAILED] = True
+    return report
 
 
 class Figures:
