@@ -17,6 +17,7 @@ ARGS ?=
 
 include hack/cluster.mk
 include hack/chart.mk
+include hack/e2e.mk
 
 .PHONY: help
 help: ## List the targets.
@@ -57,11 +58,11 @@ test-integration: venv cluster-bins ## Tests against a real kube-apiserver + etc
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint test-unit test-integration chart-test ## Everything CI runs.
+test: lint test-unit test-integration chart-test test-e2e ## Everything CI runs.
 
 .PHONY: demo
 demo: venv ## The main job: run the demo (ARGS=--once runs it once and exits).
-	$(PY) -m modelroll_sidecar.demo $(ARGS)
+	$(PY) -m modelroll_devcluster.demo $(ARGS)
 
 .PHONY: bench-sidecar
 bench-sidecar: venv ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
