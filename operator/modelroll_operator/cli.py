@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -85,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--priority",
         type=int,
-        default=_env("PRIORITY", "0"),
-        help="peering priority: the highest-priority replica is the active one (0)",
+        default=_env("PRIORITY"),
+        help="peering priority: the replica with the highest is the active one (default: a "
+        "random number, since replicas of equal priority would all pause)",
     )
     p.add_argument(
         "--workers",
@@ -111,13 +113,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(args: argparse.Namespace) -> OperatorConfig:
+    peering = None if args.standalone else args.peering or None
+    priority = args.priority
+    if priority is None:
+        # kopf pauses every replica when the highest priority is shared; replicas of one
+        # Deployment all get the same flags, so each draws its own.
+        priority = random.SystemRandom().randint(1, 1_000_000) if peering else 0
     return OperatorConfig(
         sidecar_image=args.sidecar_image,
         drain_timeout_s=args.drain_timeout_s,
         kubeconfig=args.kubeconfig,
         workers=args.workers,
-        peering=None if args.standalone else args.peering or None,
-        priority=args.priority,
+        peering=peering,
+        priority=int(priority),
     )
 
 

@@ -252,23 +252,37 @@ class Plugin:
         await self.apply(target.model, plan_rollback(target, siblings, force), wait)
 
 
+def _connection_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """-n, --kubeconfig and --context, before or after the command (``status -n prod``)."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
+    parser.add_argument(
+        "-n", "--namespace", help="namespace (default: the kubeconfig context's)", **default
+    )
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG)", **default
+    )
+    parser.add_argument("--context", help="kubeconfig context to use", **default)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kubectl modelroll",
         description="Show and shift traffic between the versions of a model. Every change is "
         "a ModelVersion patch; nothing is redeployed.",
     )
-    p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG)")
-    p.add_argument("--context", help="kubeconfig context to use")
+    _connection_flags(p, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_flags(common, suppress=True)
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    status = commands.add_parser("status", help="the versions of each model: weight, share, ready")
+    status = commands.add_parser(
+        "status", parents=[common], help="the versions of each model: weight, share, ready"
+    )
     status.add_argument("model", nargs="?", help="only this model")
     status.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
 
     def mutating(name: str, help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help, description=help)
+        sub = commands.add_parser(name, parents=[common], help=help, description=help)
         sub.add_argument("version", help="the ModelVersion's name")
         sub.add_argument(
             "--wait",

@@ -55,7 +55,7 @@ def _ref(version: VersionInfo) -> dict[str, Any]:
                         "name": version.name, "uid": version.uid}}  # fmt: skip
 
 
-def _rejected(exc: KubeApiError) -> bool:
+def _refused_for_good(exc: KubeApiError) -> bool:
     """The API server refused the object itself: retrying the same manifest cannot help.
 
     Server-side apply reports a field it cannot convert (a malformed quantity, say) as a 500
@@ -89,7 +89,8 @@ class Reconciler:
         self._locks: defaultdict[ModelKey, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._failures: dict[ModelKey, int] = {}
         self._retries: dict[ModelKey, asyncio.TimerHandle] = {}
-        self._rejected: dict[tuple[str, VersionKey], tuple[str, str]] = {}
+        self._rejected: dict[ModelKey, dict[tuple[str, str], tuple[str, str]]] = {}
+        """Per model, (kind, version name) -> (manifest hash, why the API server refused it)."""
         self._workers: list[asyncio.Task[None]] = []
         self._active = 0
 
@@ -171,15 +172,18 @@ class Reconciler:
         namespace, model = key
         versions = sorted(self.versions.get(key) or (), key=lambda v: v.name)
         live = [v for v in versions if not v.deleting]
+        names = {v.name for v in live}
+        rejected = self._rejected.pop(key, {})
+        if kept := {k: v for k, v in rejected.items() if k[1] in names}:
+            self._rejected[key] = kept
         readiness = {v.name: await self._workload(v) for v in live}
-        route = compute_route(
-            model,
-            (
+        candidates = []
+        for v in live:
+            r = readiness[v.name]
+            candidates.append(
                 Candidate(v.name, v.spec.weight if v.spec else 0, r.endpoint, r.ready)
-                for v in live
-                for r in [readiness[v.name]]
-            ),
-        )
+            )
+        route = compute_route(model, candidates)
         before = await self._write_route(namespace, model, route)
         await self._post_route_events(model, before, route, versions)
         now = now_rfc3339()
@@ -366,21 +370,21 @@ class Reconciler:
                     False, "WorkloadConflict",
                     f"{kind} {name} already exists and is not managed by this ModelVersion",
                 )  # fmt: skip
-        rejected_key = (kind, version.key)
-        rejected = self._rejected.get(rejected_key)
+        rejections = self._rejected.setdefault(version.model_key, {})
+        rejected = rejections.get((kind, version.name))
         if rejected is not None and rejected[0] == want:
             return Readiness(False, "InvalidSpec", rejected[1])
         try:
             applied = await self.api.apply(path, manifest)
         except KubeApiError as exc:
-            if not _rejected(exc):
+            if not _refused_for_good(exc):
                 raise
             message = f"The API server rejected {kind} {name}: {exc.message}"
-            self._rejected[rejected_key] = (want, message)
+            rejections[(kind, version.name)] = (want, message)
             log.warning("%s; ModelVersion %s/%s stays not Ready until its spec changes",
                         message, version.namespace, version.name, extra=_ref(version))  # fmt: skip
             return Readiness(False, "InvalidSpec", message)
-        self._rejected.pop(rejected_key, None)
+        rejections.pop((kind, version.name), None)
         verb = "Created" if seen is None else "Updated"
         log.info("%s %s %s/%s for ModelVersion %s", verb, kind, version.namespace, name,
                  version.name, extra=_ref(version))  # fmt: skip

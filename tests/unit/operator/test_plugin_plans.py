@@ -8,6 +8,7 @@ from modelroll_operator.plugin import (
     PluginError,
     Version,
     WeightChange,
+    build_parser,
     plan_promote,
     plan_rollback,
     render_table,
@@ -88,3 +89,11 @@ def test_the_status_table_lists_versions_by_model() -> None:
         "ENDPOINT",
     ]
     assert [line.split()[1] for line in table[1:]] == ["canary", "stable"]
+
+
+def test_the_namespace_flag_may_come_before_or_after_the_command() -> None:
+    before = build_parser().parse_args(["-n", "prod", "promote", "canary"])
+    after = build_parser().parse_args(["promote", "canary", "-n", "prod", "--wait=0"])
+    neither = build_parser().parse_args(["status"])
+    assert (before.namespace, after.namespace, neither.namespace) == ("prod", "prod", None)
+    assert (after.version, after.wait, after.force) == ("canary", 0.0, False)
