@@ -10,7 +10,6 @@ succeeds (for example after the API server was away).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -107,9 +106,8 @@ class Reconciler:
             handle.cancel()
         for task in self._workers:
             task.cancel()
-        for task in self._workers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Whatever a worker died of, shutting down must not fail (kopf would retry the cleanup).
+        await asyncio.gather(*self._workers, return_exceptions=True)
 
     def enqueue(self, key: ModelKey) -> None:
         """Reconcile this model soon (once, however often it is asked before the pass starts)."""
@@ -138,7 +136,10 @@ class Reconciler:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._retry(key, exc)
+                try:
+                    self._retry(key, exc)
+                except Exception:  # never let a worker die: the queue would stall
+                    log.exception("Scheduling a retry of model %s/%s failed", *key)
             else:
                 self._failures.pop(key, None)
             finally:
@@ -201,12 +202,12 @@ class Reconciler:
         configmap = await self.api.get(path)
         data: Mapping[str, Any] = (configmap or {}).get("data") or {}
         old_text = data.get(model)
-        before = None
+        before, invalid = None, ""
         if old_text is not None:
             try:
                 before = parse_model_route(model, old_text)
             except RoutesError as exc:
-                log.warning("Replacing the invalid entry of model %s/%s: %s", namespace, model, exc)
+                invalid = str(exc)  # rewritten below, since it differs from what we write
         if route is None:
             if old_text is not None:
                 await self.api.merge_patch(path, configmap_delete_patch(model))
@@ -226,6 +227,11 @@ class Reconciler:
         log.info(
             "Routed model %s/%s in ConfigMap %s: %s", namespace, model, CONFIGMAP_NAME, weights
         )
+        if invalid:
+            log.warning(
+                "Replaced an invalid entry for model %s/%s in ConfigMap %s: %s",
+                namespace, model, CONFIGMAP_NAME, invalid,
+            )  # fmt: skip
         return before
 
     async def _create_configmap(self, namespace: str, data: dict[str, str]) -> None:
@@ -270,8 +276,15 @@ class Reconciler:
                 await self.api.post_event(
                     version.owner_body(), change.reason(), change.message(model)
                 )
-            except TRANSIENT as exc:
+            except TRANSIENT as exc:  # events help but must not fail the pass
                 log.debug("Could not post an event for %s: %s", version.name, exc)
+
+    async def _warn(self, version: VersionInfo, reason: str, message: str) -> None:
+        """A Warning event on the version (best effort)."""
+        try:
+            await self.api.post_event(version.owner_body(), reason, message, kind="Warning")
+        except TRANSIENT as exc:
+            log.debug("Could not post an event for %s: %s", version.name, exc)
 
     # -- status ---------------------------------------------------------------------------
 
@@ -383,6 +396,7 @@ class Reconciler:
             rejections[(kind, version.name)] = (want, message)
             log.warning("%s; ModelVersion %s/%s stays not Ready until its spec changes",
                         message, version.namespace, version.name, extra=_ref(version))  # fmt: skip
+            await self._warn(version, "InvalidSpec", message)
             return Readiness(False, "InvalidSpec", message)
         rejections.pop((kind, version.name), None)
         verb = "Created" if seen is None else "Updated"

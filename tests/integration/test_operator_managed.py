@@ -234,6 +234,11 @@ def test_a_workload_the_api_server_rejects_is_reported_in_the_ready_condition(
     message = next(c["message"] for c in rejected["status"]["conditions"] if c["type"] == "Ready")
     assert "The API server rejected Deployment canary-v2" in message
     assert "quantities must match the regular expression" in message
+    warnings = cluster.kubectl_json(
+        "get", "events", "--field-selector=involvedObject.name=canary-v2,type=Warning",
+        namespace=namespace,
+    )["items"]  # fmt: skip
+    assert [e["reason"] for e in warnings] == ["InvalidSpec"]
     assert operator.errors() == []
 
     patch_mv(cluster, namespace, "canary-v2", {"spec": {"server": {"resources": None}}})

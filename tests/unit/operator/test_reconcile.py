@@ -1,0 +1,209 @@
+"""One model's reconcile pass against an in-memory API: what gets written, and when nothing is.
+
+The real API server is in tests/integration; here the point is the pass's logic: the routes
+entry, statuses, events, workloads, no writes on a replay, and retries that keep the queue alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+from modelroll_gateway.kubeapi import KubeApiError
+from modelroll_operator.kube import Api
+from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
+from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.state import VersionInfo, WorkloadInfo
+
+from .conftest import version
+
+CM = "/api/v1/namespaces/prod/configmaps/modelroll-routes"
+
+
+def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch."""
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping):
+            out[key] = merge(out.get(key) or {}, value)
+        else:
+            out[key] = value
+    return out
+
+
+class FakeApi:
+    """Objects by path; every write is recorded; ``failures`` makes the next calls fail."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.failures = 0
+
+    def _maybe_fail(self) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise KubeApiError(503, "ServiceUnavailable", "the API server is restarting")
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        self._maybe_fail()
+        return self.objects.get(path)
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._maybe_fail()
+        full = f"{path}/{body['metadata']['name']}"
+        if full in self.objects:
+            raise KubeApiError(409, "AlreadyExists", "exists")
+        self.objects[full] = dict(body)
+        self.writes.append(("create", full))
+        return self.objects[full]
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self._maybe_fail()
+        base = path.removesuffix("/status")
+        self.objects[base] = merge(self.objects.get(base, {}), patch)
+        self.writes.append(("patch", path))
+        return self.objects[base]
+
+    async def apply(self, path: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        self._maybe_fail()
+        self.objects[path] = dict(manifest)
+        self.writes.append(("apply", path))
+        return self.objects[path]
+
+    async def delete(self, path: str) -> bool:
+        self._maybe_fail()
+        self.writes.append(("delete", path))
+        return self.objects.pop(path, None) is not None
+
+    async def post_event(
+        self, involved: Mapping[str, Any], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        self.events.append((involved["metadata"]["name"], reason, message))
+
+
+class World:
+    """Indices as kopf would fill them, and a reconciler over the fake API."""
+
+    def __init__(self, *versions: VersionInfo) -> None:
+        self.api = FakeApi()
+        self.versions: dict[tuple[str, str], list[VersionInfo]] = {}
+        self.deployments: dict[tuple[str, str], list[WorkloadInfo]] = {}
+        self.services: dict[tuple[str, str], list[WorkloadInfo]] = {}
+        for v in versions:
+            self.versions.setdefault(v.model_key, []).append(v)
+        config = OperatorConfig(retry_initial_s=0.01, retry_max_s=0.05, workers=2)
+        self.reconciler = Reconciler(
+            cast(Api, self.api),
+            config,
+            cast(VersionIndex, self.versions),
+            cast(WorkloadIndex, self.deployments),
+            cast(WorkloadIndex, self.services),
+        )
+
+    def observe(self) -> None:
+        """Feed what was written back into the indices, as the watches would."""
+        for key, store in self.versions.items():
+            refreshed = []
+            for v in store:
+                body = self.api.objects.get(
+                    f"/apis/modelroll.io/v1alpha1/namespaces/prod/modelversions/{v.name}"
+                )
+                status = (body or {}).get("status", v.status)
+                refreshed.append(dataclasses.replace(v, status=status))
+            self.versions[key] = refreshed
+        for body in self.api.objects.values():
+            kind = body.get("kind")
+            if kind in ("Deployment", "Service"):
+                info = WorkloadInfo.from_body(kind, body)
+                assert info is not None
+                index = self.deployments if kind == "Deployment" else self.services
+                index[info.key] = [info]
+
+    def route(self, model: str) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.api.objects[CM]["data"][model])
+        return doc
+
+
+def external(name: str, weight: int) -> VersionInfo:
+    return version(name, weight=weight, endpoint=f"http://{name}:8000", uid=f"uid-{name}")
+
+
+async def test_a_pass_writes_the_route_statuses_and_events_and_a_replay_writes_nothing() -> None:
+    world = World(external("stable-v1", 9), external("canary-v2", 1))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert world.route("sentiment")["versions"] == [
+        {"name": "canary-v2", "weight": 1, "endpoint": "http://canary-v2:8000"},
+        {"name": "stable-v1", "weight": 9, "endpoint": "http://stable-v1:8000"},
+    ]
+    status_paths = [p for op, p in world.api.writes if p.endswith("/status")]
+    assert len(status_paths) == 2
+    assert {(name, reason) for name, reason, _ in world.api.events} == {
+        ("canary-v2", "Routed"),
+        ("stable-v1", "Routed"),
+    }
+
+    world.observe()
+    world.api.writes.clear()
+    world.api.events.clear()
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert world.api.writes == []
+    assert world.api.events == []
+
+
+async def test_the_last_version_gone_takes_the_models_key_and_leaves_others_alone() -> None:
+    world = World(external("stable-v1", 9))
+    world.api.objects[CM] = {"metadata": {"name": "modelroll-routes"}, "data": {"other": "{}"}}
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert set(world.api.objects[CM]["data"]) == {"other", "sentiment"}
+    world.versions[("prod", "sentiment")] = []
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert world.api.objects[CM]["data"] == {"other": "{}"}
+
+
+async def test_a_managed_version_is_applied_once_and_a_weight_change_does_not_reapply() -> None:
+    world = World(version("canary-v2", weight=1, uid="uid-c"))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    applied = [p for op, p in world.api.writes if op == "apply"]
+    assert applied == [
+        "/api/v1/namespaces/prod/services/canary-v2",
+        "/apis/apps/v1/namespaces/prod/deployments/canary-v2",
+    ]
+    assert world.route("sentiment")["versions"] == []  # no ready replica yet
+
+    world.observe()
+    world.versions[("prod", "sentiment")] = [version("canary-v2", weight=5, uid="uid-c")]
+    world.api.writes.clear()
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert [op for op, _ in world.api.writes if op == "apply"] == []
+
+
+async def test_a_failing_api_is_retried_and_the_workers_keep_going() -> None:
+    world = World(external("stable-v1", 9))
+    world.api.failures = 3
+    world.reconciler.start()
+    try:
+        world.reconciler.enqueue(("prod", "sentiment"))
+        for _ in range(200):
+            if CM in world.api.objects:
+                break
+            await asyncio.sleep(0.01)
+        assert world.route("sentiment")["versions"][0]["name"] == "stable-v1"
+        # Still serving: another model goes through too.
+        world.versions[("prod", "translate")] = [
+            version("t1", model="translate", endpoint="http://t1")
+        ]
+        world.reconciler.enqueue(("prod", "translate"))
+        for _ in range(200):
+            if "translate" in world.api.objects[CM]["data"]:
+                break
+            await asyncio.sleep(0.01)
+        assert "translate" in world.api.objects[CM]["data"]
+        assert world.reconciler.pending == 0
+    finally:
+        await world.reconciler.stop()
