@@ -14,6 +14,17 @@ from tests.conftest import Spawn, free_port
 REQUESTS = 405  # not a multiple of the batch size: the last batch is partial
 
 
+async def accepted(session: aiohttp.ClientSession, base: str) -> float:
+    """Requests the sidecar has taken in: those queued plus those sent to the model in batches."""
+    async with session.get(base + "/metrics") as resp:
+        text = await resp.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(("modelroll_queue_depth{", "modelroll_batch_size_sum{")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def queue_depth(session: aiohttp.ClientSession, base: str) -> float:
     async with session.get(base + "/metrics") as resp:
         for line in (await resp.text()).splitlines():
@@ -26,14 +37,14 @@ async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -
     model_port, sidecar_port = free_port(), free_port()
     model = spawn(
         "modelroll-demo-model",
-        "--port", str(model_port), "--fixed-ms", "40", "--per-token-ms", "0",
+        "--port", str(model_port), "--fixed-ms", "100", "--per-token-ms", "0",
         ready=f"http://127.0.0.1:{model_port}/readyz",
     )  # fmt: skip
     base = f"http://127.0.0.1:{sidecar_port}"
     sidecar = spawn(
         "modelroll-sidecar",
         "--port", str(sidecar_port), "--upstream", f"http://127.0.0.1:{model_port}",
-        "--max-batch-size", "16", "--max-wait-ms", "10000", "--timeout-ms", "60000",
+        "--max-batch-size", "16", "--max-wait-ms", "20000", "--timeout-ms", "60000",
         "--max-queue-size", "1000",
         ready=f"{base}/readyz",
     )  # fmt: skip
@@ -47,8 +58,10 @@ async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -
                 return resp.status
 
         calls = [asyncio.ensure_future(infer(i)) for i in range(REQUESTS)]
-        while await queue_depth(session, base) < REQUESTS / 2:  # noqa: ASYNC110 (polls a metric)
-            await asyncio.sleep(0.02)
+        # SIGTERM once every request is in (requests still on the wire would rightly get 503).
+        while await accepted(session, base) < REQUESTS:  # noqa: ASYNC110 (polls a metric)
+            await asyncio.sleep(0.01)
+        assert await queue_depth(session, base) > REQUESTS / 2  # most are still queued
 
         sidecar.signal(signal.SIGTERM)
         signalled = time.monotonic()
@@ -68,8 +81,8 @@ async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -
     assert ready_status == 503
     assert late == 503
     assert exit_code == 0
-    # The last, partial batch went at once: nobody waited for the 10 s max-wait.
-    assert exited_after < 8
+    # The last, partial batch went at once: nobody waited for the 20 s max-wait.
+    assert exited_after < 12
     assert stats["items"] == REQUESTS
     assert "Stopped" in sidecar.log()
     assert model.popen.poll() is None
