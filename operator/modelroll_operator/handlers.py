@@ -18,7 +18,7 @@ import kopf
 from modelroll_gateway.routes import CONFIGMAP_NAME
 
 from .kube import Api, connect
-from .reconcile import TRANSIENT, Reconciler, RetryLater, VersionIndex, WorkloadIndex
+from .reconcile import TRANSIENT, Reconciler, VersionIndex, WorkloadIndex
 from .settings import OperatorConfig, configure
 from .spec import GROUP, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PLURAL, VERSION
 from .state import ModelKey, VersionInfo, VersionKey, WorkloadInfo
@@ -148,7 +148,7 @@ async def unroute_deleted_version(
         return
     try:
         await _reconciler(memo).reconcile((namespace, model))
-    except (*TRANSIENT, RetryLater) as exc:
+    except TRANSIENT as exc:
         raise kopf.TemporaryError(
             f"Could not remove {name} from the routes of model {model}: {exc}", delay=2
         ) from exc

@@ -22,10 +22,12 @@ from modelroll_gateway.routes import (
     CONFIGMAP_NAME,
     ModelRoute,
     RoutesError,
+    VersionRoute,
     configmap_delete_patch,
     configmap_patch,
     dump_model_route,
     parse_model_route,
+    validate_model_name,
 )
 
 from .kube import Api, KubeApiError, apps_path, core_path, mv_path
@@ -42,10 +44,6 @@ VersionIndex = kopf.Index[ModelKey, VersionInfo]
 WorkloadIndex = kopf.Index[VersionKey, WorkloadInfo]
 TRANSIENT = (KubeApiError, aiohttp.ClientError, TimeoutError, OSError)
 """Failures worth a retry: the API said no for now, or could not be reached."""
-
-
-class RetryLater(Exception):
-    """A pass that could not finish (e.g. a create race); the model is queued again."""
 
 
 def _ref(version: VersionInfo) -> dict[str, Any]:
@@ -150,7 +148,7 @@ class Reconciler:
         self._failures[key] = failures + 1
         delay = min(self.config.retry_max_s, self.config.retry_initial_s * 2**failures)
         what = f"model {key[0]}/{key[1]}"
-        if isinstance(exc, (*TRANSIENT, RetryLater)):
+        if isinstance(exc, TRANSIENT):
             log.warning("Reconciling %s failed (%s); retrying in %.1fs", what, exc, delay)
         else:
             log.exception("Reconciling %s failed; retrying in %.1fs", what, delay)
@@ -171,6 +169,11 @@ class Reconciler:
 
     async def _reconcile(self, key: ModelKey) -> None:
         namespace, model = key
+        try:
+            validate_model_name(model)
+        except RoutesError as exc:  # the CRD prevents this; an old object might not
+            log.warning("Skipped model %s/%s: %s", namespace, model, exc)
+            return
         versions = sorted(self.versions.get(key) or (), key=lambda v: v.name)
         live = [v for v in versions if not v.deleting]
         names = {v.name for v in live}
@@ -248,10 +251,11 @@ class Reconciler:
         try:
             await self.api.create(core_path(namespace, "configmaps"), body)
         except KubeApiError as exc:
-            if exc.status == 409:
-                raise RetryLater(
-                    f"ConfigMap {namespace}/{CONFIGMAP_NAME} appeared meanwhile"
-                ) from exc
+            if exc.status == 409:  # created meanwhile (another operator, a person): patch it
+                await self.api.merge_patch(
+                    core_path(namespace, "configmaps", CONFIGMAP_NAME), {"data": data}
+                )
+                return
             if exc.status == 403 and "being terminated" in exc.message:
                 log.info("Did not create ConfigMap %s/%s: the namespace is being deleted",
                          namespace, CONFIGMAP_NAME)  # fmt: skip
@@ -320,6 +324,10 @@ class Reconciler:
             return Readiness(False, "InvalidSpec", version.spec_error or "invalid spec")
         if spec.server is None:
             await self._remove_workload(version)
+            try:
+                VersionRoute(version.name, spec.weight, spec.endpoint or "")
+            except RoutesError as exc:  # the CRD prevents this; an old object might not
+                return Readiness(False, "InvalidSpec", str(exc))
             return Readiness(
                 True, "ExternalEndpoint", f"External mode: requests go to {spec.endpoint}",
                 endpoint=spec.endpoint,

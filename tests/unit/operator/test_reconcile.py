@@ -207,3 +207,19 @@ async def test_a_failing_api_is_retried_and_the_workers_keep_going() -> None:
         assert world.reconciler.pending == 0
     finally:
         await world.reconciler.stop()
+
+
+async def test_a_configmap_created_meanwhile_is_patched_instead() -> None:
+    world = World(external("stable-v1", 9))
+    original_get = world.api.get
+
+    async def racing_get(path: str) -> dict[str, Any] | None:
+        if path == CM and CM not in world.api.objects:
+            # Someone creates it between our read and our create.
+            world.api.objects[CM] = {"metadata": {"name": "modelroll-routes"}, "data": {"x": "{}"}}
+            return None
+        return await original_get(path)
+
+    world.api.get = racing_get  # type: ignore[method-assign]
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert set(world.api.objects[CM]["data"]) == {"x", "sentiment"}
