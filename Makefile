@@ -65,6 +65,14 @@ test: lint test-unit test-integration chart-test test-e2e ## Everything CI runs.
 demo: venv ## The main job: run the demo (ARGS=--once runs it once and exits).
 	$(PY) -m modelroll_devcluster.demo $(ARGS)
 
+.PHONY: crd
+crd: venv cluster-bins ## Install the ModelVersion CRD into the local control plane (after make cluster-up).
+	$(CLUSTER_BIN)/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig apply --server-side -f crds/modelversion.yaml
+
+.PHONY: operator
+operator: crd ## Run the operator against the local control plane, every namespace (ARGS= adds flags).
+	$(VENV)/bin/modelroll-operator --kubeconfig $(CLUSTER_DIR)/kubeconfig --log-format=plain $(ARGS)
+
 .PHONY: bench-sidecar
 bench-sidecar: venv ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
 	$(PY) -m modelroll_bench.sidecar $(ARGS)
