@@ -77,6 +77,10 @@ operator: crd ## Run the operator against the local control plane, every namespa
 bench-sidecar: venv ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
 	$(PY) -m modelroll_bench.sidecar $(ARGS)
 
+.PHONY: bench-gateway
+bench-gateway: venv ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
+	$(PY) -m modelroll_bench.gateway $(ARGS)
+
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and .bin).
 	rm -rf .mypy_cache .ruff_cache .pytest_cache bench/results
