@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,28 +13,11 @@ from aiohttp import web
 
 from .app import create_app
 from .config import GatewayConfig
+from .flags import env, positive_float, positive_int
 from .kubeapi import KubeConfigError, KubeConnection, load_connection
 from .routes import CONFIGMAP_NAME
 
 log = logging.getLogger("modelroll_gateway")
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(f"MODELROLL_{name}", default)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,64 +27,64 @@ def build_parser() -> argparse.ArgumentParser:
         "ConfigMap (or a routes file). Every flag can also be set as MODELROLL_<FLAG> in the "
         "environment, e.g. MODELROLL_ROUTES_FILE.",
     )
-    p.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="listen address")
-    p.add_argument("--port", type=int, default=_env("PORT", "8080"), help="listen port (8080)")
+    p.add_argument("--host", default=env("HOST", "0.0.0.0"), help="listen address")
+    p.add_argument("--port", type=int, default=env("PORT", "8080"), help="listen port (8080)")
     p.add_argument(
         "--namespace",
-        default=_env("NAMESPACE"),
+        default=env("NAMESPACE"),
         help="namespace of the routes ConfigMap (default: the service account's, else the "
         "kubeconfig context's, else 'default')",
     )
     p.add_argument(
         "--configmap",
-        default=_env("CONFIGMAP", CONFIGMAP_NAME),
+        default=env("CONFIGMAP", CONFIGMAP_NAME),
         help=f"name of the routes ConfigMap ({CONFIGMAP_NAME})",
     )
     p.add_argument(
         "--routes-file",
         type=Path,
-        default=_env("ROUTES_FILE"),
+        default=env("ROUTES_FILE"),
         help="read routes from this JSON file or mounted ConfigMap directory instead of the API",
     )
     p.add_argument(
         "--routes-poll-seconds",
-        type=_positive_float,
-        default=_env("ROUTES_POLL_SECONDS", "0.25"),
+        type=positive_float,
+        default=env("ROUTES_POLL_SECONDS", "0.25"),
         help="how often the routes file is checked for changes (0.25)",
     )
     p.add_argument(
         "--kubeconfig",
         type=Path,
-        default=_env("KUBECONFIG"),
+        default=env("KUBECONFIG"),
         help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)",
     )
     p.add_argument(
         "--upstream-timeout",
-        type=_positive_float,
-        default=_env("UPSTREAM_TIMEOUT", "30"),
+        type=positive_float,
+        default=env("UPSTREAM_TIMEOUT", "30"),
         help="seconds a sidecar may take to answer before the gateway answers 504 (30)",
     )
     p.add_argument(
         "--connect-timeout",
-        type=_positive_float,
-        default=_env("CONNECT_TIMEOUT", "2"),
+        type=positive_float,
+        default=env("CONNECT_TIMEOUT", "2"),
         help="seconds to connect to a sidecar before the gateway answers 502 (2)",
     )
     p.add_argument(
         "--max-body-bytes",
-        type=_positive_int,
-        default=_env("MAX_BODY_BYTES", str(1024 * 1024)),
+        type=positive_int,
+        default=env("MAX_BODY_BYTES", str(1024 * 1024)),
         help="largest request body accepted; larger gets 413 (1048576)",
     )
     p.add_argument(
         "--event-loop",
-        default=_env("EVENT_LOOP", "auto"),
+        default=env("EVENT_LOOP", "auto"),
         choices=["auto", "asyncio", "uvloop"],
         help="event loop: uvloop when installed (auto), or the named one",
     )
     p.add_argument(
         "--log-level",
-        default=_env("LOG_LEVEL", "INFO"),
+        default=env("LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         type=str.upper,
         help="log level (INFO)",

@@ -11,21 +11,12 @@ from pathlib import Path
 
 import kopf
 
+from modelroll_gateway.flags import env, positive_int
+
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
 from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(f"MODELROLL_{name}", default)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-n",
         "--namespace",
         action="append",
-        default=[ns for ns in (_env("NAMESPACE") or "").split(",") if ns],
+        default=[ns for ns in (env("NAMESPACE") or "").split(",") if ns],
         help="serve only this namespace (repeatable; globs allowed; default: all namespaces)",
     )
     scope.add_argument(
@@ -47,33 +38,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--sidecar-image",
-        default=_env("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),
+        default=env("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),
         help=f"the batching sidecar's image in managed pods ({DEFAULT_SIDECAR_IMAGE})",
     )
     p.add_argument(
         "--drain-timeout-s",
-        type=_positive_int,
-        default=_env("DRAIN_TIMEOUT_S", "30"),
+        type=positive_int,
+        default=env("DRAIN_TIMEOUT_S", "30"),
         help="the sidecar's --drain-timeout-s; pods get 15 s more as grace period (30)",
     )
     p.add_argument(
         "--kubeconfig",
         type=Path,
-        default=_env("KUBECONFIG"),
+        default=env("KUBECONFIG"),
         help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
     )
     p.add_argument(
         "--liveness",
         "--liveness-endpoint",
         dest="liveness",
-        default=_env("LIVENESS", DEFAULT_LIVENESS),
+        default=env("LIVENESS", DEFAULT_LIVENESS),
         metavar="URL",
         help=f"serve the liveness probe at this URL, '' for none ({DEFAULT_LIVENESS})",
     )
     peering = p.add_mutually_exclusive_group()
     peering.add_argument(
         "--peering",
-        default=_env("PEERING"),
+        default=env("PEERING"),
         metavar="NAME",
         help="run with kopf peering under this name, so that of several replicas only one is "
         "active (needs the kopf peering CRDs); default: standalone",
@@ -86,27 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--priority",
         type=int,
-        default=_env("PRIORITY"),
+        default=env("PRIORITY"),
         help="peering priority: the replica with the highest is the active one (default: a "
         "random number, since replicas of equal priority would all pause)",
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
-        default=_env("WORKERS", "4"),
+        type=positive_int,
+        default=env("WORKERS", "4"),
         help="models reconciled at the same time (4)",
     )
     p.add_argument(
         "--log-format",
         choices=["json", "plain", "full"],
-        default=_env("LOG_FORMAT", "json"),
+        default=env("LOG_FORMAT", "json"),
         help="json (one object per line), plain (messages) or full (with time and level)",
     )
     p.add_argument(
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         type=str.upper,
-        default=_env("LOG_LEVEL", "INFO"),
+        default=env("LOG_LEVEL", "INFO"),
         help="INFO logs every change the operator makes; DEBUG adds kopf's handler calls (INFO)",
     )
     return p
