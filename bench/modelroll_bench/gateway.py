@@ -21,17 +21,17 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from modelroll_devcluster.processes import free_port, process
+from modelroll_devcluster.processes import free_port
 
 from . import wrk
 from .loadgen import json_bodies, open_loop
+from .servers import Server, finish, serve_module
 
 MODEL = "bench"
 PAYLOAD = "a short review of a good film"
@@ -53,32 +53,9 @@ class Setup:
     like with the echo server, which runs on asyncio's loop)."""
 
 
-def _pin(pid: int, cpu: int | None, setup: Setup) -> None:
-    if setup.pin and cpu is not None:
-        os.sched_setaffinity(pid, {cpu})
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str
-    pid: int
-
-
-@contextlib.asynccontextmanager
-async def serve(
-    module: str, args: list[str], port: int, cpu: int | None, setup: Setup
-) -> AsyncIterator[Server]:
-    """Run ``python -m module args`` until the block ends."""
-    url = f"http://127.0.0.1:{port}"
-    async with process([module, *args], url + "/readyz") as proc:
-        _pin(proc.pid, cpu, setup)
-        yield Server(url, proc.pid)
+def _cpu(cpu: int | None, setup: Setup) -> int | None:
+    """The CPU to pin a server to, when pinning is on."""
+    return cpu if setup.pin else None
 
 
 @contextlib.asynccontextmanager
@@ -95,7 +72,7 @@ async def gateway_to(
         port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(port), "--routes-file", str(routes)]
         args += ["--event-loop", event_loop, "--log-level", "WARNING"]
-        async with serve("modelroll_gateway", args, port, cpu, setup) as server:
+        async with serve_module("modelroll_gateway", args, port, _cpu(cpu, setup)) as server:
             yield server
 
 
@@ -113,10 +90,10 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(
-            serve("modelroll_sidecar.demo_model", model_args, mport, None, setup)
+            serve_module("modelroll_sidecar.demo_model", model_args, mport)
         )
         sidecar = await stack.enter_async_context(
-            serve("modelroll_sidecar", sidecar_args, sport, None, setup)
+            serve_module("modelroll_sidecar", sidecar_args, sport)
         )
         arms = {"direct": sidecar.url + "/v1/infer"}
         for loop in setup.event_loops:
@@ -170,18 +147,20 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         arms: dict[str, tuple[str, Server]] = {}
         echo = await stack.enter_async_context(
-            serve("modelroll_bench.echo", [str(bare_port)], bare_port, 0, setup)
+            serve_module("modelroll_bench.echo", [str(bare_port)], bare_port, _cpu(0, setup))
         )
         arms["echo"] = (echo.url + "/v1/infer", echo)
         upstream = await stack.enter_async_context(
-            serve("modelroll_bench.echo", [str(upstream_port)], upstream_port, 1, setup)
+            serve_module(
+                "modelroll_bench.echo", [str(upstream_port)], upstream_port, _cpu(1, setup)
+            )
         )
         for loop in setup.event_loops:
             gateway = await stack.enter_async_context(gateway_to(upstream.url, setup, loop, 0))
             arms[f"gateway/{loop}"] = (gateway.url + f"/v1/models/{MODEL}/infer", gateway)
         for r in range(setup.rounds):
             for label, (url, server) in arms.items():
-                cpu_before = cpu_seconds(server.pid)
+                cpu_before = server.cpu_seconds()
                 result = await asyncio.to_thread(
                     wrk.run,
                     label,
@@ -190,7 +169,7 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
                     connections=setup.connections,
                     duration_s=setup.duration_s,
                 )
-                used = (cpu_seconds(server.pid) - cpu_before) / max(result.requests, 1) * 1e6
+                used = (server.cpu_seconds() - cpu_before) / max(result.requests, 1) * 1e6
                 runs[label].append(result.rps)
                 cpu_us[label].append(round(used, 1))
                 failures[label] += result.non_2xx + result.socket_errors
@@ -295,15 +274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         event_loops=tuple(args.event_loops.split(",")),
     )
     report = asyncio.run(run(setup))
-    checks = verdicts(report, setup.event_loops[0])
-    report["targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in checks]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print("\nTargets:")
-    for target, ok, measured in checks:
-        print(f"  [{'met' if ok else 'MISSED'}] {target}: {measured}")
-    print(f"Results in {args.out}")
-    sys.exit(0 if all(ok for _, ok, _ in checks) else 1)
+    finish(report, verdicts(report, setup.event_loops[0]), args.out)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import statistics
-import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +21,11 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelroll_devcluster.processes import free_port, process
+from modelroll_devcluster.processes import free_port
 
 from . import wrk
 from .loadgen import json_bodies, open_loop
+from .servers import finish, serve_module
 
 
 @dataclass(frozen=True)
@@ -57,24 +55,6 @@ class Setup:
     @property
     def payload(self) -> str:
         return " ".join(["tok"] * self.tokens)
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str
-    pid: int
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far (Linux /proc)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.asynccontextmanager
-async def serve_python(module: str, args: list[str], port: int) -> AsyncIterator[Server]:
-    url = f"http://127.0.0.1:{port}"
-    async with process([module, *args], url + "/readyz") as proc:
-        yield Server(url, proc.pid)
 
 
 def sidecar_args(port: int, upstream: str, max_batch: int, setup: Setup) -> list[str]:
@@ -124,7 +104,7 @@ async def batching_comparison(setup: Setup) -> dict[str, Any]:
     mport = free_port()
     model_args = ["--port", str(mport), "--fixed-ms", str(setup.fixed_ms)]
     model_args += ["--per-token-ms", str(setup.per_token_ms), "--parallel", str(setup.parallel)]
-    async with serve_python("modelroll_sidecar.demo_model", model_args, mport) as model_server:
+    async with serve_module("modelroll_sidecar.demo_model", model_args, mport) as model_server:
         model = model_server.url
         ports = free_port(), free_port(), free_port()
         systems = {
@@ -136,7 +116,7 @@ async def batching_comparison(setup: Setup) -> dict[str, Any]:
             ),
         }
         for (label, (module, args)), port in zip(systems.items(), ports, strict=True):
-            async with serve_python(module, args, port) as server:
+            async with serve_module(module, args, port) as server:
                 url = server.url
                 sat, mean_batch = await mean_batch_during(
                     url, asyncio.to_thread(saturate, label, url, setup, body)
@@ -185,11 +165,11 @@ async def zero_cost_comparison(setup: Setup, rounds: int) -> dict[str, Any]:
     mport, sport, eport = free_port(), free_port(), free_port()
     model_args = ["--port", str(mport), "--fixed-ms", "0", "--per-token-ms", "0"]
     async with (
-        serve_python("modelroll_sidecar.demo_model", model_args, mport) as model,
-        serve_python(
+        serve_module("modelroll_sidecar.demo_model", model_args, mport) as model,
+        serve_module(
             "modelroll_sidecar", sidecar_args(sport, model.url, setup.max_batch, setup), sport
         ) as sidecar,
-        serve_python("modelroll_bench.echo", [str(eport)], eport) as echo,
+        serve_module("modelroll_bench.echo", [str(eport)], eport) as echo,
     ):
         for _ in range(rounds):
             for label, server in (("echo", echo), ("sidecar", sidecar)):
@@ -266,15 +246,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup = Setup(duration_s=args.duration)
     report = asyncio.run(run(setup, args.rounds))
-    checks = verdicts(setup, report)
-    report["targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in checks]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print("\nTargets:")
-    for target, ok, measured in checks:
-        print(f"  [{'met' if ok else 'MISSED'}] {target}: {measured}")
-    print(f"Results in {args.out}")
-    sys.exit(0 if all(ok for _, ok, _ in checks) else 1)
+    finish(report, verdicts(setup, report), args.out)
 
 
 if __name__ == "__main__":
