@@ -12,14 +12,13 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from .batching import Batcher, BatcherNotRunning, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
 from .metrics import SidecarMetrics
-from .protocol import ModelClient
+from .protocol import ModelClient, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +98,7 @@ SIDECAR = web.AppKey("sidecar", Sidecar)
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         status=status,
-        body=orjson.dumps(body),
+        body=encode(body),
         content_type="application/json",
         headers=headers,
     )
@@ -128,8 +127,8 @@ async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Respon
     except web.HTTPRequestEntityTooLarge:
         return error_response(413, f"request body is larger than {max_bytes} bytes")
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:  # its message gives a position, never the payload
+        body = decode(raw)
+    except ValueError as exc:  # JSON and UTF-8 errors; messages give a position, never the payload
         return error_response(400, f"malformed JSON: {exc}")
     if not isinstance(body, dict) or "payload" not in body:
         return error_response(400, 'body must be a JSON object with a "payload" field')

@@ -6,11 +6,30 @@ optional ``"errors": [null, "why", ...]`` per item. ``GET /readyz`` answers 200 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode(raw: bytes) -> Any:
+    """Parse JSON exactly: integers of any size stay integers (orjson would turn ones beyond
+    64 bits into floats), and NaN/Infinity, which are not JSON, are refused."""
+    return json.loads(raw, parse_constant=_reject_constant)
+
+
+def encode(value: Any) -> bytes:
+    """Serialise to compact JSON: orjson, or the standard library for integers beyond 64 bits."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def payload_length(payload: object) -> int:
@@ -93,7 +112,7 @@ class ModelClient:
 
     async def infer(self, inputs: list[Any]) -> BatchResult:
         """Run one batch. Raises ModelUnreachable or ModelFailed for whole-batch failures."""
-        data = orjson.dumps({"inputs": inputs})
+        data = encode({"inputs": inputs})
         try:
             async with self.session.post(
                 self._base + "/v1/batch",
@@ -110,8 +129,8 @@ class ModelClient:
         except aiohttp.ClientError as exc:
             raise ModelFailed(f"model connection failed: {type(exc).__name__}") from exc
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
+            body = decode(raw)
+        except ValueError as exc:
             raise ModelFailed("model response is not JSON") from exc
         return parse_batch_response(body, len(inputs))
 

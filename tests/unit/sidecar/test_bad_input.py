@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
+from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.config import SidecarConfig, parse_args
 
@@ -125,3 +127,28 @@ def test_a_bad_environment_value_is_reported_against_its_flag(
         parse_args([], environ={"MODELROLL_MAX_WAIT_MS": "soon"})
 
     assert "--max-wait-ms" in capsys.readouterr().err
+
+
+async def test_payloads_reach_the_model_exactly_and_non_json_constants_are_refused(
+    aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
+) -> None:
+    async def echo_model(request: web.Request) -> web.Response:
+        # Answers each input as its output, byte for byte.
+        raw = (await request.read()).replace(b'{"inputs":', b'{"outputs":', 1)
+        return web.Response(body=raw, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/batch", echo_model)
+    model = await aiohttp_server(app)
+    sidecar = await start_sidecar(str(model.make_url("")).rstrip("/"), max_wait_ms=5)
+    big = 2**100 + 1
+
+    status, body = await sidecar.infer({"id": big, "text": "naïve café"})
+    refused = await sidecar.client.post(
+        "/v1/infer", data=b'{"payload": NaN}', headers={"Content-Type": "application/json"}
+    )
+
+    assert status == 200
+    assert body["output"] == {"id": big, "text": "naïve café"}  # not rounded to a float
+    assert refused.status == 400
+    assert "NaN is not valid JSON" in (await refused.json())["error"]
