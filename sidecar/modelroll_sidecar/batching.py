@@ -128,10 +128,6 @@ class Batcher:
         return not former.cancelled() and former.exception() is None
 
     @property
-    def closing(self) -> bool:
-        return self._closing
-
-    @property
     def depth(self) -> int:
         return self._live
 
@@ -148,7 +144,7 @@ class Batcher:
 
     async def _finished(self) -> None:
         if self._former is not None:
-            await asyncio.shield(self._former)
+            await asyncio.wait([self._former])  # a former that failed has answered its queue
         while self._inflight:
             await asyncio.wait(list(self._inflight))
 
