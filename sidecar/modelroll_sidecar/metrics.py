@@ -48,34 +48,29 @@ class SidecarMetrics:
         self._requests = {code: requests.labels(model, version, code) for code in CODES}
         self._requests_family = requests
         self._model, self._version = model, version
-        self.request_duration = Histogram(
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            family = Histogram(name, doc, labels, buckets=buckets, registry=registry)
+            return family.labels(model, version)
+
+        self.request_duration = histogram(
             "modelroll_request_duration_seconds",
             "Time from receiving an inference request to answering it.",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ).labels(model, version)
-        self.queue_wait = Histogram(
+            LATENCY_BUCKETS,
+        )
+        self.queue_wait = histogram(
             "modelroll_queue_wait_seconds",
             "Time a request waited in the queue before its batch was sent to the model.",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ).labels(model, version)
-        self.batch_size = Histogram(
-            "modelroll_batch_size",
-            "Requests per batch sent to the model.",
-            labels,
-            buckets=BATCH_SIZE_BUCKETS,
-            registry=registry,
-        ).labels(model, version)
-        self.batch_duration = Histogram(
+            LATENCY_BUCKETS,
+        )
+        self.batch_size = histogram(
+            "modelroll_batch_size", "Requests per batch sent to the model.", BATCH_SIZE_BUCKETS
+        )
+        self.batch_duration = histogram(
             "modelroll_batch_duration_seconds",
             "Time the model took to answer one batch.",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ).labels(model, version)
+            LATENCY_BUCKETS,
+        )
         batches = Counter(
             "modelroll_batches_total",
             "Batches sent to the model, by what closed them: full, timeout, tokens or drain.",
