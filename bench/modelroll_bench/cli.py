@@ -92,12 +92,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_limit(args: argparse.Namespace) -> int:
     cost = lengths.CostModel(args.fixed_ms, args.per_token_ms, args.parallel)
+    sent = Workload(args.lengths, bodies=args.bodies, seed=args.seed).sample()
+    print(
+        f"{args.lengths.spec}: limit = parallel x max batch / E[cost of a full batch], "
+        f"{args.trials} batches drawn (seed {args.seed}); last column: batches drawn from the "
+        f"{len(sent)} bodies the benchmarks send (longest {max(sent)})"
+    )
     for size in args.max_batch:
         limit = cost.limit_rps(args.lengths, size, trials=args.trials, seed=args.seed)
-        mean_ms = cost.expected_batch_ms(args.lengths, size, args.trials, args.seed)
+        mean_ms = cost.parallel * size / limit * 1000
+        of_sent = cost.limit_rps(sent, size, trials=args.trials, seed=args.seed)
         print(
-            f"max batch {size:>4}: E[cost of a full batch] {mean_ms:8.2f} ms -> "
-            f"limit {limit:8.1f} req/s"
+            f"max batch {size:>4}: E[cost] {mean_ms:8.2f} ms -> limit {limit:8.1f} req/s "
+            f"(bodies sent: {of_sent:8.1f} req/s)"
         )
     return 0
 
@@ -147,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     limit.add_argument("--parallel", type=int, default=d.parallel)
     limit.add_argument("--max-batch", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     limit.add_argument("--trials", type=int, default=20_000, help="batches drawn (20000)")
+    limit.add_argument("--bodies", type=int, default=Workload.bodies, help="bodies sent (2000)")
     limit.add_argument("--seed", type=int, default=d.seed)
     limit.set_defaults(func=cmd_limit)
 

@@ -200,12 +200,14 @@ def print_table(setup: Setup, summary: dict[str, Any], limit: float) -> None:
 async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
     scenario = setup.scenario
     limit = scenario.limit_rps(setup.max_batch)
+    sent = scenario.cost.limit_rps(scenario.workload.sample(), setup.max_batch, seed=scenario.seed)
     systems = setup.systems()
     notes = {s.label: why for s in systems if (why := unavailable(s)) is not None}
     runnable = [s for s in systems if s.label not in notes]
     print(
         f"{scenario.describe()}\nModel's limit at max batch {setup.max_batch}: {limit:.1f} req/s "
-        f"(Monte Carlo). Load average {load_average():.2f} on {machine()['cpus']} CPUs.",
+        f"(Monte Carlo; {sent:.1f} req/s for the {scenario.workload.bodies} bodies sent). Load "
+        f"average {load_average():.2f} on {machine()['cpus']} CPUs.",
         flush=True,
     )
     for label, why in notes.items():
@@ -227,7 +229,11 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
                         print(f"  {system.label}: {notes[system.label]}", flush=True)
     summary = aggregate(setup, {k: v for k, v in rounds.items() if v}, limit)
     report = {
-        "setup": {**asdict(setup), "model_limit_rps": round(limit, 1)},
+        "setup": {
+            **asdict(setup),
+            "model_limit_rps": round(limit, 1),
+            "bodies_limit_rps": round(sent, 1),
+        },
         "machine": machine(),
         "systems": {s.label: {"kind": s.kind, **asdict(s.batching)} for s in systems},
         "notes": notes,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -105,16 +106,32 @@ class CostModel:
     def batch_ms(self, lengths: list[int]) -> float:
         return self.fixed_ms + self.per_token_ms * len(lengths) * max(lengths, default=0)
 
-    def expected_batch_ms(self, lengths: Lengths, size: int, trials: int, seed: int) -> float:
-        """Monte Carlo mean cost of a batch of ``size`` lengths drawn independently."""
+    def expected_batch_ms(
+        self, draw: Callable[[random.Random], int], size: int, trials: int, seed: int
+    ) -> float:
+        """Monte Carlo mean cost of a batch of ``size`` lengths, each from ``draw``."""
         rng = random.Random(seed)
-        total = sum(self.batch_ms([lengths.draw(rng) for _ in range(size)]) for _ in range(trials))
+        total = sum(self.batch_ms([draw(rng) for _ in range(size)]) for _ in range(trials))
         return total / trials
 
     def limit_rps(
-        self, lengths: Lengths, max_batch: int, *, trials: int = 20_000, seed: int = 1
+        self,
+        lengths: Lengths | Sequence[int],
+        max_batch: int,
+        *,
+        trials: int = 20_000,
+        seed: int = 1,
     ) -> float:
-        """Requests per second the model serves when every batch holds ``max_batch`` requests of
-        random lengths: parallel x max_batch / E[cost of such a batch]."""
-        mean_ms = self.expected_batch_ms(lengths, max_batch, trials, seed)
+        """Requests per second the model serves when every batch holds ``max_batch`` requests:
+        parallel x max_batch / E[cost of such a batch], its lengths drawn from the distribution
+        ``lengths``, or from a finite sample of lengths (such as the bodies a benchmark sends)."""
+        if isinstance(lengths, Lengths):
+            draw = lengths.draw
+        else:
+            sample = list(lengths)
+
+            def draw(rng: random.Random) -> int:
+                return rng.choice(sample)
+
+        mean_ms = self.expected_batch_ms(draw, max_batch, trials, seed)
         return self.parallel * max_batch / (mean_ms / 1000)

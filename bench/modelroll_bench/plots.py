@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from .analysis import Point, Recommendation, goodput_by_setting
 
@@ -38,8 +39,16 @@ def _bars(ax: Axes, summary: dict[str, Any], key: str, title: str) -> None:
     ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right")
     ax.set_ylabel("req/s")
     ax.set_title(title)
-    for x, m in enumerate(medians):
-        ax.annotate(f"{m:.0f}", (x, m), ha="center", va="bottom", fontsize=8)
+    for x, (m, up) in enumerate(zip(medians, high, strict=True)):
+        ax.annotate(
+            f"{m:.0f}",
+            (x, m + up),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
 
 
 def compare(report: dict[str, Any], directory: Path) -> list[Path]:
@@ -52,19 +61,22 @@ def compare(report: dict[str, Any], directory: Path) -> list[Path]:
     sat.axhline(limit, color="grey", linestyle="--", label=f"model's limit {limit:.0f} req/s")
     sat.legend(loc="lower right", fontsize=8)
     for label, entry in summary.items():
-        xs, ys = [], []
+        xs, ys, lows, highs = [], [], [], []
         for share in setup["shares"]:
             value = entry[f"p99_at_{share:.0%}"]["value"]
             if value is not None:
                 xs.append(share * 100)
                 ys.append(value["median"])
+                lows.append(value["low"])
+                highs.append(value["high"])
         if xs:
-            lat.plot(xs, ys, marker="o", label=label)
+            (line,) = lat.plot(xs, ys, marker="o", label=label)
+            lat.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
     lat.axhline(setup["slo_ms"], color="grey", linestyle="--", label=f"SLO {setup['slo_ms']:g} ms")
     _log_ms(lat)
     lat.set_xlabel("Poisson arrival rate, % of the model's limit")
     lat.set_ylabel("p99 latency, ms (log)")
-    lat.set_title("p99 under open-loop load (median of rounds)")
+    lat.set_title("p99 under open-loop load (median; band: range over rounds)")
     lat.legend(fontsize=8)
     _bars(good, summary, "goodput_rps", f"Goodput with p99 <= {setup['slo_ms']:g} ms")
     scenario = setup["scenario"]
@@ -97,7 +109,10 @@ def sweep(
     fig, ax = plt.subplots(figsize=(9, 6), layout="constrained")
     for b in batches:
         for w in waits:
-            line = sorted((p for p in points if p.setting == (b, w)), key=lambda p: p.offered_rps)
+            line = sorted(
+                (p for p in points if p.setting == (b, w) and math.isfinite(p.p99_ms)),
+                key=lambda p: p.offered_rps,
+            )
             if not line:
                 continue
             xs, ys = [p.throughput_rps for p in line], [p.p99_ms for p in line]
@@ -135,9 +150,11 @@ def sweep(
     ax.set_yticks(range(len(batches)), [str(b) for b in batches])
     ax.set_xlabel("max-wait, ms")
     ax.set_ylabel("max batch size")
+    middle = (min(map(min, grid)) + max(map(max, grid))) / 2
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
-            ax.text(j, i, f"{value:.0f}", ha="center", va="center", color="white", fontsize=9)
+            colour = "black" if value > middle else "white"  # readable on viridis
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center", color=colour, fontsize=9)
     fig.colorbar(image, label=f"goodput, req/s with p99 <= {slo_ms:g} ms")
     ax.set_title(f"Goodput by setting (highest tested rate within the SLO)\n{title}")
     heat = directory / "bench-sweep-goodput.png"
@@ -146,15 +163,35 @@ def sweep(
     return [knee, heat]
 
 
-def rollback(delays_ms: dict[str, list[float]], title: str, directory: Path) -> list[Path]:
-    """``bench-rollback.png``: every flip's delay, per mode, as points over the flip number."""
+def rollback(
+    delays_ms: dict[str, list[float]],
+    kubectl: tuple[str, list[float]],
+    title: str,
+    directory: Path,
+) -> list[Path]:
+    """``bench-rollback.png``: every flip's delay, per mode, against the flip number; crosses
+    mark when ``kubectl patch`` itself returned."""
     directory.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
     for label, delays in delays_ms.items():
         ax.plot(range(1, len(delays) + 1), delays, marker="o", linestyle="none", label=label)
-    ax.axhline(1000, color="grey", linestyle="--", label="target: p99 < 1 s")
+    mode, returned = kubectl
+    ax.plot(
+        range(1, len(returned) + 1),
+        returned,
+        marker="x",
+        linestyle="none",
+        color="grey",
+        label=f"kubectl patch returned ({mode})",
+    )
+    highest = max((d for delays in delays_ms.values() for d in delays), default=0.0)
+    if highest > 500:
+        ax.axhline(1000, color="grey", linestyle="--", label="target: p99 < 1 s")
+    else:
+        title += "\n(target: p99 < 1 s, off this scale)"
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("flip")
-    ax.set_ylabel("ms until the version got no more requests")
+    ax.set_ylabel("ms after kubectl patch started")
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.legend(fontsize=8)

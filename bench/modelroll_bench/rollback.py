@@ -309,8 +309,10 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
         ]
         for mode, m in report["modes"].items()
     }
+    mode = list(report["modes"])[-1]
+    kubectl = (mode, [r["kubectl_ms"] for r in report["modes"][mode]["flips"]])
     title = f"Rollback: kubectl patch -> last request to the version ({setup.rate:g} req/s)"
-    written = plots.rollback(delays, title, plots_dir)
+    written = plots.rollback(delays, kubectl, title, plots_dir)
     print("Plots: " + ", ".join(str(p) for p in written))
     return report
 

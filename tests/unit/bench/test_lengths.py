@@ -111,3 +111,14 @@ def test_padding_makes_the_limit_peak_at_a_batch_size() -> None:
 
 def test_lengths_is_a_plain_value() -> None:
     assert Lengths("fixed", (4.0,)) == parse("fixed:4")
+
+
+def test_limit_of_a_finite_sample_draws_from_it() -> None:
+    """The bodies a benchmark sends are a finite sample: its limit is computed from them."""
+    cost = CostModel(fixed_ms=10, per_token_ms=0.02)
+    assert cost.limit_rps([16] * 50, 32, trials=10) == cost.limit_rps(
+        parse("fixed:16"), 32, trials=10
+    )
+    lengths = parse("lognormal:3,0.7")
+    short_tail = [n for n in lengths.sample(2000) if n <= 60]
+    assert cost.limit_rps(short_tail, 32, trials=2000) > cost.limit_rps(lengths, 32, trials=2000)
