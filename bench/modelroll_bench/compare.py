@@ -157,7 +157,10 @@ def aggregate(
         for name, path in paths.items():
             values = figure(rows, path)
             spread = analysis.Spread.of([v for v in values if v is not None])
-            ratios = analysis.Spread.of(analysis.paired_ratios(values, figure(base, path)))
+            # The baseline's figure from the same round (None when it has none for that round).
+            by_round = dict(zip((b["round"] for b in base), figure(base, path), strict=True))
+            same_round = [by_round.get(row["round"]) for row in rows]
+            ratios = analysis.Spread.of(analysis.paired_ratios(values, same_round))
             entry[name] = {
                 "value": spread and spread.as_dict(1),
                 "ratio_to_baseline": ratios and ratios.as_dict(3),
