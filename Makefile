@@ -18,6 +18,7 @@ ARGS ?=
 include hack/cluster.mk
 include hack/chart.mk
 include hack/e2e.mk
+include hack/node.mk
 include hack/bench.mk
 
 .PHONY: help

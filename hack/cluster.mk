@@ -23,6 +23,8 @@ K8S_VERSION_LDFLAGS = $(foreach pkg,k8s.io/component-base/version k8s.io/client-
 CLUSTER_GO_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -mod=readonly
 
 K8S_BINS := $(addprefix $(CLUSTER_BIN)/,kube-apiserver kube-controller-manager kubectl)
+# What a node adds (hack/node.mk): built from the same pinned module.
+K8S_NODE_BINS := $(addprefix $(CLUSTER_BIN)/,kubelet kube-scheduler kube-proxy)
 ETCD_BIN := $(CLUSTER_BIN)/etcd
 CLUSTER_CLI := $(VENV)/bin/modelroll-cluster
 
@@ -38,6 +40,14 @@ $(K8S_BINS) &: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
 	@touch $(K8S_BINS)
 
+$(K8S_NODE_BINS) &: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
+	@mkdir -p $(CLUSTER_BIN)
+	@echo "Building Kubernetes $(K8S_VERSION) node components (kubelet, kube-scheduler, kube-proxy)"
+	cd $(K8S_MOD) && $(CLUSTER_GO_BUILD) -ldflags '-s -w $(K8S_VERSION_LDFLAGS)' \
+		-o $(abspath $(CLUSTER_BIN))/ k8s.io/kubernetes/cmd/kubelet \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy
+	@touch $(K8S_NODE_BINS)
+
 $(ETCD_BIN): $(ETCD_MOD)/go.mod $(ETCD_MOD)/go.sum
 	@mkdir -p $(CLUSTER_BIN)
 	@echo "Building etcd $(ETCD_VERSION)"
@@ -45,8 +55,10 @@ $(ETCD_BIN): $(ETCD_MOD)/go.mod $(ETCD_MOD)/go.sum
 	@touch $@
 
 .PHONY: cluster-up
-cluster-up: venv cluster-bins ## Start the local control plane in the background (state in .cluster/).
-	@$(CLUSTER_CLI) up --dir $(CLUSTER_DIR) --bin-dir $(CLUSTER_BIN)
+# NODE=1: a node joins it (hack/node.mk builds what it needs; needs root).
+NODE ?=
+cluster-up: venv cluster-bins $(if $(NODE),node-bins images) ## Start the local control plane in the background (state in .cluster/; NODE=1 adds a node that runs pods).
+	@$(CLUSTER_CLI) up --dir $(CLUSTER_DIR) --bin-dir $(CLUSTER_BIN) $(if $(NODE),--node)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane started by cluster-up.

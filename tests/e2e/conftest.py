@@ -1,4 +1,5 @@
-"""The e2e suite's fixtures: the stack the scenario runs against, and the figures it reports.
+"""The e2e suite's fixtures: the stack the scenario runs against (the figures it reports come
+from modelroll_devcluster's pytest plugin: the ``figures`` fixture).
 
 The cluster comes from the environment, like every tier's (modelroll_devcluster's ``cluster``
 fixture): by default the local control plane, with the operator, the gateway, the two versions
@@ -9,7 +10,6 @@ the chart installed in that cluster instead (see incluster.py).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +22,6 @@ from modelroll_devcluster.prometheus import PrometheusAPI
 from modelroll_devcluster.stack import Stack
 from tests.e2e.incluster import InCluster
 
-FIGURES = pytest.StashKey[list[tuple[str, str]]]()
 FAILED = pytest.StashKey[bool]()
 
 
@@ -95,30 +94,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call" and report.failed:
         item.stash[FAILED] = True
     return report
-
-
-class Figures:
-    """Measured figures: printed as the test goes and again in the run's terminal summary."""
-
-    def __init__(self, store: list[tuple[str, str]]) -> None:
-        self.store = store
-
-    def add(self, name: str, value: str) -> None:
-        self.store.append((name, value))
-        print(f"{name}: {value}")
-
-
-@pytest.fixture
-def figures(request: pytest.FixtureRequest) -> Figures:
-    return Figures(request.config.stash.setdefault(FIGURES, []))
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    measured = config.stash.get(FIGURES, [])
-    if not measured:
-        return
-    where = "MODELROLL_KUBECONFIG cluster" if os.environ.get("MODELROLL_KUBECONFIG") else "loopback"
-    terminalreporter.section(f"modelroll e2e: measured figures ({where})")
-    width = max(len(name) for name, _ in measured)
-    for name, value in measured:
-        terminalreporter.write_line(f"{name.ljust(width)}  {value}")

@@ -60,6 +60,8 @@ class InCluster:
     gateway_url: str
     prometheus_url: str
     settle_s: float = 240.0
+    install_seconds: float | None = None
+    """How long ``helm install --wait`` took, when the test session installed the chart."""
     _killed: list[str] = field(default_factory=list)
 
     @classmethod

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Figures
+from modelroll_devcluster.pytest_plugin import Figures
 
 pytestmark = pytest.mark.e2e
 

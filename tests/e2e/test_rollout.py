@@ -19,8 +19,9 @@ from typing import TypeVar
 
 import pytest
 
+from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traffic import Response, Traffic, by_version, rounds, whole_rounds
-from tests.e2e.conftest import Figures, Rollout
+from tests.e2e.conftest import Rollout
 
 pytestmark = pytest.mark.e2e
 

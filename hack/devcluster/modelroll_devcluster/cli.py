@@ -2,12 +2,15 @@
 
 ``up`` leaves etcd, kube-apiserver and kube-controller-manager running in the background and
 records their pids in ``<dir>/state.json``; ``down`` stops exactly those processes. ``run`` keeps
-the control plane in the foreground until interrupted.
+the control plane in the foreground until interrupted. With ``--node`` (``make cluster-up
+NODE=1``) a node joins it (:mod:`.node`: containerd, kubelet, kube-proxy, kube-scheduler, CNI,
+CoreDNS), and ``down`` also removes what the node left on the host.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -15,6 +18,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import nodehost
 from .controlplane import (
     ClusterError,
     ControlPlane,
@@ -23,6 +27,7 @@ from .controlplane import (
     pid_cmdline,
     stop_pid,
 )
+from .node import NODE_NAME, Node, detect_node_ip
 
 STATE_FILE = "state.json"
 
@@ -35,6 +40,7 @@ class State:
     kubeconfig: str
     pids: dict[str, int]
     argv0: dict[str, str]
+    node: bool = False
 
     @classmethod
     def load(cls, directory: Path) -> State | None:
@@ -67,6 +73,9 @@ def _stop(directory: Path, state: State) -> None:
     for name in reversed(list(state.pids)):
         if state.ours(name):
             stop_pid(state.pids[name])
+    if state.node:
+        node_dir = directory / "node"
+        nodehost.sweep(node_dir, node_dir / "containerd" / "containerd.sock")
     (directory / STATE_FILE).unlink(missing_ok=True)
 
 
@@ -86,16 +95,28 @@ def cmd_up(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         _stop(directory, state)
-    plane = ControlPlane(directory, args.bin_dir, die_with_parent=False)
+    node_ip = detect_node_ip() if args.node else None
+    plane = ControlPlane(directory, args.bin_dir, die_with_parent=False, node_ip=node_ip)
     plane.start()
-    pids = plane.pids()
+    components = dict(plane.components)
+    if args.node:
+        node = Node(plane)
+        try:
+            node.start()
+        except BaseException:
+            plane.stop()
+            raise
+        components.update(node.components)
+    pids = {n: c.pid for n, c in components.items() if c.pid is not None and c.running()}
     State(
         server=plane.server,
         kubeconfig=str(plane.kubeconfig),
         pids=pids,
-        argv0={name: plane.components[name].argv[0] for name in pids},
+        argv0={name: components[name].argv[0] for name in pids},
+        node=args.node,
     ).save(directory)
-    print(f"Control plane up at {plane.server} (logs in {directory / 'logs'})", file=sys.stderr)
+    what = f"Control plane and node {NODE_NAME} ({node_ip})" if args.node else "Control plane"
+    print(f"{what} up at {plane.server} (logs in {directory / 'logs'})", file=sys.stderr)
     print(_export_line(str(plane.kubeconfig)))
     return 0
 
@@ -138,9 +159,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    with ControlPlane(args.dir.resolve(), args.bin_dir) as plane:
+    node_ip = detect_node_ip() if args.node else None
+    with contextlib.ExitStack() as stack:
+        plane = stack.enter_context(ControlPlane(args.dir.resolve(), args.bin_dir, node_ip=node_ip))
+        if args.node:
+            stack.enter_context(Node(plane))
         print(_export_line(str(plane.kubeconfig)), flush=True)
-        print("Control plane running; Ctrl-C stops it", file=sys.stderr)
+        print("Cluster running; Ctrl-C stops it", file=sys.stderr)
         stop.wait()
     return 0
 
@@ -162,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         command.set_defaults(func=func)
         command.add_argument("--dir", type=Path, default=argparse.SUPPRESS)
         if name in ("up", "run"):
+            command.add_argument(
+                "--node",
+                action="store_true",
+                help="also run a node (root; make node-bins and make images first)",
+            )
             command.add_argument(
                 "--bin-dir",
                 type=Path,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,6 +26,9 @@ from .controlplane import (
     MissingBinaryError,
     default_bin_dir,
 )
+
+if TYPE_CHECKING:
+    from .node import Node
 
 #: Seconds a namespace may take to be really gone after its deletion.
 NAMESPACE_DELETE_TIMEOUT = 60.0
@@ -68,18 +71,20 @@ class Cluster:
     """A reachable cluster.
 
     ``kubeconfig`` is an admin kubeconfig; ``server`` the API server URL; ``plane`` the local
-    control plane behind it, or None when the cluster was given by ``MODELROLL_KUBECONFIG``.
+    control plane behind it, or None when the cluster was given by ``MODELROLL_KUBECONFIG``;
+    ``node`` the local node that runs its pods, if it has one.
     """
 
     kubeconfig: Path
     server: str
     kubectl_path: Path
     plane: ControlPlane | None = None
+    node: Node | None = None
 
     @classmethod
-    def local(cls, plane: ControlPlane) -> Cluster:
-        """The cluster served by a started :class:`ControlPlane`."""
-        return cls(plane.kubeconfig, plane.server, find_kubectl(plane.bin_dir), plane)
+    def local(cls, plane: ControlPlane, node: Node | None = None) -> Cluster:
+        """The cluster served by a started :class:`ControlPlane` (and node)."""
+        return cls(plane.kubeconfig, plane.server, find_kubectl(plane.bin_dir), plane, node)
 
     @classmethod
     def existing(cls, kubeconfig: Path, bin_dir: Path | None = None) -> Cluster:

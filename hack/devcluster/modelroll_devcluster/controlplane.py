@@ -41,6 +41,16 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
 )
+#: What a cluster with a node (modelroll_devcluster.node) needs on top: Services get endpoints,
+#: every namespace gets the CA that pods' service-account volumes carry, finished pods go, and a
+#: node's not-ready taint goes once its kubelet reports Ready.
+NODE_CONTROLLERS = (
+    "node-lifecycle-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "root-ca-certificate-publisher-controller",
+    "pod-garbage-collector-controller",
+)
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 #: Seconds between SIGTERM and SIGKILL when a component is stopped.
 STOP_TIMEOUT = 10.0
@@ -237,12 +247,16 @@ class ControlPlane:
         die_with_parent: bool = True,
         start_timeout: float = 60.0,
         extra_apiserver_args: Sequence[str] = (),
+        node_ip: str | None = None,
     ) -> None:
         self.run_dir = run_dir.resolve()
         self.bin_dir = (bin_dir or default_bin_dir()).resolve()
         self.die_with_parent = die_with_parent
         self.start_timeout = start_timeout
         self.extra_apiserver_args = list(extra_apiserver_args)
+        #: Set when a node (kubelet, pods) joins: the API server then listens on every address and
+        #: advertises this one, authorizes kubelets as nodes, and mounts service-account tokens.
+        self.node_ip = node_ip
         self.kubeconfig = self.run_dir / "kubeconfig"
         self.pki = Pki.in_dir(self.run_dir / "pki")
         self.etcd_port = self.etcd_peer_port = self.apiserver_port = self.kcm_port = 0
@@ -274,7 +288,7 @@ class ControlPlane:
         binaries = find_binaries(self.bin_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
-        create_pki(self.pki.ca_cert.parent)
+        create_pki(self.pki.ca_cert.parent, (self.node_ip,) if self.node_ip else ())
         self._ssl = self._client_ssl()
         try:
             for attempt in range(3):
@@ -427,6 +441,24 @@ class ControlPlane:
 
     def _apiserver_argv(self, binary: Path) -> list[str]:
         pki = self.pki
+        if self.node_ip:
+            access = [
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={self.node_ip}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                # For logs, exec and port-forward through the kubelet.
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        else:
+            access = [
+                "--bind-address=127.0.0.1",
+                "--authorization-mode=RBAC",
+                # No kubelet mounts tokens, and pods must not wait for a default ServiceAccount.
+                "--disable-admission-plugins=ServiceAccount",
+            ]
         return [
             str(binary),
             f"--etcd-servers={self.etcd_url}",
@@ -434,13 +466,10 @@ class ControlPlane:
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}",
-            "--bind-address=127.0.0.1",
+            *access,
             f"--secure-port={self.apiserver_port}",
-            "--authorization-mode=RBAC",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--allow-privileged=true",
-            # No kubelet mounts tokens, and pods must not wait for a default ServiceAccount.
-            "--disable-admission-plugins=ServiceAccount",
             f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}/",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
@@ -462,7 +491,7 @@ class ControlPlane:
             f"--secure-port={self.kcm_port}",
             f"--cert-dir={self.run_dir / 'kcm-certs'}",
             "--leader-elect=false",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if self.node_ip else ()))}",
             f"--root-ca-file={self.pki.ca_cert}",
             f"--service-account-private-key-file={self.pki.sa_key}",
             "--kube-api-qps=200",

@@ -129,8 +129,12 @@ def _leaf(
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def create_pki(directory: Path) -> Pki:
-    """Write a fresh CA, serving cert, admin client cert and service-account key pair."""
+def create_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Write a fresh CA, serving cert, admin client cert and service-account key pair.
+
+    ``extra_ips`` are further addresses the API server's certificate is valid for (a node's IP,
+    where pods and the kubelet reach it).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki.in_dir(directory)
     now = datetime.datetime.now(datetime.UTC)
@@ -160,6 +164,7 @@ def create_pki(directory: Path) -> Pki:
             x509.DNSName("kubernetes.default.svc"),
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
         ],
     )
     _write_key(pki.serving_key, serving_key)
@@ -179,3 +184,20 @@ def create_pki(directory: Path) -> Pki:
         )
     )
     return pki
+
+
+def issue_client_cert(pki: Pki, stem: str, common_name: str, organization: str | None) -> Path:
+    """A client certificate signed by ``pki``'s CA, written as ``<stem>.crt`` and ``<stem>.key``
+    next to it (the identities of a node's kubelet, kube-proxy and kube-scheduler); returns the
+    certificate's path."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    now = datetime.datetime.now(datetime.UTC)
+    cert, key = _leaf(
+        ca_cert, ca_key, _name(common_name, organization), ExtendedKeyUsageOID.CLIENT_AUTH, now
+    )
+    directory = pki.ca_cert.parent
+    _write_key(directory / f"{stem}.key", key)
+    _write_cert(directory / f"{stem}.crt", cert)
+    return directory / f"{stem}.crt"

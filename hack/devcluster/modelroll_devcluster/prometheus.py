@@ -49,6 +49,55 @@ def static_job(name: str, targets: Sequence[str], **labels: str) -> dict[str, An
     return {"job_name": name, "static_configs": [config]}
 
 
+def _label_name(label: str) -> str:
+    """A Kubernetes label as Prometheus's pod discovery names it (``__meta_..._label_<name>``)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in label)
+
+
+def pod_monitor_job(monitor: Mapping[str, Any], kubeconfig: Path) -> dict[str, Any]:
+    """A scrape job that finds pods the way the Prometheus Operator turns ``monitor`` (a
+    PodMonitor) into configuration: Kubernetes pod discovery, kept by the PodMonitor's
+    ``selector.matchLabels`` and its endpoint's port name, labelled ``namespace`` and ``pod``.
+    For clusters without the Prometheus Operator (the local node); ``matchExpressions`` and
+    namespace selectors other than ``matchNames``/``any`` are refused, not ignored."""
+    spec = monitor["spec"]
+    selector = spec.get("selector", {})
+    if set(selector) - {"matchLabels"}:
+        raise PrometheusError(f"unsupported PodMonitor selector {selector}")
+    (endpoint,) = spec["podMetricsEndpoints"]
+    discovery: dict[str, Any] = {"role": "pod", "kubeconfig_file": str(kubeconfig)}
+    namespaces = spec.get("namespaceSelector", {})
+    if names := namespaces.get("matchNames"):
+        discovery["namespaces"] = {"names": list(names)}
+    elif not namespaces.get("any"):
+        discovery["namespaces"] = {"names": [monitor["metadata"]["namespace"]]}
+    keep = [
+        {
+            "source_labels": [f"__meta_kubernetes_pod_label_{_label_name(key)}"],
+            "regex": value,
+            "action": "keep",
+        }
+        for key, value in sorted(selector.get("matchLabels", {}).items())
+    ]
+    keep.append(
+        {
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": endpoint["port"],
+            "action": "keep",
+        }
+    )
+    return {
+        "job_name": f"podMonitor/{monitor['metadata']['namespace']}/{monitor['metadata']['name']}",
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "kubernetes_sd_configs": [discovery],
+        "relabel_configs": [
+            *keep,
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        ],
+    }
+
+
 class PrometheusAPI:
     """The HTTP API of a Prometheus at ``url`` (one this module started, or any other)."""
 

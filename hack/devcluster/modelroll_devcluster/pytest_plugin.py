@@ -8,6 +8,13 @@
   errors if it is not really gone within a minute.
 - ``kubeconfig`` (function): the cluster's kubeconfig path, also exported as ``KUBECONFIG`` for
   the duration of the test (for kopf, kubernetes clients and subprocesses that read it).
+- ``figures`` (function): :class:`Figures`, measured figures printed as a test goes and again
+  in the run's terminal summary ("modelroll: measured figures").
+- ``node_cluster`` (session): a cluster whose pods really run: a local control plane with a
+  node (containerd, kubelet, kube-proxy, kube-scheduler, CNI, CoreDNS; see
+  :mod:`modelroll_devcluster.node`), torn down at the end with nothing left on the host. With
+  ``MODELROLL_KUBECONFIG`` it is that cluster (kind), like ``cluster``. Needs root,
+  ``make node-bins`` and ``make images``; anything missing fails the tests, naming the fix.
 
 A missing binary fails the tests that use ``cluster`` with a message naming ``make cluster-bins``;
 it never skips them.
@@ -18,6 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +34,34 @@ from .controlplane import ClusterError, ControlPlane, default_bin_dir
 
 #: Set to a kubeconfig path to run the suite against an existing cluster (e.g. kind).
 KUBECONFIG_ENV = "MODELROLL_KUBECONFIG"
+FIGURES = pytest.StashKey[list[tuple[str, str]]]()
+
+
+class Figures:
+    """Measured figures: printed as the test goes and again in the run's terminal summary."""
+
+    def __init__(self, store: list[tuple[str, str]]) -> None:
+        self.store = store
+
+    def add(self, name: str, value: str) -> None:
+        self.store.append((name, value))
+        print(f"{name}: {value}")
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    return Figures(request.config.stash.setdefault(FIGURES, []))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    measured = config.stash.get(FIGURES, [])
+    if not measured:
+        return
+    where = os.environ.get(KUBECONFIG_ENV, "local")
+    terminalreporter.section(f"modelroll: measured figures (cluster: {where})")
+    width = max(len(name) for name, _ in measured)
+    for name, value in measured:
+        terminalreporter.write_line(f"{name.ljust(width)}  {value}")
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +85,39 @@ def cluster(
     try:
         yield Cluster.local(plane)
     finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def node_cluster(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Cluster]:
+    """A cluster with a node that runs pods, for the whole session."""
+    from .node import Node, detect_node_ip
+
+    bin_dir = default_bin_dir(pytestconfig.rootpath)
+    if existing := os.environ.get(KUBECONFIG_ENV):
+        try:
+            yield Cluster.existing(Path(existing), bin_dir)
+        except (ClusterError, OSError) as err:
+            pytest.fail(f"{KUBECONFIG_ENV}={existing}: {err}", pytrace=False)
+        return
+    try:
+        plane = ControlPlane(tmp_path_factory.mktemp("node"), bin_dir, node_ip=detect_node_ip())
+        node = Node(plane)
+    except ClusterError as err:
+        pytest.fail(str(err), pytrace=False)
+    try:
+        plane.start()
+        node.start()
+    except ClusterError as err:
+        node.stop()
+        plane.stop()
+        pytest.fail(str(err), pytrace=False)
+    try:
+        yield Cluster.local(plane, node)
+    finally:
+        node.stop()
         plane.stop()
 
 

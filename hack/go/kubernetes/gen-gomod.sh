@@ -19,7 +19,10 @@ gomod=$(go mod download -json "k8s.io/kubernetes@${version}" | sed -n 's/^\t"GoM
   echo 'tool ('
   echo '	k8s.io/kubernetes/cmd/kube-apiserver'
   echo '	k8s.io/kubernetes/cmd/kube-controller-manager'
+  echo '	k8s.io/kubernetes/cmd/kube-proxy'
+  echo '	k8s.io/kubernetes/cmd/kube-scheduler'
   echo '	k8s.io/kubernetes/cmd/kubectl'
+  echo '	k8s.io/kubernetes/cmd/kubelet'
   echo ')'
   echo
   echo 'replace ('

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# make images: the operator, gateway and sidecar images from their own Dockerfiles, and the two
+# images a local node needs (pause, CoreDNS) from binaries built here, with a Docker engine.
+# Each image is also saved as .cache/images/<name>.tar, which the local node imports into
+# containerd (there is no registry to pull from).
+#
+#   hack/images/build.sh TAG [PYTHON_IMAGE]
+#
+# PYTHON_IMAGE empty (the default): a Python base made from Debian packages (base-image.sh).
+# Uses the Docker engine that answers `docker info`; when none does and we are root, starts a
+# private dockerd for the build (no bridge, no iptables rules: builds use the host's network)
+# and stops it afterwards, leaving nothing running.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+tag=${1:?usage: $0 TAG [PYTHON_IMAGE]}
+python_image=${2:-}
+registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}
+out=.cache/images
+docker_dir=$PWD/.cache/docker
+docker=${DOCKER:-docker}
+build_args=()
+dockerd_pid=""
+
+stop_dockerd() {
+  [ -n "$dockerd_pid" ] || return 0
+  kill "$dockerd_pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$dockerd_pid" 2>/dev/null || true
+  # dockerd starts its own containerd; a stop takes it along, but never leave one behind.
+  pkill -f "containerd --config $docker_dir/exec/containerd/containerd.toml" 2>/dev/null || true
+  # ... nor a mount (its network namespace, layers) under its directories.
+  awk -v dir="$docker_dir/" 'index($5, dir) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+    while read -r point; do umount --lazy "$point" 2>/dev/null || true; done
+}
+trap stop_dockerd EXIT
+
+if ! "$docker" info >/dev/null 2>&1; then
+  [ "$(id -u)" -eq 0 ] || { echo "no Docker engine answers, and starting one needs root" >&2; exit 1; }
+  command -v dockerd >/dev/null || { echo "dockerd is missing: apt-get install docker.io" >&2; exit 1; }
+  mkdir -p "$docker_dir"
+  export DOCKER_HOST=unix://$docker_dir/docker.sock
+  echo "Starting a private dockerd for the build ($docker_dir, log $docker_dir/dockerd.log)"
+  dockerd --host "$DOCKER_HOST" --data-root "$docker_dir/data" --exec-root "$docker_dir/exec" \
+    --pidfile "$docker_dir/dockerd.pid" --bridge=none --iptables=false --ip-masq=false \
+    --ip-forward=false >"$docker_dir/dockerd.log" 2>&1 &
+  dockerd_pid=$!
+  for _ in $(seq 150); do "$docker" info >/dev/null 2>&1 && break; sleep 0.2; done
+  "$docker" info >/dev/null 2>&1 || { tail -20 "$docker_dir/dockerd.log" >&2; exit 1; }
+  # No bridge: build steps (pip) use the host's network.
+  build_args+=(--network=host)
+fi
+# The classic builder: it needs no BuildKit frontend image from a registry.
+export DOCKER_BUILDKIT=0
+
+if [ -z "$python_image" ]; then
+  python_image=modelroll.local/python:3.11-bookworm
+  if ! "$docker" image inspect "$python_image" >/dev/null 2>&1; then
+    DOCKER="$docker" hack/images/base-image.sh "$python_image"
+  fi
+fi
+
+mkdir -p "$out"
+save() {  # image, file: an archive containerd's `ctr images import` takes
+  "$docker" save "$1" -o "$out/$2.tar.tmp" && mv "$out/$2.tar.tmp" "$out/$2.tar"
+}
+for component in operator gateway sidecar; do
+  image=$registry/modelroll-$component:$tag
+  echo "Building $image (base $python_image)"
+  "$docker" build --quiet "${build_args[@]}" --build-arg "PYTHON_IMAGE=$python_image" \
+    -f "$component/Dockerfile" -t "$image" . >/dev/null
+  save "$image" "modelroll-$component"
+done
+
+# The node's own images, from binaries `make node-bins` built (hack/node.mk names them).
+for spec in ${NODE_IMAGES:-}; do   # name=image:tag=binary
+  IFS='=' read -r name image binary <<<"$spec"
+  context=$(mktemp -d)
+  cp "$binary" "$context/$name"
+  printf 'FROM scratch\nCOPY %s /%s\nUSER 65535:65535\nENTRYPOINT ["/%s"]\n' "$name" "$name" "$name" \
+    > "$context/Dockerfile"
+  echo "Building $image"
+  "$docker" build --quiet "${build_args[@]}" -t "$image" "$context" >/dev/null
+  rm -rf "$context"
+  save "$image" "$name"
+done
+ls -l "$out"

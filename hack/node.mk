@@ -1,0 +1,54 @@
+# A real node for the local cluster (owned by hack/): kubelet, kube-scheduler and kube-proxy from
+# the pinned Kubernetes module (hack/cluster.mk builds them), CoreDNS from hack/go/coredns, the
+# pause container from the Kubernetes module's own C source, and every image the node runs, built
+# with Docker and saved under .cache/images/ for containerd. Included from the Makefile after
+# hack/cluster.mk and hack/chart.mk. The node itself is modelroll_devcluster.node.
+
+COREDNS_MOD := hack/go/coredns
+COREDNS_BIN := $(CLUSTER_BIN)/coredns
+PAUSE_BIN := $(CLUSTER_BIN)/pause
+COREDNS_VERSION = $(shell awk '$$1 == "require" && $$2 == "github.com/coredns/coredns" {print $$3; exit}' $(COREDNS_MOD)/go.mod)
+# The pause image's tag is the kubeadm default of the pinned release (cmd/kubeadm/.../constants.go).
+PAUSE_TAG := 3.10.2
+IMAGE_TAG = $(shell awk '$$1 == "appVersion:" {gsub(/"/, "", $$2); print $$2}' charts/modelroll/Chart.yaml)
+IMAGES_DIR := .cache/images
+# Empty: a Python base made from Debian packages here (hack/images/base-image.sh); set it to e.g.
+# python:3.11-slim-bookworm to build on the public image instead.
+PYTHON_IMAGE ?=
+NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
+	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
+IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
+	hack/images/base-image.sh $(shell git ls-files sidecar gateway operator 2>/dev/null)
+IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
+	modelroll-sidecar pause coredns))
+
+.PHONY: node-bins
+node-bins: cluster-bins $(K8S_NODE_BINS) $(COREDNS_BIN) $(PAUSE_BIN) ## Build kubelet, kube-scheduler, kube-proxy, CoreDNS and pause into .bin/.
+
+$(COREDNS_BIN): $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum $(COREDNS_MOD)/main.go
+	@mkdir -p $(CLUSTER_BIN)
+	@echo "Building CoreDNS $(COREDNS_VERSION) (the plugins a local cluster needs)"
+	cd $(COREDNS_MOD) && $(CLUSTER_GO_BUILD) -ldflags '-s -w' -o $(abspath $@) .
+	@touch $@
+
+# Upstream builds pause statically from build/pause/linux/pause.c; so do we, from the module cache.
+$(PAUSE_BIN): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
+	@mkdir -p $(CLUSTER_BIN)
+	cd $(K8S_MOD) && $(GO) mod download k8s.io/kubernetes
+	dir=$$(cd $(K8S_MOD) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes) && \
+	gcc -Os -Wall -Werror -static -DVERSION=v$(PAUSE_TAG)-modelroll -o $@ "$$dir/build/pause/linux/pause.c"
+	strip $@
+
+.PHONY: images
+images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, pause and CoreDNS images with Docker (.cache/images/).
+
+$(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN)
+	NODE_IMAGES='$(NODE_IMAGE_SPECS)' hack/images/build.sh $(IMAGE_TAG) '$(PYTHON_IMAGE)'
+	@touch $(IMAGE_TARS)
+
+.PHONY: node-prereqs
+node-prereqs: venv node-bins images ## Everything a local node needs (binaries and images).
+
+.PHONY: test-node
+test-node: node-prereqs ## The chart and managed ModelVersions on a real local node, under load.
+	$(PY) -m pytest tests/node $(PYTEST_ARGS)

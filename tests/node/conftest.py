@@ -1,0 +1,110 @@
+"""The chart and managed ModelVersions on a cluster whose pods really run.
+
+By default that cluster is the local node (``node_cluster``: control plane, containerd, kubelet,
+kube-proxy, CNI, CoreDNS, images from ``make images``): the fixture below installs the chart
+with helm, and runs a real Prometheus on the host that discovers the sidecar pods through the
+Kubernetes API with the chart's own PodMonitor selector. With ``MODELROLL_KUBECONFIG`` set
+(``make e2e-kind``), hack/kind/e2e.sh has installed the chart and kube-prometheus-stack already
+and names them through the environment (see tests/e2e/incluster.py): the same scenario runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from modelroll_devcluster import Cluster
+from modelroll_devcluster.prometheus import Prometheus, pod_monitor_job
+from tests.chart.conftest import CHART, Helm, helm
+from tests.e2e.incluster import InCluster
+
+__all__ = ["helm"]
+
+NAMESPACE = "modelroll"
+RELEASE = "modelroll"
+INSTALL_TIMEOUT_S = 300
+
+
+def helm_values() -> list[str]:
+    """What the local node needs on top of the chart's defaults: nothing can be pulled, so the
+    images `make images` imported must be used as they are."""
+    return [
+        "--set", "operator.image.pullPolicy=Never",
+        "--set", "gateway.image.pullPolicy=Never",
+        "--set", "monitoring.podMonitor.enabled=true",
+    ]  # fmt: skip
+
+
+def rendered_pod_monitor(helm: Helm) -> dict[str, Any]:
+    """The PodMonitor the chart renders for this release (the Prometheus Operator's CRDs are not
+    installed on the node, so it is applied to real pods through Prometheus's own discovery)."""
+    out = helm.run("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *helm_values())
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    assert isinstance(monitor, dict)
+    return monitor
+
+
+def install_chart(cluster: Cluster, helm: Helm) -> float:
+    """``helm install --wait`` with the locally built images; seconds it took."""
+    started = time.monotonic()
+    helm.run(
+        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+        "--kubeconfig", str(cluster.kubeconfig), "--wait", f"--timeout={INSTALL_TIMEOUT_S}s",
+        # The PodMonitor's CRD is not on the node: Prometheus below applies its selector.
+        *[v for v in helm_values() if "podMonitor" not in v],
+    )  # fmt: skip
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def on_cluster(
+    node_cluster: Cluster, helm: Helm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InCluster]:
+    """The chart installed on the cluster, its gateway's Service and a Prometheus that scrapes
+    the sidecar pods, as the scenario's :class:`InCluster`."""
+    if not node_cluster.is_local:
+        yield InCluster.from_env(node_cluster)
+        return
+    installed = install_chart(node_cluster, helm)
+    gateway = node_cluster.kubectl_json("get", "service", f"{RELEASE}-gateway", namespace=NAMESPACE)
+    port = gateway["spec"]["ports"][0]["port"]
+    job = pod_monitor_job(rendered_pod_monitor(helm), node_cluster.kubeconfig)
+    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus"), [job])
+    prometheus.start()
+    incluster = InCluster(
+        node_cluster,
+        namespace=NAMESPACE,
+        release=RELEASE,
+        # Through the Service's cluster IP, which kube-proxy serves on the node's host too.
+        gateway_url=f"http://{gateway['spec']['clusterIP']}:{port}",
+        prometheus_url=prometheus.url,
+        settle_s=120.0,
+    )
+    incluster.install_seconds = installed
+    try:
+        yield incluster
+    finally:
+        prometheus.stop()
+
+
+@pytest.fixture
+def story(on_cluster: InCluster, request: pytest.FixtureRequest) -> Iterator[InCluster]:
+    """The installed chart for one test; afterwards its versions are deleted (and, after a
+    failure, the components' logs are shown)."""
+    yield on_cluster
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        print(f"--- component logs ---\n{on_cluster.log_tails()}")
+    on_cluster.cleanup()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+    return report
