@@ -32,6 +32,14 @@ $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PRO
 		$(addprefix -e ,$(PROJECTS))
 	touch $@
 
+# Debian packages the tests and benchmarks use (Prometheus for e2e and chart checks, wrk for
+# benchmarks), installed when missing; hack/node.mk adds the node's.
+TEST_PACKAGES := prometheus wrk
+
+.PHONY: test-packages
+test-packages: ## Install the Debian packages the tests need (prometheus, wrk), when missing.
+	@hack/host-packages.sh $(TEST_PACKAGES)
+
 .PHONY: venv
 venv: $(STAMP) ## Create .venv with every component installed editable, at pinned versions.
 
@@ -60,7 +68,7 @@ test-integration: venv cluster-bins ## Tests against a real kube-apiserver + etc
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint test-unit test-integration chart-test test-e2e ## Everything CI runs.
+test: lint test-unit test-integration chart-test test-e2e test-node ## Everything CI runs.
 
 .PHONY: demo
 demo: venv ## The main job: run the demo (ARGS=--once runs it once and exits).

@@ -22,6 +22,14 @@ IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
 	modelroll-sidecar pause coredns))
 
+# The host side of a node, and what builds its images: installed when missing (hack/host-packages.sh).
+NODE_PACKAGES := docker.io containerd runc containernetworking-plugins iptables conntrack iproute2 \
+	debootstrap
+
+.PHONY: node-packages
+node-packages: ## Install the Debian packages a local node and `make images` need, when missing.
+	@hack/host-packages.sh $(NODE_PACKAGES)
+
 .PHONY: node-bins
 node-bins: cluster-bins $(K8S_NODE_BINS) $(COREDNS_BIN) $(PAUSE_BIN) ## Build kubelet, kube-scheduler, kube-proxy, CoreDNS and pause into .bin/.
 
@@ -42,12 +50,28 @@ $(PAUSE_BIN): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
 .PHONY: images
 images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, pause and CoreDNS images with Docker (.cache/images/).
 
-$(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN)
+$(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) | node-packages
 	NODE_IMAGES='$(NODE_IMAGE_SPECS)' hack/images/build.sh $(IMAGE_TAG) '$(PYTHON_IMAGE)'
 	@touch $(IMAGE_TARS)
 
+# Prometheus 3 from the Go module proxy: Debian's package lacks Kubernetes service discovery, which
+# the node tests use to find pods with the chart's PodMonitor selector.
+PROMETHEUS_MOD := hack/go/prometheus
+PROMETHEUS_BINS := $(CLUSTER_BIN)/prometheus $(CLUSTER_BIN)/promtool
+PROMETHEUS_VERSION = $(shell awk '$$1 == "require" && $$2 == "github.com/prometheus/prometheus" {print $$3; exit}' $(PROMETHEUS_MOD)/go.mod)
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS_BINS) ## Build Prometheus 3 and promtool from Go modules into .bin/.
+
+$(PROMETHEUS_BINS) &: $(PROMETHEUS_MOD)/go.mod $(PROMETHEUS_MOD)/go.sum
+	@mkdir -p $(CLUSTER_BIN)
+	@echo "Building Prometheus (module $(PROMETHEUS_VERSION)) and promtool"
+	cd $(PROMETHEUS_MOD) && $(CLUSTER_GO_BUILD) -ldflags '-s -w' -o $(abspath $(CLUSTER_BIN))/ \
+		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+	@touch $(PROMETHEUS_BINS)
+
 .PHONY: node-prereqs
-node-prereqs: venv node-bins images ## Everything a local node needs (binaries and images).
+node-prereqs: node-packages venv node-bins images prometheus $(HELM) ## Everything the node tests need (binaries, images, helm, Prometheus).
 
 .PHONY: test-node
 test-node: node-prereqs ## The chart and managed ModelVersions on a real local node, under load.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from modelroll_devcluster import Cluster
+from modelroll_devcluster import Cluster, default_bin_dir
 from modelroll_devcluster.prometheus import Prometheus, pod_monitor_job
 from tests.chart.conftest import CHART, Helm, helm
 from tests.e2e.incluster import InCluster
@@ -26,23 +26,25 @@ __all__ = ["helm"]
 
 NAMESPACE = "modelroll"
 RELEASE = "modelroll"
-INSTALL_TIMEOUT_S = 300
+INSTALL_TIMEOUT_S = 110  # within Helm.run's own 120 s
 
 
-def helm_values() -> list[str]:
-    """What the local node needs on top of the chart's defaults: nothing can be pulled, so the
-    images `make images` imported must be used as they are."""
-    return [
-        "--set", "operator.image.pullPolicy=Never",
-        "--set", "gateway.image.pullPolicy=Never",
-        "--set", "monitoring.podMonitor.enabled=true",
-    ]  # fmt: skip
+#: What the local node needs on top of the chart's defaults: nothing can be pulled, so the images
+#: `make images` imported are used as they are.
+NODE_VALUES = ("operator.image.pullPolicy=Never", "gateway.image.pullPolicy=Never")
+
+
+def set_flags(*values: str) -> list[str]:
+    return [arg for value in values for arg in ("--set", value)]
 
 
 def rendered_pod_monitor(helm: Helm) -> dict[str, Any]:
     """The PodMonitor the chart renders for this release (the Prometheus Operator's CRDs are not
     installed on the node, so it is applied to real pods through Prometheus's own discovery)."""
-    out = helm.run("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *helm_values())
+    out = helm.run(
+        "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        *set_flags(*NODE_VALUES, "monitoring.podMonitor.enabled=true"),
+    )  # fmt: skip
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
     assert isinstance(monitor, dict)
@@ -55,8 +57,9 @@ def install_chart(cluster: Cluster, helm: Helm) -> float:
     helm.run(
         "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
         "--kubeconfig", str(cluster.kubeconfig), "--wait", f"--timeout={INSTALL_TIMEOUT_S}s",
-        # The PodMonitor's CRD is not on the node: Prometheus below applies its selector.
-        *[v for v in helm_values() if "podMonitor" not in v],
+        # Monitoring stays off: the PodMonitor's CRD is not on the node, and the Prometheus
+        # the fixture runs applies the PodMonitor's selector itself.
+        *set_flags(*NODE_VALUES),
     )  # fmt: skip
     return time.monotonic() - started
 
@@ -74,7 +77,10 @@ def on_cluster(
     gateway = node_cluster.kubectl_json("get", "service", f"{RELEASE}-gateway", namespace=NAMESPACE)
     port = gateway["spec"]["ports"][0]["port"]
     job = pod_monitor_job(rendered_pod_monitor(helm), node_cluster.kubeconfig)
-    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus"), [job])
+    binary = default_bin_dir() / "prometheus"
+    if not binary.is_file():
+        pytest.fail(f"{binary} is missing: build it with `make prometheus`", pytrace=False)
+    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus"), [job], binary=binary)
     prometheus.start()
     incluster = InCluster(
         node_cluster,

@@ -136,8 +136,11 @@ def test_rollout_story_with_pods(story: InCluster, figures: Figures) -> None:
     story.kubectl("apply", "-f", "-", input=manifests())
     eventually(lambda: routed(story, tuple(STORY)), "both versions Ready and Routed", 300)
     to_routed = time.monotonic() - applying
-    assert len(ready_pods(story, STABLE)) == STABLE_REPLICAS
+    assert ready_pods(story, STABLE)
     assert len(ready_pods(story, CANARY)) == 1
+    eventually(
+        lambda: len(ready_pods(story, STABLE)) == STABLE_REPLICAS, "stable-v1's 2 replicas", 120
+    )
     eventually(lambda: gateway_weights(story) == {STABLE: 9, CANARY: 1}, "the gateway at 9:1", 30)
     endpoints = {v["name"]: v["endpoint"] for v in story.routes()[MODEL]["versions"]}
     figures.add(

@@ -54,16 +54,36 @@ def _label_name(label: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in label)
 
 
+def _selector_relabelings(selector: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A label selector (matchLabels, matchExpressions) as keep/drop rules over discovered pods,
+    as the Prometheus Operator writes them."""
+    label = "__meta_kubernetes_pod_label_"
+    present = "__meta_kubernetes_pod_labelpresent_"
+    rules: list[dict[str, Any]] = [
+        {"source_labels": [label + _label_name(k)], "regex": v, "action": "keep"}
+        for k, v in sorted(selector.get("matchLabels", {}).items())
+    ]
+    for expression in selector.get("matchExpressions", []):
+        key, operator = _label_name(expression["key"]), expression["operator"]
+        values = "|".join(expression.get("values", []))
+        rule = {
+            "Exists": (present + key, "true", "keep"),
+            "DoesNotExist": (present + key, "true", "drop"),
+            "In": (label + key, f"({values})", "keep"),
+            "NotIn": (label + key, f"({values})", "drop"),
+        }.get(operator)
+        if rule is None:
+            raise PrometheusError(f"unsupported selector operator {operator!r}")
+        rules.append({"source_labels": [rule[0]], "regex": rule[1], "action": rule[2]})
+    return rules
+
+
 def pod_monitor_job(monitor: Mapping[str, Any], kubeconfig: Path) -> dict[str, Any]:
     """A scrape job that finds pods the way the Prometheus Operator turns ``monitor`` (a
-    PodMonitor) into configuration: Kubernetes pod discovery, kept by the PodMonitor's
-    ``selector.matchLabels`` and its endpoint's port name, labelled ``namespace`` and ``pod``.
-    For clusters without the Prometheus Operator (the local node); ``matchExpressions`` and
-    namespace selectors other than ``matchNames``/``any`` are refused, not ignored."""
+    PodMonitor) into configuration: Kubernetes pod discovery, kept by the PodMonitor's selector
+    and its endpoint's port name, labelled ``namespace`` and ``pod``. For clusters without the
+    Prometheus Operator (the local node)."""
     spec = monitor["spec"]
-    selector = spec.get("selector", {})
-    if set(selector) - {"matchLabels"}:
-        raise PrometheusError(f"unsupported PodMonitor selector {selector}")
     (endpoint,) = spec["podMetricsEndpoints"]
     discovery: dict[str, Any] = {"role": "pod", "kubeconfig_file": str(kubeconfig)}
     namespaces = spec.get("namespaceSelector", {})
@@ -71,14 +91,7 @@ def pod_monitor_job(monitor: Mapping[str, Any], kubeconfig: Path) -> dict[str, A
         discovery["namespaces"] = {"names": list(names)}
     elif not namespaces.get("any"):
         discovery["namespaces"] = {"names": [monitor["metadata"]["namespace"]]}
-    keep = [
-        {
-            "source_labels": [f"__meta_kubernetes_pod_label_{_label_name(key)}"],
-            "regex": value,
-            "action": "keep",
-        }
-        for key, value in sorted(selector.get("matchLabels", {}).items())
-    ]
+    keep = _selector_relabelings(spec.get("selector", {}))
     keep.append(
         {
             "source_labels": ["__meta_kubernetes_pod_container_port_name"],
@@ -146,7 +159,9 @@ class Prometheus(PrometheusAPI):
         scrape_interval: str = "1s",
         die_with_parent: bool = True,
         start_timeout: float = 60.0,
+        binary: Path | None = None,
     ) -> None:
+        self.binary = binary
         self.run_dir = run_dir.resolve()
         self.scrape_configs = [dict(c) for c in scrape_configs]
         self.rule_files = list(rule_files)
@@ -163,7 +178,7 @@ class Prometheus(PrometheusAPI):
 
     def start(self) -> Self:
         """Write the configuration, start the server and wait until it answers /-/ready."""
-        binary = find_tool("prometheus")
+        binary = self.binary or find_tool("prometheus")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config = {
             "global": {
