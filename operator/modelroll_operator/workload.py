@@ -86,6 +86,9 @@ def sidecar_container(name: str, spec: ModelVersionSpec, config: OperatorConfig)
         "ports": [{"name": PORT_NAME, "containerPort": config.sidecar_port, "protocol": "TCP"}],
         "livenessProbe": _probe("/livez", 10, 3),
         "readinessProbe": _probe("/readyz", 2, 1),
+        # Before SIGTERM: keep serving while the pod leaves its Service's endpoints, closing
+        # every connection after its answer so that the gateway reconnects to other pods.
+        "lifecycle": {"preStop": {"httpGet": {"path": "/prestop", "port": PORT_NAME}}},
         "securityContext": {
             "runAsNonRoot": True,
             "readOnlyRootFilesystem": True,
@@ -97,10 +100,16 @@ def sidecar_container(name: str, spec: ModelVersionSpec, config: OperatorConfig)
 
 
 def model_container(server: Server) -> dict[str, Any]:
-    """The user's model server, as given; its port is only reached over localhost."""
+    """The user's model server, as given; its port is only reached over localhost.
+
+    It runs as a native sidecar (an init container that keeps running): the kubelet starts it
+    before the batching sidecar and stops it only after the batching sidecar has exited, so the
+    batches it is still draining on SIGTERM reach a model that is still there.
+    """
     container: dict[str, Any] = {
         "name": MODEL_CONTAINER,
         "image": server.image,
+        "restartPolicy": "Always",
         "ports": [{"name": "model", "containerPort": server.port, "protocol": "TCP"}],
     }
     if server.image_pull_policy:
@@ -146,10 +155,8 @@ def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[st
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "terminationGracePeriodSeconds": config.termination_grace_s,
-                    "containers": [
-                        model_container(spec.server),
-                        sidecar_container(version.name, spec, config),
-                    ],
+                    "initContainers": [model_container(spec.server)],
+                    "containers": [sidecar_container(version.name, spec, config)],
                 },
             },
         },

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -47,6 +47,10 @@ class Sidecar:
             max_concurrent_batches=config.max_concurrent_batches,
         )
         self.model_ready = False
+        self.closing = False
+        """Set by GET /prestop: still serving, but unready and closing every connection."""
+        self.close_idle_connections: Callable[[], int] = lambda: 0
+        """Closes the server's idle keep-alive connections (set by whoever runs the server)."""
         self.draining = False
         self._probe: asyncio.Task[None] | None = None
         self._drained: asyncio.Task[None] | None = None
@@ -64,6 +68,22 @@ class Sidecar:
                 log.info("Model at %s became %s", self.config.upstream, _readiness(ready))
                 self.model_ready = ready
             await asyncio.sleep(interval if ready else min(interval, STARTUP_PROBE_S))
+
+    async def prestop(self) -> None:
+        """The pod is terminating: while Kubernetes takes the pod out of its Services' endpoints,
+        keep serving, but turn unready and close every connection (idle ones now, busy ones after
+        their answer), so that clients reconnect, and reach other pods, before SIGTERM drains."""
+        if not self.closing:
+            self.closing = True
+            closed = self.close_idle_connections()
+            log.info(
+                "Closing %s/%s: unready, %d idle connections closed, serving for %g ms more",
+                self.config.model,
+                self.config.version,
+                closed,
+                self.config.prestop_delay_ms,
+            )
+        await asyncio.sleep(self.config.prestop_delay_ms / 1000)
 
     async def shutdown(self) -> None:
         """Turn unready, refuse new requests, flush the queue, finish in-flight batches.
@@ -164,10 +184,14 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
         raise
     if outcome.status == 200:
         config = sidecar.config
-        return json_response(
+        response = json_response(
             200, {"output": outcome.output, "model": config.model, "version": config.version}
         )
-    return error_response(outcome.status, outcome.error or "request failed")
+    else:
+        response = error_response(outcome.status, outcome.error or "request failed")
+    if sidecar.closing:
+        response.force_close()  # "Connection: close": the client's next request goes elsewhere
+    return response
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -187,11 +211,22 @@ async def handle_readyz(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
     if sidecar.draining:
         return error_response(503, "shutting down")
+    if sidecar.closing:
+        return error_response(503, "the pod is terminating")
     if not sidecar.batcher.alive:
         return error_response(503, "the batcher is not running")
     if not sidecar.model_ready:
         return error_response(503, f"model at {sidecar.config.upstream} is not ready")
     return json_response(200, {"status": "ready"})
+
+
+async def handle_prestop(request: web.Request) -> web.Response:
+    """The pod's preStop hook (an httpGet the kubelet sends before SIGTERM)."""
+    sidecar = request.app[SIDECAR]
+    await sidecar.prestop()
+    response = json_response(200, {"status": "closing", "queued": sidecar.depth})
+    response.force_close()
+    return response
 
 
 @web.middleware
@@ -227,4 +262,5 @@ def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/livez", handle_livez)
     app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/prestop", handle_prestop)
     return app

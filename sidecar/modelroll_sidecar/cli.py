@@ -1,7 +1,8 @@
 """``modelroll-sidecar``: serve the batching sidecar until SIGTERM, then shut down in order.
 
 On SIGTERM (or SIGINT): /readyz and new requests answer 503 at once; everything queued is sent to
-the model without waiting for max-wait; in-flight batches finish; then the process exits.
+the model without waiting for max-wait; in-flight batches finish; then the process exits. Before
+that, in a pod, the kubelet's preStop hook calls GET /prestop: see :meth:`Sidecar.prestop`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,24 @@ async def serve(config: SidecarConfig) -> None:
     app = create_app(config)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
+    server = runner.server
+    assert server is not None  # set by setup()
+
+    def close_idle_connections() -> int:
+        """Close every keep-alive connection that waits for its next request; the others close
+        after their answer (it carries "Connection: close"). Idle is what aiohttp's own
+        keep-alive expiry tests (RequestHandler._process_keepalive): a pending ``_waiter``."""
+        closed = 0
+        for connection in list(server.connections):
+            waiter = connection._waiter
+            if waiter is not None and not waiter.done():
+                connection.force_close()
+                closed += 1
+            else:
+                connection.close()
+        return closed
+
+    app[SIDECAR].close_idle_connections = close_idle_connections
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
     await site.start()
     log.info(

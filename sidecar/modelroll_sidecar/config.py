@@ -33,6 +33,7 @@ class SidecarConfig:
     upstream_timeout_ms: float = 60000.0
     readiness_interval_ms: float = 1000.0
     drain_timeout_s: float = 30.0
+    prestop_delay_ms: float = 3000.0
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:
@@ -65,6 +66,8 @@ class SidecarConfig:
             return f"--max-batch-tokens must be 0 (no budget) or more, got {self.max_batch_tokens}"
         if self.drain_timeout_s < 0:
             return f"--drain-timeout-s must be 0 or more, got {self.drain_timeout_s}"
+        if self.prestop_delay_ms < 0:
+            return f"--prestop-delay-ms must be 0 or more, got {self.prestop_delay_ms:g}"
         if self.port > 65535:
             return f"--port must be at most 65535, got {self.port}"
         if not self.upstream.startswith(("http://", "https://")):
@@ -101,6 +104,8 @@ HELP = {
     "upstream_timeout_ms": "a model call slower than this fails its batch with 502",
     "readiness_interval_ms": "how often the model's /readyz is probed",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
+    "prestop_delay_ms": "GET /prestop (the pod's preStop hook) answers after this long, while "
+    "requests are still served but every connection is closed after its answer",
     "event_loop": "auto (uvloop when installed), asyncio or uvloop",
 }
 

@@ -60,7 +60,9 @@ def deployment_after(cluster: Cluster, namespace: str, generation: int) -> dict[
 
 
 def containers(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    """Every container of the pod template by name, the model's native-sidecar one included."""
+    pod = deployment["spec"]["template"]["spec"]
+    return {c["name"]: c for c in (*pod.get("initContainers", []), *pod["containers"])}
 
 
 def patch_mv(cluster: Cluster, namespace: str, name: str, patch: dict[str, Any]) -> None:

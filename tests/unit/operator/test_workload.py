@@ -14,7 +14,9 @@ CONFIG = OperatorConfig(sidecar_image="registry.local/modelroll-sidecar:test", d
 
 
 def containers(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in manifest["spec"]["template"]["spec"]["containers"]}
+    """Every container of the pod template by name, the model's native-sidecar one included."""
+    pod = manifest["spec"]["template"]["spec"]
+    return {c["name"]: c for c in (*pod.get("initContainers", []), *pod["containers"])}
 
 
 def test_the_pod_runs_the_model_and_the_sidecar_configured_from_the_spec() -> None:
@@ -51,6 +53,19 @@ def test_the_grace_period_outlasts_the_sidecars_drain() -> None:
     manifest = deployment_manifest(version(), CONFIG)
     grace = manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > CONFIG.drain_timeout_s
+
+
+def test_the_model_outlives_the_sidecar_and_the_sidecar_outlives_its_endpoints() -> None:
+    """On pod deletion the kubelet runs the sidecar's preStop hook (serve while the pod leaves
+    its Service), then SIGTERMs the sidecar, and the model only after the sidecar has exited:
+    the model is a native sidecar (an init container that keeps running)."""
+    pod = deployment_manifest(version(), CONFIG)["spec"]["template"]["spec"]
+    (model,) = pod["initContainers"]
+    assert model["name"] == "model"
+    assert model["restartPolicy"] == "Always"
+    assert [c["name"] for c in pod["containers"]] == ["sidecar"]
+    hook = pod["containers"][0]["lifecycle"]["preStop"]
+    assert hook == {"httpGet": {"path": "/prestop", "port": "http"}}
 
 
 def test_the_sidecar_runs_locked_down_and_resources_stay_unset_unless_given() -> None:

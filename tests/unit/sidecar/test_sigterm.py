@@ -86,3 +86,53 @@ async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -
     assert stats["items"] == REQUESTS
     assert "Stopped" in sidecar.log()
     assert model.popen.poll() is None
+
+
+async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -> None:
+    """GET /prestop (the pod's preStop hook): for --prestop-delay-ms the sidecar still answers
+    requests, but turns unready, closes idle keep-alive connections at once and every other one
+    after its answer, so that a client behind a Service reconnects to another pod."""
+    model_port, sidecar_port = free_port(), free_port()
+    spawn(
+        "modelroll-demo-model", "--port", str(model_port), "--fixed-ms", "1",
+        ready=f"http://127.0.0.1:{model_port}/readyz",
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{sidecar_port}"
+    sidecar = spawn(
+        "modelroll-sidecar", "--port", str(sidecar_port),
+        "--upstream", f"http://127.0.0.1:{model_port}", "--prestop-delay-ms", "1500",
+        ready=f"{base}/readyz",
+    )  # fmt: skip
+    body = b'{"payload": "a fine day"}'
+    request = (
+        b"POST /v1/infer HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    # A keep-alive connection that has had its answer and now waits, as a gateway's pool would.
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", sidecar_port)
+    idle_writer.write(request)
+    assert (await idle_reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 200")
+
+    async with aiohttp.ClientSession() as session:
+        started = time.monotonic()
+        prestop = asyncio.ensure_future(session.get(f"{base}/prestop"))
+        await asyncio.sleep(0.3)
+        # The idle connection was closed by the sidecar: reading ends in EOF, long before the
+        # delay is over.
+        rest = await asyncio.wait_for(idle_reader.read(), 1.0)
+        assert rest.endswith(b"}") or rest == b""  # the rest of the first answer, then EOF
+        assert idle_reader.at_eof()
+        idle_writer.close()
+        async with session.get(f"{base}/readyz") as ready:
+            assert ready.status == 503
+        # Requests are still served meanwhile, each telling the client to close.
+        async with session.post(f"{base}/v1/infer", json={"payload": "still here"}) as resp:
+            assert resp.status == 200
+            assert resp.headers.get("Connection", "").lower() == "close"
+            assert (await resp.json())["output"]["length"] == 2
+        response = await prestop
+        waited = time.monotonic() - started
+        assert response.status == 200
+        response.release()
+    assert 1.4 < waited < 5.0, f"/prestop answered after {waited:.2f}s"
+    assert "Closing default/v1" in sidecar.log()
