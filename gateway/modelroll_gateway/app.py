@@ -193,7 +193,10 @@ async def _fallback(request: web.Request) -> web.Response:
 
 
 async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
-    pool = UpstreamPool(connect_timeout=app[CONFIG_KEY].connect_timeout)
+    config = app[CONFIG_KEY]
+    pool = UpstreamPool(
+        connect_timeout=config.connect_timeout, max_age=config.upstream_connection_max_age
+    )
     app[PROXY_KEY].pool = pool
     yield
     await pool.close()

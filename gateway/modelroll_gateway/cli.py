@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to connect to a sidecar before the gateway answers 502 (2)",
     )
     p.add_argument(
+        "--upstream-connection-max-age",
+        type=positive_float,
+        default=env("UPSTREAM_CONNECTION_MAX_AGE", "10"),
+        help="seconds a connection to a sidecar is reused, so that a version's new replicas "
+        "get their share (10)",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=env("MAX_BODY_BYTES", str(1024 * 1024)),
@@ -103,6 +110,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         kubeconfig=args.kubeconfig,
         upstream_timeout=args.upstream_timeout,
         connect_timeout=args.connect_timeout,
+        upstream_connection_max_age=args.upstream_connection_max_age,
         max_body_bytes=args.max_body_bytes,
     )
 

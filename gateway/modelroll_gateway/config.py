@@ -27,6 +27,9 @@ class GatewayConfig:
     """Seconds for a whole upstream exchange; past it the gateway answers 504."""
     connect_timeout: float = 2.0
     """Seconds to open a connection to a sidecar; past it the gateway answers 502."""
+    upstream_connection_max_age: float = 10.0
+    """Seconds a kept-alive connection to a sidecar is reused. A version's Service balances
+    connections, not requests, so new replicas get their share only from new connections."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
     watch_timeout_seconds: int = 300
@@ -37,6 +40,8 @@ class GatewayConfig:
             raise ValueError(f"port {self.port} is outside 0..65535")
         if self.upstream_timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("timeouts must be positive")
+        if self.upstream_connection_max_age <= 0:
+            raise ValueError("upstream_connection_max_age must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         if self.routes_poll_seconds <= 0:

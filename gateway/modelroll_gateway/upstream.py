@@ -69,6 +69,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[UpstreamResponse] | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.opened_at = endpoint.loop.time()
         self.used = False
         self._reset()
 
@@ -310,7 +311,9 @@ class Endpoint:
         return None
 
     def _release(self, conn: _Connection, reusable: bool) -> None:
-        if reusable and not conn.closed and not self.pool.closed:
+        if reusable and self.loop.time() - conn.opened_at >= self.pool.max_age:
+            conn.close()  # retired: the next request connects anew, maybe to another pod
+        elif reusable and not conn.closed and not self.pool.closed:
             now = conn.idle_since = self.loop.time()
             idle = self.idle
             idle.append(conn)
@@ -358,11 +361,15 @@ class UpstreamPool:
         *,
         connect_timeout: float,
         idle_timeout: float = 30.0,
+        max_age: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
+        self.max_age = max_age
+        """Seconds a connection is reused for: a sidecar behind a Service is one of its pods,
+        chosen when the connection opens, so only new connections reach new pods."""
         self.ssl_context = ssl_context or ssl.create_default_context()
         self.closed = False
         self._endpoints: dict[str, Endpoint] = {}

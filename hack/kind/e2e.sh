@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# make e2e-kind: the e2e rollout scenario (tests/e2e/test_rollout.py) on a kind cluster.
+# make e2e-kind: the e2e rollout scenario (tests/e2e/test_rollout.py) and the node scenario
+# (tests/node: managed versions as pods under load through rollbacks, rolling updates, pod
+# deletions, scaling and an operator restart) on a kind cluster: the same code that `make
+# test-node` runs on the local node.
 #
 #   1. create a kind cluster (or reuse one of the same name)
 #   2. build the operator, gateway and sidecar images and `kind load` them
@@ -85,7 +88,7 @@ for url in "http://127.0.0.1:$GATEWAY_PORT/readyz" "http://127.0.0.1:$PROMETHEUS
   curl -fsS "$url" >/dev/null || { echo "$url does not answer" >&2; exit 1; }
 done
 
-step "Running the e2e scenario against the cluster"
+step "Running the e2e and node scenarios against the cluster"
 # shellcheck disable=SC2086 # PYTEST_ARGS holds several arguments on purpose
 MODELROLL_KUBECONFIG=$KUBECONFIG_FILE \
 MODELROLL_KUBECTL=$KUBECTL \
@@ -93,4 +96,4 @@ MODELROLL_E2E_NAMESPACE=$NAMESPACE \
 MODELROLL_E2E_RELEASE=$RELEASE \
 MODELROLL_E2E_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT \
 MODELROLL_E2E_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
-  .venv/bin/python -m pytest tests/e2e/test_rollout.py ${PYTEST_ARGS:-}
+  .venv/bin/python -m pytest tests/e2e/test_rollout.py tests/node ${PYTEST_ARGS:-}

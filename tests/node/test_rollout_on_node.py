@@ -246,7 +246,18 @@ def test_rollout_story_with_pods(story: InCluster, figures: Figures) -> None:
 
             return act
 
+        before = set(ready_pods(story, STABLE))
         assert not steps.disruption("node: kubectl scale mv --replicas=3", scale(3))
+        # The new replica takes its share: the gateway renews its connections to the Service.
+        (added,) = set(ready_pods(story, STABLE)) - before
+
+        def served_by_new_replica() -> float | None:
+            query = f'sum(modelroll_requests_total{{namespace="{ns}", pod="{added}"}})'
+            count = sum(prometheus.by_label(query, label="").values())
+            return count if count > 0 else None
+
+        served = eventually(served_by_new_replica, f"{added} serving requests", 60)
+        figures.add("node: the new replica's share", f"{added} answered {served:.0f} requests")
         assert not steps.disruption("node: kubectl scale mv --replicas=2", scale(2))
 
         # 8. The operator's pod deleted: routes stay, and the new pod takes over.

@@ -74,8 +74,7 @@ def _stop(directory: Path, state: State) -> None:
         if state.ours(name):
             stop_pid(state.pids[name])
     if state.node:
-        node_dir = directory / "node"
-        nodehost.sweep(node_dir, node_dir / "containerd" / "containerd.sock")
+        nodehost.sweep(directory / "node")
     (directory / STATE_FILE).unlink(missing_ok=True)
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ import yaml
 
 from . import nodehost
 from .controlplane import (
+    SERVICE_CLUSTER_IP_RANGE,
     ClusterError,
     Component,
     ControlPlane,
@@ -47,6 +50,7 @@ NODE_BINARIES = ("kubelet", "kube-proxy", "kube-scheduler")
 NODE_NAME = "modelroll-node"
 POD_CIDR = "10.244.0.0/24"
 DNS_IP = "10.0.0.10"
+KUBERNETES_SERVICE_IP = "10.0.0.1"
 CLUSTER_DOMAIN = "cluster.local"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 #: The node's own images, built by `make images` next to the project's (hack/node.mk).
@@ -117,7 +121,7 @@ class Node:
         self.images_dir = images_dir or default_images_dir()
         self.start_timeout = start_timeout
         self.dir = plane.run_dir / "node"
-        self.containerd_socket = self.dir / "containerd" / "containerd.sock"
+        self.containerd_socket = nodehost.containerd_socket(self.dir)
         self.components: dict[str, Component] = {}
 
     # -- public surface -------------------------------------------------------------------
@@ -131,6 +135,7 @@ class Node:
         self.dir.mkdir(parents=True)
         try:
             nodehost.set_sysctls(self.dir / "sysctls.json")
+            nodehost.reject_unprogrammed_services(SERVICE_CLUSTER_IP_RANGE)
             self._write_config()
             logs = self.plane.log_dir
             self.components = {
@@ -150,6 +155,7 @@ class Node:
                 ),
             }
             containerd = self.components["containerd"]
+            self.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
             containerd.start(die_with_parent=self.plane.die_with_parent)
             self._wait(containerd, self.containerd_socket.exists)
             self.import_images()
@@ -174,7 +180,7 @@ class Node:
         for name in ("containerd", "kube-proxy"):
             if component := self.components.get(name):
                 component.stop()
-        nodehost.sweep(self.dir, self.containerd_socket)
+        nodehost.sweep(self.dir)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -223,8 +229,9 @@ class Node:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def _dns_ready(self) -> bool:
-        deployment = self._get_json("/apis/apps/v1/namespaces/kube-system/deployments/coredns")
-        return bool(deployment and deployment.get("status", {}).get("readyReplicas"))
+        """Whether the cluster's DNS answers through its Service, as pods will ask it (which
+        needs CoreDNS ready and kube-proxy's rules for the Service in place)."""
+        return resolve(f"kubernetes.default.svc.{CLUSTER_DOMAIN}") == KUBERNETES_SERVICE_IP
 
     def _kubectl(self, *args: str, input: str | None = None) -> None:
         kubectl = find_binaries(self.plane.bin_dir, ("kubectl",))["kubectl"]
@@ -431,6 +438,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             f"--secure-port={free_port()}",
             "--leader-elect=false",
         ]
+
+
+def resolve(name: str, server: str = DNS_IP, timeout: float = 1.0) -> str | None:
+    """The first IPv4 address ``server`` gives for ``name`` (one UDP query), or None."""
+    query_id = secrets.randbits(16)
+    question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    packet = struct.pack(">HHHHHH", query_id, 0x0100, 1, 0, 0, 0) + question + b"\0\1\0\1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.sendto(packet, (server, 53))
+            answer = sock.recv(512)
+        except OSError:
+            return None
+    ident, flags, _, count = struct.unpack(">HHHH", answer[:8])
+    # The last record: ... TYPE(2) CLASS(2) TTL(4) RDLENGTH(2) RDATA; an A record's is 4 bytes.
+    is_a = answer[-14:-12] == b"\0\1" and answer[-6:-4] == b"\0\4"
+    if ident != query_id or flags & 0xF or count == 0 or not is_a:
+        return None
+    return socket.inet_ntoa(answer[-4:])
 
 
 def coredns_manifests() -> list[dict[str, Any]]:

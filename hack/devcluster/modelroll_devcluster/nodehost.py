@@ -10,9 +10,11 @@ machine. The node runs :func:`sweep` before it starts as well as after it stops.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -23,9 +25,13 @@ from .controlplane import pid_alive, pid_cmdline
 
 #: The bridge the CNI config creates (hack's own name, so nothing else on the host is touched).
 BRIDGE = "modelroll0"
-#: iptables chains kube-proxy and the CNI plugins create; rules jumping to them are removed too.
-CHAIN_PREFIXES = ("KUBE-", "CNI-")
+#: iptables chains kube-proxy, the CNI plugins and the node itself create; rules jumping to them
+#: are removed too.
+CHAIN_PREFIXES = ("KUBE-", "CNI-", "MODELROLL-")
+NO_SERVICE_CHAIN = "MODELROLL-NO-SERVICE"
 IPTABLES_TABLES = ("filter", "nat", "mangle")
+#: Where each node's containerd socket lives (see :func:`containerd_socket`).
+SOCKETS_DIR = Path("/run/modelroll")
 #: Where containerd's CRI plugin bind-mounts pod network namespaces.
 NETNS_DIR = Path("/run/netns")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -38,6 +44,13 @@ NODE_SYSCTLS = {
     "net/bridge/bridge-nf-call-iptables": "1",
 }
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+
+
+def containerd_socket(node_dir: Path) -> Path:
+    """Where a node's containerd listens: a short path of its own under /run, since containerd
+    adds suffixes to it and a unix socket's path may not exceed 104 bytes."""
+    digest = hashlib.sha256(str(node_dir.resolve()).encode()).hexdigest()[:12]
+    return SOCKETS_DIR / digest / "containerd.sock"
 
 
 def _sysctl_path(name: str) -> Path:
@@ -161,6 +174,20 @@ def _ours(word: str) -> bool:
     return word.startswith(CHAIN_PREFIXES)
 
 
+def reject_unprogrammed_services(service_cidr: str) -> None:
+    """Refuse connections to a cluster IP that kube-proxy has not translated (yet): a Service
+    created a moment ago. Without this they follow the host's default route, and on a network
+    with a transparent HTTP proxy a client may keep a connection that some proxy answers.
+    Pods' traffic passes the firewall plugin's CNI-ADMIN chain (meant for such rules) first."""
+    for table_args in (["-N", NO_SERVICE_CHAIN], ["-N", "CNI-ADMIN"]):
+        _iptables("filter", *table_args)
+    _iptables("filter", "-A", NO_SERVICE_CHAIN, "-d", service_cidr, "-p", "tcp",
+              "-j", "REJECT", "--reject-with", "tcp-reset")  # fmt: skip
+    _iptables("filter", "-A", NO_SERVICE_CHAIN, "-d", service_cidr, "-j", "REJECT")
+    _iptables("filter", "-A", "CNI-ADMIN", "-j", NO_SERVICE_CHAIN)
+    _iptables("filter", "-A", "OUTPUT", "-j", NO_SERVICE_CHAIN)
+
+
 def _jumps_to_ours(rule: list[str]) -> bool:
     return "-j" in rule and _ours(rule[rule.index("-j") + 1])
 
@@ -218,10 +245,12 @@ def leftovers(node_dir: Path) -> list[str]:
     return found
 
 
-def sweep(node_dir: Path, containerd_address: Path) -> None:
+def sweep(node_dir: Path) -> None:
     """Remove everything a node leaves on the host. Its own daemons must already be stopped."""
+    socket = containerd_socket(node_dir)
     kill_pod_processes()
-    kill_shims(containerd_address)
+    kill_shims(socket)
+    shutil.rmtree(socket.parent, ignore_errors=True)
     unmount_under(node_dir)
     remove_netns()
     remove_iptables_chains()

@@ -94,6 +94,7 @@ def node_cluster(
 ) -> Iterator[Cluster]:
     """A cluster with a node that runs pods, for the whole session."""
     from .node import Node, detect_node_ip
+    from .nodehost import leftovers
 
     bin_dir = default_bin_dir(pytestconfig.rootpath)
     if existing := os.environ.get(KUBECONFIG_ENV):
@@ -119,6 +120,8 @@ def node_cluster(
     finally:
         node.stop()
         plane.stop()
+    if left := leftovers(node.dir):
+        pytest.fail(f"the node left this on the host: {'; '.join(left)}", pytrace=False)
 
 
 @pytest.fixture

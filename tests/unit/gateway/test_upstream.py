@@ -130,6 +130,23 @@ async def test_an_idle_connection_the_sidecar_closed_is_retried_on_a_new_one(
         assert (up.connections, up.requests) == (3, 5)
 
 
+async def test_a_connection_is_replaced_once_it_is_older_than_its_max_age(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    """Behind a Service every connection is pinned to one pod: replacing old connections is what
+    lets the pods of a scale-up take their share."""
+    async with raw_upstream(lambda c, n: answer(OK)) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway(upstream_connection_max_age=0.3)
+        for _ in range(3):
+            assert (await gw.infer("m"))[:2] == (200, "v1")
+        assert up.connections == 1  # reused while young
+        await asyncio.sleep(0.35)
+        assert (await gw.infer("m"))[:2] == (200, "v1")  # retired after this answer
+        assert (await gw.infer("m"))[:2] == (200, "v1")
+        assert (up.connections, up.requests) == (2, 5)
+
+
 async def test_a_fresh_connection_closed_without_an_answer_is_a_502(
     start_gateway: StartGateway, routes_file: RoutesFile
 ) -> None:
