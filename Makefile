@@ -16,6 +16,7 @@ PYTEST_ARGS ?=
 ARGS ?=
 
 include hack/cluster.mk
+include hack/prometheus.mk
 include hack/chart.mk
 include hack/e2e.mk
 include hack/node.mk
@@ -31,14 +32,6 @@ $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PRO
 	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -r requirements-dev.txt \
 		$(addprefix -e ,$(PROJECTS))
 	touch $@
-
-# Debian packages the tests and benchmarks use (Prometheus for e2e and chart checks, wrk for
-# benchmarks), installed when missing; hack/node.mk adds the node's.
-TEST_PACKAGES := prometheus wrk
-
-.PHONY: test-packages
-test-packages: ## Install the Debian packages the tests need (prometheus, wrk), when missing.
-	@hack/host-packages.sh $(TEST_PACKAGES)
 
 .PHONY: venv
 venv: $(STAMP) ## Create .venv with every component installed editable, at pinned versions.
@@ -83,11 +76,11 @@ operator: crd ## Run the operator against the local control plane, every namespa
 	$(VENV)/bin/modelroll-operator --kubeconfig $(CLUSTER_DIR)/kubeconfig --log-format=plain $(ARGS)
 
 .PHONY: bench-sidecar
-bench-sidecar: venv ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
+bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
 	$(PY) -m modelroll_bench.sidecar $(ARGS)
 
 .PHONY: bench-gateway
-bench-gateway: venv ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
+bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
 	$(PY) -m modelroll_bench.gateway $(ARGS)
 
 .PHONY: clean

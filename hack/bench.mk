@@ -16,14 +16,19 @@ $(KSERVE_BATCHER): $(KSERVE_MOD)/go.mod $(KSERVE_MOD)/go.sum $(KSERVE_MOD)/main.
 	cd $(KSERVE_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -mod=readonly \
 		-ldflags '-s -w' -o $(abspath $@) .
 
+# wrk (the Debian package) measures saturation throughput: installed when missing.
+.PHONY: wrk
+wrk: ## Install wrk (Debian package) for the benchmarks, when missing.
+	@command -v wrk >/dev/null || hack/host-packages.sh wrk
+
 .PHONY: bench
-bench: venv ## Every batcher against the same demo model and lengths, as ratios (writes bench/results/).
+bench: venv wrk ## Every batcher against the same demo model and lengths, as ratios (writes bench/results/).
 	@$(MAKE) --no-print-directory kserve-batcher || \
 		echo "kserve-batcher did not build; make bench measures the others and says why"
 	$(BENCH) compare $(ARGS)
 
 .PHONY: bench-sweep
-bench-sweep: venv ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N".
+bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N".
 	$(BENCH) sweep $(ARGS)
 
 .PHONY: bench-rollback

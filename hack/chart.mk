@@ -59,5 +59,5 @@ chart-lint: $(HELM) ## helm lint, and helm template with default and full values
 	$(HELM) template modelroll $(CHART) --namespace modelroll -f $(CHART_FULL_VALUES) >/dev/null
 
 .PHONY: chart-test
-chart-test: test-packages venv cluster-bins monitoring-crds chart-lint ## Chart checks: lint, templates, dry-run apply, PromQL against a real Prometheus.
+chart-test: venv cluster-bins $(PROMETHEUS_BINS) monitoring-crds chart-lint ## Chart checks: lint, templates, dry-run apply, PromQL against a real Prometheus.
 	$(PY) -m pytest tests/chart $(PYTEST_ARGS)

@@ -3,7 +3,7 @@
 # hack/cluster.mk and hack/chart.mk (it uses VENV, PY, PYTEST_ARGS, cluster-bins and HELM).
 
 .PHONY: test-e2e
-test-e2e: test-packages venv cluster-bins ## The rollout story on loopback: control plane, operator, gateway, sidecars, Prometheus.
+test-e2e: venv cluster-bins $(PROMETHEUS_BINS) ## The rollout story on loopback: control plane, operator, gateway, sidecars, Prometheus.
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 .PHONY: e2e-kind

@@ -54,30 +54,8 @@ $(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) | node-packages
 	NODE_IMAGES='$(NODE_IMAGE_SPECS)' hack/images/build.sh $(IMAGE_TAG) '$(PYTHON_IMAGE)'
 	@touch $(IMAGE_TARS)
 
-# Prometheus 3 from the Go module proxy: Debian's package lacks Kubernetes service discovery, which
-# the node tests use to find pods with the chart's PodMonitor selector.
-PROMETHEUS_MOD := hack/go/prometheus
-PROMETHEUS_BINS := $(CLUSTER_BIN)/prometheus $(CLUSTER_BIN)/promtool
-PROMETHEUS_VERSION = $(shell awk '$$1 == "require" && $$2 == "github.com/prometheus/prometheus" {print $$3; exit}' $(PROMETHEUS_MOD)/go.mod)
-
-# What `prometheus --version` reports: module v0.3NN.P is Prometheus 3.NN.P.
-PROMETHEUS_RELEASE = $(shell echo $(PROMETHEUS_VERSION) | sed -E 's/^v0\.3([0-9][0-9])\.([0-9]+)$$/3.\1.\2/; s/^3\.0([0-9])/3.\1/')
-PROMETHEUS_LDFLAGS = -X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE) \
-	-X github.com/prometheus/common/version.Branch=module \
-	-X github.com/prometheus/common/version.Revision=$(PROMETHEUS_VERSION)
-
-.PHONY: prometheus
-prometheus: $(PROMETHEUS_BINS) ## Build Prometheus 3 and promtool from Go modules into .bin/.
-
-$(PROMETHEUS_BINS) &: $(PROMETHEUS_MOD)/go.mod $(PROMETHEUS_MOD)/go.sum
-	@mkdir -p $(CLUSTER_BIN)
-	@echo "Building Prometheus (module $(PROMETHEUS_VERSION)) and promtool"
-	cd $(PROMETHEUS_MOD) && $(CLUSTER_GO_BUILD) -ldflags '-s -w $(PROMETHEUS_LDFLAGS)' -o $(abspath $(CLUSTER_BIN))/ \
-		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
-	@touch $(PROMETHEUS_BINS)
-
 .PHONY: node-prereqs
-node-prereqs: node-packages venv node-bins images prometheus $(HELM) ## Everything the node tests need (binaries, images, helm, Prometheus).
+node-prereqs: node-packages venv node-bins images $(PROMETHEUS_BINS) $(HELM) ## Everything the node tests need (binaries, images, helm, Prometheus).
 
 .PHONY: test-node
 test-node: node-prereqs ## The chart and managed ModelVersions on a real local node, under load.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from modelroll_devcluster import Cluster, default_bin_dir
+from modelroll_devcluster import Cluster
 from modelroll_devcluster.prometheus import Prometheus, pod_monitor_job
 from tests.chart.conftest import CHART, Helm, helm
 from tests.e2e.incluster import InCluster
@@ -77,10 +77,7 @@ def on_cluster(
     gateway = node_cluster.kubectl_json("get", "service", f"{RELEASE}-gateway", namespace=NAMESPACE)
     port = gateway["spec"]["ports"][0]["port"]
     job = pod_monitor_job(rendered_pod_monitor(helm), node_cluster.kubeconfig)
-    binary = default_bin_dir() / "prometheus"
-    if not binary.is_file():
-        pytest.fail(f"{binary} is missing: build it with `make prometheus`", pytrace=False)
-    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus"), [job], binary=binary)
+    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus"), [job])
     prometheus.start()
     incluster = InCluster(
         node_cluster,

@@ -1,4 +1,8 @@
-"""A real Prometheus (the Debian package) on loopback, scraping processes a test or the demo runs.
+"""A real Prometheus on loopback, scraping processes a test or the demo runs.
+
+The Prometheus and promtool are the ones `make prometheus` builds into ``.bin/`` from the Go module
+proxy (Prometheus 3, pinned in hack/go/prometheus/go.mod): the version users of
+kube-prometheus-stack run, so every expression of the dashboard and rules is checked against it.
 
 One implementation for every user: the e2e suite and ``make demo`` (through :mod:`.stack`) and the
 chart's PromQL checks (tests/chart/test_promql.py). Storage and the generated configuration live
@@ -8,7 +12,7 @@ in the run directory; the process is stopped like the control plane's components
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -19,11 +23,13 @@ from typing import Any, Self
 
 import yaml
 
-from .controlplane import ClusterError, Component, MissingBinaryError, free_port, tail
-
-INSTALL_HINT = (
-    "apt-get update && apt-get install -y --no-install-recommends prometheus "
-    "(the Debian package; .ci/run installs it)"
+from .controlplane import (
+    ClusterError,
+    Component,
+    MissingBinaryError,
+    default_bin_dir,
+    free_port,
+    tail,
 )
 
 Series = list[dict[str, Any]]
@@ -34,11 +40,14 @@ class PrometheusError(ClusterError):
 
 
 def find_tool(name: str = "prometheus") -> Path:
-    """``prometheus`` or ``promtool`` on PATH; raises MissingBinaryError naming the install."""
-    path = shutil.which(name)
-    if path is None:
-        raise MissingBinaryError(f"{name} is not installed: {INSTALL_HINT}")
-    return Path(path)
+    """``prometheus`` or ``promtool`` from ``.bin/``; raises MissingBinaryError naming the build."""
+    path = default_bin_dir() / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise MissingBinaryError(
+            f"{name} is not built: run `make prometheus` (Prometheus 3 from Go modules, into "
+            f"{path.parent})"
+        )
+    return path
 
 
 def static_job(name: str, targets: Sequence[str], **labels: str) -> dict[str, Any]:
@@ -159,9 +168,7 @@ class Prometheus(PrometheusAPI):
         scrape_interval: str = "1s",
         die_with_parent: bool = True,
         start_timeout: float = 60.0,
-        binary: Path | None = None,
     ) -> None:
-        self.binary = binary
         self.run_dir = run_dir.resolve()
         self.scrape_configs = [dict(c) for c in scrape_configs]
         self.rule_files = list(rule_files)
@@ -178,7 +185,7 @@ class Prometheus(PrometheusAPI):
 
     def start(self) -> Self:
         """Write the configuration, start the server and wait until it answers /-/ready."""
-        binary = self.binary or find_tool("prometheus")
+        binary = find_tool("prometheus")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config = {
             "global": {

@@ -28,6 +28,7 @@ import yaml
 
 from .cluster import Cluster
 from .controlplane import (
+    BINARIES,
     ClusterError,
     Component,
     ControlPlane,
@@ -91,23 +92,24 @@ def venv_script(name: str) -> str:
 
 
 def ensure_cluster_bins(progress: Progress, bin_dir: Path | None = None) -> Path:
-    """The control-plane binaries' directory, building them with ``make cluster-bins`` first
-    when they are missing (the first build compiles Kubernetes: several minutes)."""
+    """The control-plane binaries' directory, building them (and Prometheus) with ``make
+    cluster-bins prometheus`` first when they are missing (the first build compiles Kubernetes
+    and Prometheus: several minutes)."""
     bin_dir = bin_dir or default_bin_dir()
     try:
-        find_binaries(bin_dir)
+        find_binaries(bin_dir, (*BINARIES, "prometheus"))
     except MissingBinaryError:
         root = repo_root()
         if root is None or not (root / "Makefile").is_file():
             raise
         progress.say(
             "The local control plane is not built yet: compiling kube-apiserver, "
-            "kube-controller-manager, kubectl and etcd from Go modules (first run only; "
-            "several minutes, more on 2 cores)."
+            "kube-controller-manager, kubectl, etcd and Prometheus from Go modules (first run "
+            "only; several minutes, more on 2 cores)."
         )
         progress.run(
-            "Building the control plane (make cluster-bins)",
-            ["make", "--no-print-directory", "cluster-bins"],
+            "Building the control plane and Prometheus (make cluster-bins prometheus)",
+            ["make", "--no-print-directory", "cluster-bins", "prometheus"],
             cwd=root,
             # go prints each package it compiles: the progress count.
             env={"GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -v".strip()},
