@@ -261,6 +261,10 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(UpstreamResponse(self._status, self._headers, body))
 
 
+#: Seconds between attempts to connect to an endpoint that refuses: 1.5 s in all.
+CONNECT_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8)
+
+
 class Endpoint:
     """Connections to one sidecar (scheme, host, port), and the request line prefix for it."""
 
@@ -282,6 +286,19 @@ class Endpoint:
         """Drop a closed connection from the idle list (if it is there)."""
         with contextlib.suppress(ValueError):
             self.idle.remove(conn)
+
+    async def _connect_retrying(self, deadline: float) -> _Connection:
+        """Connect, and when refused or unreachable, try again after CONNECT_RETRY_DELAYS (while
+        the deadline allows): nothing was sent, so nothing can run twice. A Service created a
+        moment ago refuses connections until kube-proxy has programmed it (about a second)."""
+        for delay in (*CONNECT_RETRY_DELAYS, None):
+            try:
+                return await self._connect()
+            except UpstreamConnectError:
+                if delay is None or self.loop.time() + delay >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _connect(self) -> _Connection:
         try:
@@ -330,7 +347,7 @@ class Endpoint:
             conn = self._acquire_idle()
             reused = conn is not None
             if conn is None:
-                conn = await self._connect()
+                conn = await self._connect_retrying(deadline)
             waiter = conn.send(data)
             timer = self.loop.call_at(deadline, _expire, waiter)
             ok = False

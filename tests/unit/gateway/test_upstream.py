@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -128,6 +129,36 @@ async def test_an_idle_connection_the_sidecar_closed_is_retried_on_a_new_one(
             assert (await gw.infer("m"))[:2] == (200, "v1")
         # each reused connection is closed on its second request, which goes once more, fresh
         assert (up.connections, up.requests) == (3, 5)
+
+
+async def test_a_refused_connection_is_retried_until_the_upstream_listens(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    """A new version's Service refuses connections until kube-proxy has programmed it: nothing
+    was sent, so the gateway connects again (for up to 1.5 s) instead of answering 502."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    routes_file.write({"m": route("m", ("v1", 1, f"http://127.0.0.1:{port}"))})
+    gw = await start_gateway()
+    request = asyncio.ensure_future(gw.infer("m"))
+    await asyncio.sleep(0.25)  # a few refusals
+    requests = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        requests += 1
+        writer.write(answer(OK))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        assert (await request)[:2] == (200, "v1")
+    assert requests == 1  # sent once, once it could be
 
 
 async def test_a_connection_is_replaced_once_it_is_older_than_its_max_age(
