@@ -134,6 +134,19 @@ def pinned_status(rollout: Rollout, version: str) -> int:
         return err.code
 
 
+def assert_nothing_failed(figures: Figures, name: str, everything: Sequence[Response]) -> None:
+    """Report how many of ``everything`` failed (canary-v2's injected item errors aside) as the
+    figure ``name``, and fail the test if any did."""
+    bad = failed(everything)
+    item_errors = sum(1 for r in everything if r.status == 422)
+    figures.add(
+        name,
+        f"{len(bad)} of {len(everything)} (besides canary-v2's injected item errors: "
+        f"{item_errors} answered 422)",
+    )
+    assert not bad, describe(bad)
+
+
 def describe(responses: Sequence[Response]) -> str:
     codes = Counter((r.version or "-", r.status) for r in responses)
     return ", ".join(f"{v} {s}: {n}" for (v, s), n in sorted(codes.items()))
@@ -261,12 +274,4 @@ def test_the_rollout_story(rollout: Rollout, figures: Figures) -> None:
         assert gateway_weights(rollout) == {CANARY: 9}
         observe(traffic, time.monotonic())
 
-    everything = traffic.since(started)
-    bad = failed(everything)
-    item_errors = sum(1 for r in everything if r.status == 422)
-    figures.add(
-        "failed requests",
-        f"{len(bad)} of {len(everything)} (besides canary-v2's injected item errors: "
-        f"{item_errors} answered 422)",
-    )
-    assert not bad, describe(bad)
+    assert_nothing_failed(figures, "failed requests", traffic.since(started))

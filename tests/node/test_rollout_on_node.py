@@ -28,6 +28,7 @@ from tests.e2e.test_rollout import (
     MODEL,
     STABLE,
     WINDOW,
+    assert_nothing_failed,
     describe,
     eventually,
     failed,
@@ -276,12 +277,4 @@ def test_rollout_story_with_pods(story: InCluster, figures: Figures) -> None:
 
         assert not steps.disruption("node: operator pod deleted", operator_replaced)
 
-    everything = traffic.since(started)
-    lost = failed(everything)
-    item_errors = sum(1 for r in everything if r.status == 422)
-    figures.add(
-        "node: failed requests",
-        f"{len(lost)} of {len(everything)} (besides canary-v2's injected item errors: "
-        f"{item_errors} answered 422)",
-    )
-    assert not lost, describe(lost)
+    assert_nothing_failed(figures, "node: failed requests", traffic.since(started))

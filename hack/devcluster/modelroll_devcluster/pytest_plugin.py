@@ -31,6 +31,8 @@ import pytest
 
 from .cluster import Cluster, namespace_name
 from .controlplane import ClusterError, ControlPlane, default_bin_dir
+from .node import Node, detect_node_ip
+from .nodehost import leftovers
 
 #: Set to a kubeconfig path to run the suite against an existing cluster (e.g. kind).
 KUBECONFIG_ENV = "MODELROLL_KUBECONFIG"
@@ -64,17 +66,25 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"{name.ljust(width)}  {value}")
 
 
+def _existing(bin_dir: Path) -> Cluster | None:
+    """The cluster $MODELROLL_KUBECONFIG names (None when it is unset); fails the test when it
+    cannot be read."""
+    existing = os.environ.get(KUBECONFIG_ENV)
+    if not existing:
+        return None
+    try:
+        return Cluster.existing(Path(existing), bin_dir)
+    except (ClusterError, OSError) as err:
+        pytest.fail(f"{KUBECONFIG_ENV}={existing}: {err}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[Cluster]:
     """A running cluster for the whole session: local control plane or $MODELROLL_KUBECONFIG."""
     bin_dir = default_bin_dir(pytestconfig.rootpath)
-    if existing := os.environ.get(KUBECONFIG_ENV):
-        try:
-            given = Cluster.existing(Path(existing), bin_dir)
-        except (ClusterError, OSError) as err:
-            pytest.fail(f"{KUBECONFIG_ENV}={existing}: {err}", pytrace=False)
+    if given := _existing(bin_dir):
         yield given
         return
     plane = ControlPlane(tmp_path_factory.mktemp("cluster"), bin_dir)
@@ -93,15 +103,9 @@ def node_cluster(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[Cluster]:
     """A cluster with a node that runs pods, for the whole session."""
-    from .node import Node, detect_node_ip
-    from .nodehost import leftovers
-
     bin_dir = default_bin_dir(pytestconfig.rootpath)
-    if existing := os.environ.get(KUBECONFIG_ENV):
-        try:
-            yield Cluster.existing(Path(existing), bin_dir)
-        except (ClusterError, OSError) as err:
-            pytest.fail(f"{KUBECONFIG_ENV}={existing}: {err}", pytrace=False)
+    if given := _existing(bin_dir):
+        yield given
         return
     try:
         plane = ControlPlane(tmp_path_factory.mktemp("node"), bin_dir, node_ip=detect_node_ip())
