@@ -95,8 +95,8 @@ def preflight(bin_dir: Path, images_dir: Path) -> dict[str, Path]:
     if missing:
         raise MissingBinaryError(
             f"missing on this host: {', '.join(missing)}. Install the Debian packages "
-            "containerd, runc, containernetworking-plugins, iptables and iproute2 "
-            "(`.ci/run` does)."
+            "containerd, runc, containernetworking-plugins, iptables, conntrack and iproute2 "
+            "(`make node-packages` does)."
         )
     tars = sorted(images_dir.glob("*.tar")) if images_dir.is_dir() else []
     if not any(t.name == "pause.tar" for t in tars):
