@@ -14,10 +14,9 @@ import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.cluster import KubectlError, namespace_name
-from modelroll_operator.testing import model_version
+from tests.integration.operator_support import model_version
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["modelroll_operator.testing_plugin"]
 
 SERVER = {"image": "ghcr.io/acme/sentiment:1.4"}
 

@@ -17,10 +17,9 @@ import pytest
 
 from modelroll_devcluster import Cluster
 from modelroll_gateway.routes import CONFIGMAP_NAME
-from modelroll_operator.testing import Routes, StartOperator, eventually, model_version
+from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["modelroll_operator.testing_plugin"]
 
 
 def apply(cluster: Cluster, namespace: str, *manifests: dict[str, Any]) -> None:

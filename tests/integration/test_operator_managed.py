@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from modelroll_operator.testing import (
+from tests.integration.operator_support import (
     Routes,
     StartOperator,
     eventually,
@@ -23,7 +23,6 @@ from modelroll_operator.testing import (
 )
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["modelroll_operator.testing_plugin"]
 
 SERVER = {"image": "ghcr.io/acme/sentiment:1.4", "port": 9000}
 POD_SELECTOR = "modelroll.io/version=canary-v2"

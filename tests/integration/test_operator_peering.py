@@ -12,10 +12,9 @@ import pytest
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.cluster import KubectlError
-from modelroll_operator.testing import Routes, StartOperator, eventually, model_version
+from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["modelroll_operator.testing_plugin"]
 
 PEERING_CRDS = Path(__file__).resolve().parents[2] / "charts/modelroll/crds/kopf-peering.yaml"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from modelroll_operator.testing import (
+from tests.integration.operator_support import (
     OperatorProcess,
     Routes,
     StartOperator,
@@ -19,7 +19,6 @@ from modelroll_operator.testing import (
 )
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["modelroll_operator.testing_plugin"]
 
 KINDS = "modelversions,configmaps,deployments,replicasets,services"
 

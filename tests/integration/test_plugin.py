@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from modelroll_operator.testing import Routes, StartOperator, eventually, model_version
+from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ["modelroll_operator.testing_plugin"]
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -1,4 +1,4 @@
-"""pytest fixtures for the operator's integration tests: ``pytest_plugins`` names this module.
+"""pytest fixtures for the integration tests (the operator's helpers are in operator_support.py).
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
 - ``garbage_collector`` (session): waits until kube-controller-manager collects the children
@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from modelroll_devcluster.controlplane import free_port
-
-from .testing import (
+from tests.integration.operator_support import (
     OperatorProcess,
     ProcLike,
     Routes,

@@ -1,9 +1,8 @@
 """Test helpers for the operator against a real API server (in the spirit of kopf.testing).
 
 Polling, ModelVersion manifests, the operator process and its JSON log, and the routes
-ConfigMap as the gateway reads it. The fixtures built on them are in ``testing_plugin``. Both
-need the development environment (``make venv``: pytest, modelroll_devcluster), not just the
-operator's own dependencies.
+ConfigMap as the gateway reads it. The fixtures built on them are in this folder's conftest.py.
+They live with the tests, not in the operator's package: the product ships no test code.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import pytest
 
 from modelroll_gateway.routes import CONFIGMAP_NAME
-
-from .spec import API_VERSION, KIND
+from modelroll_operator.spec import API_VERSION, KIND
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
