@@ -21,22 +21,25 @@ change (every patched version's status.observedGeneration caught up) and then pr
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-import aiohttp
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
-from modelroll_gateway.kubeapi import KubeConfigError, load_kubeconfig
 from modelroll_gateway.routes import MAX_WEIGHT
 
-from .kube import Api, KubeApiError, connect, mv_path
-from .spec import ANNOTATION_PREVIOUS_WEIGHT
+from .spec import ANNOTATION_PREVIOUS_WEIGHT, FIELD_MANAGER, GROUP, PLURAL, VERSION
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class PluginError(Exception):
@@ -155,35 +158,105 @@ def plan_rollback(target: Version, siblings: Sequence[Version], force: bool) -> 
     return [*restore, WeightChange(target.name, target.weight, 0, remember=True)]
 
 
-class Plugin:
-    """The commands, over one API connection."""
+def connect(kubeconfig: Path | None, context: str | None) -> tuple[k8s.ApiClient, str]:
+    """An API client with the credentials kubectl would use (the official client's loader:
+    kubeconfig contexts, client certificates, tokens, exec and auth-provider plugins; else the
+    in-cluster service account), and the namespace they point at."""
+    configuration = k8s.Configuration()
+    path = str(kubeconfig) if kubeconfig else None  # None: $KUBECONFIG, else ~/.kube/config
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, context=context, client_configuration=configuration
+        )
+    except k8s_config.ConfigException as exc:
+        if kubeconfig is not None or context is not None or not SERVICE_ACCOUNT_NAMESPACE.exists():
+            raise PluginError(f"cannot use the kubeconfig: {exc}") from exc
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+        return k8s.ApiClient(configuration), SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    contexts, active = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+        config_file=path
+    )
+    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+    settings = (chosen or {}).get("context", {})
+    command = exec_command(path, settings.get("user"))
+    if command and not configuration.api_key:
+        # The client logs the plugin's own error (exit status, stderr) and carries on without.
+        raise PluginError(f"the kubeconfig's exec credential plugin {command!r} gave no token")
+    return k8s.ApiClient(configuration), str(settings.get("namespace") or "default")
 
-    def __init__(self, api: Api, namespace: str, out: TextIO) -> None:
-        self.api = api
+
+def exec_command(path: str | None, user: str | None) -> str | None:
+    """The command of ``user``'s exec credential plugin in the (first) kubeconfig file."""
+    first = (path or os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)[0]
+    try:
+        doc = yaml.safe_load(Path(first).expanduser().read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    for entry in doc.get("users") or []:
+        if entry.get("name") == user and (plugin := (entry.get("user") or {}).get("exec")):
+            return str(plugin.get("command"))
+    return None
+
+
+def api_message(exc: k8s.ApiException) -> str:
+    """The API server's own message for a refused request."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except ValueError:
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or f"{exc.status} {exc.reason}")
+
+
+class Plugin:
+    """The commands, over one API client."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, out: TextIO) -> None:
+        self.objects = k8s.CustomObjectsApi(api)
         self.namespace = namespace
         self.out = out
 
-    async def versions(self, namespace: str | None) -> list[Version]:
-        doc = await self.api.get_json(mv_path(namespace))
+    def versions(self, namespace: str | None) -> list[Version]:
+        if namespace is None:
+            found = self.objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        else:
+            found = self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        doc = cast(dict[str, Any], found)
         return [Version.from_body(item) for item in doc.get("items") or []]
 
-    async def get(self, name: str) -> Version:
-        body = await self.api.get(mv_path(self.namespace, name))
+    def _body(self, name: str) -> dict[str, Any] | None:
+        try:
+            body = cast(
+                dict[str, Any],
+                self.objects.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name
+                ),
+            )
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return body
+
+    def get(self, name: str) -> Version:
+        body = self._body(name)
         if body is None:
             raise PluginError(f'ModelVersion "{name}" not found in namespace {self.namespace}')
         return Version.from_body(body)
 
-    async def model_of(self, name: str) -> tuple[Version, list[Version]]:
-        target = await self.get(name)
+    def model_of(self, name: str) -> tuple[Version, list[Version]]:
+        target = self.get(name)
         siblings = [
             v
-            for v in await self.versions(self.namespace)
+            for v in self.versions(self.namespace)
             if v.model == target.model and v.name != target.name and not v.deleting
         ]
         return target, siblings
 
-    async def status(self, model: str | None, all_namespaces: bool) -> None:
-        versions = await self.versions(None if all_namespaces else self.namespace)
+    def status(self, model: str | None, all_namespaces: bool) -> None:
+        versions = self.versions(None if all_namespaces else self.namespace)
         if model:
             versions = [v for v in versions if v.model == model]
         if not versions:
@@ -193,7 +266,7 @@ class Plugin:
             return
         self.out.write(render_table(versions, all_namespaces) + "\n")
 
-    async def apply(self, model: str, changes: Sequence[WeightChange], wait: float) -> None:
+    def apply(self, model: str, changes: Sequence[WeightChange], wait: float) -> None:
         """Patch the weights in order, then wait for the operator and show the model."""
         if not changes:
             self.out.write(f"Nothing to change in model {model}.\n")
@@ -205,22 +278,25 @@ class Plugin:
                 "metadata": {"annotations": {ANNOTATION_PREVIOUS_WEIGHT: annotation}},
                 "spec": {"weight": change.after},
             }
-            body = await self.api.merge_patch(mv_path(self.namespace, change.version), patch)
+            body: Any = self.objects.patch_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, change.version, patch,
+                field_manager=FIELD_MANAGER,
+            )  # fmt: skip
             generations[change.version] = int(body["metadata"].get("generation") or 0)
             self.out.write(
                 f"modelversion/{change.version} weight {change.before} -> {change.after}\n"
             )
         if wait > 0:
-            await self.wait_reconciled(generations, wait)
-            await self.status(model, all_namespaces=False)
+            self.wait_reconciled(generations, wait)
+            self.status(model, all_namespaces=False)
 
-    async def wait_reconciled(self, generations: Mapping[str, int], within: float) -> None:
+    def wait_reconciled(self, generations: Mapping[str, int], within: float) -> None:
         deadline = time.monotonic() + within
         while True:
             behind = [
                 name
                 for name, generation in generations.items()
-                if (await self._observed(name)) < generation
+                if self._observed(name) < generation
             ]
             if not behind:
                 return
@@ -230,26 +306,26 @@ class Plugin:
                     "(is modelroll-operator running?); the weights are set and will apply "
                     "once it does"
                 )
-            await asyncio.sleep(0.2)
+            time.sleep(0.2)
 
-    async def _observed(self, name: str) -> int:
-        body = await self.api.get(mv_path(self.namespace, name))
+    def _observed(self, name: str) -> int:
+        body = self._body(name)
         if body is None:
             return 1 << 62  # gone: nothing to wait for
         return int((body.get("status") or {}).get("observedGeneration") or 0)
 
-    async def set_weight(self, name: str, weight: int, wait: float) -> None:
-        target = await self.get(name)
+    def set_weight(self, name: str, weight: int, wait: float) -> None:
+        target = self.get(name)
         change = WeightChange(name, target.weight, weight, remember=False)
-        await self.apply(target.model, [change], wait)
+        self.apply(target.model, [change], wait)
 
-    async def promote(self, name: str, force: bool, wait: float) -> None:
-        target, siblings = await self.model_of(name)
-        await self.apply(target.model, plan_promote(target, siblings, force), wait)
+    def promote(self, name: str, force: bool, wait: float) -> None:
+        target, siblings = self.model_of(name)
+        self.apply(target.model, plan_promote(target, siblings, force), wait)
 
-    async def rollback(self, name: str, force: bool, wait: float) -> None:
-        target, siblings = await self.model_of(name)
-        await self.apply(target.model, plan_rollback(target, siblings, force), wait)
+    def rollback(self, name: str, force: bool, wait: float) -> None:
+        target, siblings = self.model_of(name)
+        self.apply(target.model, plan_rollback(target, siblings, force), wait)
 
 
 def _connection_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -306,41 +382,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def run(args: argparse.Namespace, out: TextIO) -> None:
-    if args.context:
-        connection = load_kubeconfig(args.kubeconfig or _default_kubeconfig(), args.context)
-    else:
-        connection = connect(args.kubeconfig)
-    namespace = args.namespace or connection.namespace or "default"
-    async with aiohttp.ClientSession() as session:
-        plugin = Plugin(Api(connection, session), namespace, out)
+def run(args: argparse.Namespace, out: TextIO) -> None:
+    api, namespace = connect(args.kubeconfig, args.context)
+    with api:
+        plugin = Plugin(api, args.namespace or namespace, out)
         match args.command:
             case "status":
-                await plugin.status(args.model, args.all_namespaces)
+                plugin.status(args.model, args.all_namespaces)
             case "set-weight":
-                await plugin.set_weight(args.version, args.weight, args.wait)
+                plugin.set_weight(args.version, args.weight, args.wait)
             case "promote":
-                await plugin.promote(args.version, args.force, args.wait)
+                plugin.promote(args.version, args.force, args.wait)
             case "rollback":
-                await plugin.rollback(args.version, args.force, args.wait)
-
-
-def _default_kubeconfig() -> Path:
-    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-    return Path(first) if first else Path.home() / ".kube" / "config"
+                plugin.rollback(args.version, args.force, args.wait)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        asyncio.run(run(args, sys.stdout))
+        run(args, sys.stdout)
     except PluginError as exc:
         sys.exit(f"error: {exc}")
-    except KubeApiError as exc:
-        sys.exit(f"error: {exc.message}")
-    except KubeConfigError as exc:
-        sys.exit(f"error: {exc}")
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+    except k8s.ApiException as exc:
+        if exc.status == 401:
+            sys.exit(
+                "error: the API server refused the credentials (401 Unauthorized): check the "
+                "kubeconfig's user; a failing exec credential plugin prints its own error above"
+            )
+        sys.exit(f"error: {api_message(exc)}")
+    except k8s_config.ConfigException as exc:
+        sys.exit(f"error: cannot use the credentials: {exc}")
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
         sys.exit(f"error: cannot reach the API server: {exc}")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from modelroll_devcluster import Cluster
 from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
@@ -152,3 +153,90 @@ def test_without_an_operator_a_change_is_made_and_the_wait_says_so(
     assert result.returncode == 1
     assert "has not reconciled lonely within 1s (is modelroll-operator running?)" in result.stderr
     assert cluster.kubectl_json("get", "mv", "lonely", namespace=namespace)["spec"]["weight"] == 4
+
+
+def exec_kubeconfig(cluster: Cluster, path: Path, plugin: Path) -> Path:
+    """A kubeconfig for the cluster whose user is an exec credential plugin, as EKS, GKE, AKS
+    and OIDC setups write them."""
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [
+            {
+                "name": "exec-user",
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1",
+                        "command": str(plugin),
+                        "interactiveMode": "Never",
+                    }
+                },
+            }
+        ],
+        "contexts": [
+            {
+                "name": "exec",
+                "context": {"cluster": admin["clusters"][0]["name"], "user": "exec-user"},
+            }
+        ],
+        "current-context": "exec",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def credential_plugin(path: Path, token: str | None) -> Path:
+    """An exec credential plugin: prints an ExecCredential with ``token``, or fails."""
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "kind": "ExecCredential",
+        "status": {"token": token},
+    }
+    body = (
+        f"import json; print(json.dumps({credential!r}))"
+        if token
+        else "import sys; sys.exit('no credentials for you')"
+    )
+    path.write_text(f"#!{sys.executable}\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_exec_credential_plugin_in_the_kubeconfig_works_and_its_failure_is_named(
+    cluster: Cluster, namespace: str, versions: Routes, tmp_path: Path
+) -> None:
+    """The token comes from a ServiceAccount that may read and patch ModelVersions here."""
+    cluster.kubectl("create", "serviceaccount", "plugin-user", namespace=namespace)
+    cluster.kubectl(
+        "create", "role", "modelversions", "--verb=get,list,patch",
+        "--resource=modelversions.modelroll.io", namespace=namespace,
+    )  # fmt: skip
+    cluster.kubectl(
+        "create", "rolebinding", "plugin-user", "--role=modelversions",
+        f"--serviceaccount={namespace}:plugin-user", namespace=namespace,
+    )  # fmt: skip
+    token = cluster.kubectl("create", "token", "plugin-user", namespace=namespace).stdout.strip()
+    plugin = credential_plugin(tmp_path / "get-token", token)
+    kubeconfig = exec_kubeconfig(cluster, tmp_path / "exec.kubeconfig", plugin)
+    binary = str(VENV_BIN / "kubectl-modelroll")
+
+    def plugin_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [binary, f"--kubeconfig={kubeconfig}", "-n", namespace, *args],
+            capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+
+    status = plugin_run("status")
+    assert status.returncode == 0, status.stderr
+    assert [row[1] for row in table(status.stdout)[1:]] == ["canary-v2", "stable-v1"]
+    changed = plugin_run("set-weight", "canary-v2", "2")
+    assert changed.returncode == 0, changed.stderr
+    eventually(lambda: versions.weights("sentiment") == {"canary-v2": 2, "stable-v1": 9}, "2:9")
+
+    credential_plugin(plugin, None)  # now it fails
+    failed = plugin_run("status")
+    assert failed.returncode != 0
+    assert f"exec credential plugin '{plugin}' gave no token" in failed.stderr
+    assert "no credentials for you" in failed.stderr  # the plugin's own words, passed on
