@@ -10,10 +10,12 @@ is garbage-collected.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
-import aiohttp
 import kopf
+from kubernetes.client import ApiClient
+from kubernetes.config import kube_config
 
 from modelroll_gateway.routes import CONFIGMAP_NAME
 
@@ -38,11 +40,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     versions: VersionIndex = kwargs["versions_by_model"]
     deployments: WorkloadIndex = kwargs["deployments_by_version"]
     services: WorkloadIndex = kwargs["services_by_version"]
-    session = aiohttp.ClientSession()
-    api = Api(connect(config.kubeconfig), session)
-    reconciler = Reconciler(api, config, versions, deployments, services)
+    client, _ = connect(config.kubeconfig)
+    reconciler = Reconciler(Api(client), config, versions, deployments, services)
     reconciler.start()
-    memo.session = session
+    memo.client = client
     memo.reconciler = reconciler
     mode = f"peering {config.peering!r}" if config.peering else "standalone"
     log.info("Started the modelroll operator (%s, sidecar image %s)", mode, config.sidecar_image)
@@ -50,11 +51,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """The same credentials as our own client: a kubeconfig first, else the service account.
-
-    kopf picks its default logins when it is imported, before --kubeconfig is known.
-    """
-    return kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
+    """kopf logs in through the official client's configuration too, so it has the same
+    credentials as our own calls, exec and auth-provider plugins included: the service account
+    in a pod, else the kubeconfig (--kubeconfig is exported as $KUBECONFIG by cli.py)."""
+    if path := os.environ.get("KUBECONFIG"):
+        # The client reads $KUBECONFIG once, when it is imported: before cli.py exported it.
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = path
+    return kopf.login_via_client(**kwargs)
 
 
 @kopf.on.cleanup()
@@ -62,9 +65,9 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     reconciler: Reconciler | None = memo.get("reconciler")
     if reconciler is not None:
         await reconciler.stop()
-    session: aiohttp.ClientSession | None = memo.get("session")
-    if session is not None:
-        await session.close()
+    client: ApiClient | None = memo.get("client")
+    if client is not None:
+        client.close()  # type: ignore[no-untyped-call]
     log.info("Stopped the modelroll operator")
 
 

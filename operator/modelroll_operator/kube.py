@@ -1,11 +1,15 @@
 """The API calls the operator and the plugin make beyond kopf's own: get, create, patch, apply.
 
-Credentials come from the gateway's loader (kubeconfig or in-cluster service account), so every
-modelroll component authenticates the same way. Errors are the gateway's ``KubeApiError``.
+They go through the official Kubernetes Python client, with the credentials kubectl would use
+(kubeconfig contexts, client certificates, tokens, exec and auth-provider plugins, else the
+in-cluster service account, whose rotated token the client re-reads). The client is
+synchronous: the operator's calls run in worker threads (``asyncio.to_thread``) so that kopf's
+event loop never waits on the network.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -14,30 +18,77 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from modelroll_gateway.kubeapi import (
-    KubeApiError,
-    KubeClient,
-    KubeConnection,
-    load_connection,
-    load_kubeconfig,
-)
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
 from .spec import FIELD_MANAGER, GROUP, PLURAL, VERSION
 
-__all__ = ["Api", "KubeApiError", "connect", "mv_path"]
+__all__ = ["Api", "KubeApiError", "KubeConfigError", "connect", "mv_path"]
 
 REQUEST_TIMEOUT = 30.0
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: What a failed call raises besides KubeApiError: the API server could not be reached.
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 
 
-def connect(kubeconfig: Path | None = None) -> KubeConnection:
-    """--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster service account."""
-    if kubeconfig is None and not os.environ.get("KUBECONFIG"):
-        default = Path.home() / ".kube" / "config"
-        if default.exists():
-            return load_kubeconfig(default)
-    return load_connection(kubeconfig)
+class KubeConfigError(Exception):
+    """No usable credentials: the message says which and why."""
+
+
+class KubeApiError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def connect(
+    kubeconfig: Path | None = None, context: str | None = None
+) -> tuple[k8s.ApiClient, str]:
+    """An API client with the credentials kubectl would use, and the namespace they point at:
+    ``kubeconfig`` (else $KUBECONFIG, else ~/.kube/config) and ``context``, else the in-cluster
+    service account."""
+    configuration = k8s.Configuration()
+    path = str(kubeconfig) if kubeconfig else None
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, context=context, client_configuration=configuration
+        )
+    except k8s_config.ConfigException as exc:
+        if kubeconfig is not None or context is not None or not SERVICE_ACCOUNT_NAMESPACE.exists():
+            raise KubeConfigError(f"cannot use the kubeconfig: {exc}") from exc
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+        return k8s.ApiClient(configuration), SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    contexts, active = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+        config_file=path
+    )
+    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+    settings = (chosen or {}).get("context", {})
+    command = exec_command(path, settings.get("user"))
+    if command and not configuration.api_key:
+        # The client logs the plugin's own error (exit status, stderr) and carries on without.
+        raise KubeConfigError(f"the kubeconfig's exec credential plugin {command!r} gave no token")
+    return k8s.ApiClient(configuration), str(settings.get("namespace") or "default")
+
+
+def exec_command(path: str | None, user: str | None) -> str | None:
+    """The command of ``user``'s exec credential plugin in the (first) kubeconfig file."""
+    first = (path or os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)[0]
+    try:
+        doc = yaml.safe_load(Path(first).expanduser().read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    for entry in doc.get("users") or []:
+        if entry.get("name") == user and (plugin := (entry.get("user") or {}).get("exec")):
+            return str(plugin.get("command"))
+    return None
 
 
 def mv_path(namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
@@ -59,8 +110,11 @@ def apps_path(namespace: str, plural: str, name: str | None = None) -> str:
     return f"/apis/apps/v1/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
 
 
-class Api(KubeClient):
-    """The gateway's list/watch client plus writes. The caller owns the aiohttp session."""
+class Api:
+    """Raw REST calls by path through the official client, each in a worker thread."""
+
+    def __init__(self, client: k8s.ApiClient) -> None:
+        self.client = client
 
     async def send(
         self,
@@ -72,30 +126,43 @@ class Api(KubeClient):
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """One request; a status >= 400 raises KubeApiError with the server's message."""
-        headers = {**self.connection.headers(), "Accept": "application/json"}
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body).encode()
-        async with self.session.request(
+        return await asyncio.to_thread(self.call, method, path, body, content_type, params)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`send`, blocking (for the plugin, a command-line tool)."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        request = self.client.param_serialize(
             method,
-            f"{self.connection.server}{path}",
-            data=data,
-            params=params,
-            headers=headers,
-            ssl=self.connection.ssl_context or True,
-            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
-        ) as resp:
-            text = await resp.text()
-            try:
-                decoded = json.loads(text) if text else {}
-            except ValueError:
-                decoded = {"message": text[:500]}
-            if resp.status >= 400:
-                raise KubeApiError.from_status(
-                    resp.status, decoded if isinstance(decoded, dict) else None
-                )
-            return decoded if isinstance(decoded, dict) else {}
+            path,
+            query_params=list((params or {}).items()),
+            header_params=headers,
+            body=dict(body) if body is not None else None,
+            auth_settings=["BearerToken"],  # the token, exec plugin's or service account's
+        )
+        response = self.client.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
+        text: bytes = response.read()  # type: ignore[no-untyped-call]
+        try:
+            decoded = json.loads(text) if text else {}
+        except ValueError:
+            decoded = {"message": text[:500].decode(errors="replace")}
+        if response.status >= 400:
+            found = decoded if isinstance(decoded, dict) else {}
+            raise KubeApiError(
+                int(found.get("code") or response.status),
+                str(found.get("reason") or response.reason or ""),
+                str(found.get("message") or "no message"),
+            )
+        return decoded if isinstance(decoded, dict) else {}
+
+    async def get_json(self, path: str) -> dict[str, Any]:
+        return await self.send("GET", path)
 
     async def get(self, path: str) -> dict[str, Any] | None:
         """The object at ``path``, or None when it does not exist."""

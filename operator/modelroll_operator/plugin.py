@@ -21,25 +21,19 @@ change (every patched version's status.observedGeneration caught up) and then pr
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
-import urllib3
-import yaml
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
+from kubernetes.config import ConfigException
 
 from modelroll_gateway.routes import MAX_WEIGHT
 
-from .spec import ANNOTATION_PREVIOUS_WEIGHT, FIELD_MANAGER, GROUP, PLURAL, VERSION
-
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+from .kube import UNREACHABLE, Api, KubeApiError, KubeConfigError, connect, mv_path
+from .spec import ANNOTATION_PREVIOUS_WEIGHT, FIELD_MANAGER
 
 
 class PluginError(Exception):
@@ -158,87 +152,25 @@ def plan_rollback(target: Version, siblings: Sequence[Version], force: bool) -> 
     return [*restore, WeightChange(target.name, target.weight, 0, remember=True)]
 
 
-def connect(kubeconfig: Path | None, context: str | None) -> tuple[k8s.ApiClient, str]:
-    """An API client with the credentials kubectl would use (the official client's loader:
-    kubeconfig contexts, client certificates, tokens, exec and auth-provider plugins; else the
-    in-cluster service account), and the namespace they point at."""
-    configuration = k8s.Configuration()
-    path = str(kubeconfig) if kubeconfig else None  # None: $KUBECONFIG, else ~/.kube/config
-    try:
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration
-        )
-    except k8s_config.ConfigException as exc:
-        if kubeconfig is not None or context is not None or not SERVICE_ACCOUNT_NAMESPACE.exists():
-            raise PluginError(f"cannot use the kubeconfig: {exc}") from exc
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-        return k8s.ApiClient(configuration), SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    contexts, active = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-        config_file=path
-    )
-    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
-    settings = (chosen or {}).get("context", {})
-    command = exec_command(path, settings.get("user"))
-    if command and not configuration.api_key:
-        # The client logs the plugin's own error (exit status, stderr) and carries on without.
-        raise PluginError(f"the kubeconfig's exec credential plugin {command!r} gave no token")
-    return k8s.ApiClient(configuration), str(settings.get("namespace") or "default")
-
-
-def exec_command(path: str | None, user: str | None) -> str | None:
-    """The command of ``user``'s exec credential plugin in the (first) kubeconfig file."""
-    first = (path or os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)[0]
-    try:
-        doc = yaml.safe_load(Path(first).expanduser().read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    for entry in doc.get("users") or []:
-        if entry.get("name") == user and (plugin := (entry.get("user") or {}).get("exec")):
-            return str(plugin.get("command"))
-    return None
-
-
-def api_message(exc: k8s.ApiException) -> str:
-    """The API server's own message for a refused request."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except ValueError:
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or f"{exc.status} {exc.reason}")
-
-
 class Plugin:
-    """The commands, over one API client."""
+    """The commands, over one API client (blocking calls: this is a command-line tool)."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, out: TextIO) -> None:
-        self.objects = k8s.CustomObjectsApi(api)
+    def __init__(self, api: Api, namespace: str, out: TextIO) -> None:
+        self.api = api
         self.namespace = namespace
         self.out = out
 
     def versions(self, namespace: str | None) -> list[Version]:
-        if namespace is None:
-            found = self.objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        else:
-            found = self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-        doc = cast(dict[str, Any], found)
+        doc = self.api.call("GET", mv_path(namespace))
         return [Version.from_body(item) for item in doc.get("items") or []]
 
     def _body(self, name: str) -> dict[str, Any] | None:
         try:
-            body = cast(
-                dict[str, Any],
-                self.objects.get_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name
-                ),
-            )
-        except k8s.ApiException as exc:
+            return self.api.call("GET", mv_path(self.namespace, name))
+        except KubeApiError as exc:
             if exc.status == 404:
                 return None
             raise
-        return body
 
     def get(self, name: str) -> Version:
         body = self._body(name)
@@ -278,9 +210,9 @@ class Plugin:
                 "metadata": {"annotations": {ANNOTATION_PREVIOUS_WEIGHT: annotation}},
                 "spec": {"weight": change.after},
             }
-            body: Any = self.objects.patch_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, change.version, patch,
-                field_manager=FIELD_MANAGER,
+            body = self.api.call(
+                "PATCH", mv_path(self.namespace, change.version), patch,
+                "application/merge-patch+json", {"fieldManager": FIELD_MANAGER},
             )  # fmt: skip
             generations[change.version] = int(body["metadata"].get("generation") or 0)
             self.out.write(
@@ -383,9 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
-    api, namespace = connect(args.kubeconfig, args.context)
-    with api:
-        plugin = Plugin(api, args.namespace or namespace, out)
+    client, namespace = connect(args.kubeconfig, args.context)
+    with client:
+        plugin = Plugin(Api(client), args.namespace or namespace, out)
         match args.command:
             case "status":
                 plugin.status(args.model, args.all_namespaces)
@@ -403,16 +335,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         run(args, sys.stdout)
     except PluginError as exc:
         sys.exit(f"error: {exc}")
-    except k8s.ApiException as exc:
+    except KubeApiError as exc:
         if exc.status == 401:
             sys.exit(
                 "error: the API server refused the credentials (401 Unauthorized): check the "
                 "kubeconfig's user; a failing exec credential plugin prints its own error above"
             )
-        sys.exit(f"error: {api_message(exc)}")
-    except k8s_config.ConfigException as exc:
-        sys.exit(f"error: cannot use the credentials: {exc}")
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        sys.exit(f"error: {exc.message}")
+    except (KubeConfigError, ConfigException) as exc:
+        sys.exit(f"error: {exc}")
+    except UNREACHABLE as exc:
         sys.exit(f"error: cannot reach the API server: {exc}")
 
 

@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import aiohttp
 import kopf
 
 from modelroll_gateway.routes import (
@@ -30,7 +29,7 @@ from modelroll_gateway.routes import (
     validate_model_name,
 )
 
-from .kube import Api, KubeApiError, apps_path, core_path, mv_path
+from .kube import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
 from .routing import Candidate, compute_route, route_changes
 from .settings import OperatorConfig
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
@@ -42,7 +41,7 @@ log = logging.getLogger("modelroll_operator")
 
 VersionIndex = kopf.Index[ModelKey, VersionInfo]
 WorkloadIndex = kopf.Index[VersionKey, WorkloadInfo]
-TRANSIENT = (KubeApiError, aiohttp.ClientError, TimeoutError, OSError)
+TRANSIENT = (KubeApiError, *UNREACHABLE, TimeoutError)
 """Failures worth a retry: the API said no for now, or could not be reached."""
 
 

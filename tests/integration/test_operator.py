@@ -17,7 +17,14 @@ import pytest
 
 from modelroll_devcluster import Cluster
 from modelroll_gateway.routes import CONFIGMAP_NAME
-from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
+from tests.integration.operator_support import (
+    Routes,
+    StartOperator,
+    credential_plugin,
+    eventually,
+    exec_kubeconfig,
+    model_version,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -252,3 +259,28 @@ def test_the_operator_needs_only_the_rbac_the_chart_grants(
     assert routes.weights("sentiment") == {}
     assert operator.errors() == []
     assert not operator.logged("403")
+
+
+def test_the_operator_logs_in_through_an_exec_credential_plugin(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes, tmp_path: Path
+) -> None:
+    """kopf's login and the operator's own calls both take the token an exec plugin prints (as
+    on EKS, GKE or AKS): here a ServiceAccount's, bound to cluster-admin for the test."""
+    account = f"{namespace}-operator"
+    cluster.kubectl("create", "serviceaccount", account, namespace=namespace)
+    cluster.kubectl(
+        "create", "clusterrolebinding", account, "--clusterrole=cluster-admin",
+        f"--serviceaccount={namespace}:{account}",
+    )  # fmt: skip
+    try:
+        token = cluster.kubectl("create", "token", account, namespace=namespace).stdout.strip()
+        plugin = credential_plugin(tmp_path / "get-token", token)
+        kubeconfig = exec_kubeconfig(cluster, tmp_path / "exec.kubeconfig", plugin)
+        operator = start_operator(f"--kubeconfig={kubeconfig}")
+        apply(cluster, namespace, external("stable-v1", "sentiment", 3))
+        eventually(lambda: routes.weights("sentiment") == {"stable-v1": 3}, "routing")
+        eventually(lambda: settled(cluster, namespace, "stable-v1"), "status written")
+        assert operator.logged("Initial authentication has finished")
+        assert not operator.errors(), operator.errors()
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", account, check=False)

@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
+from tests.integration.operator_support import (
+    Routes,
+    StartOperator,
+    credential_plugin,
+    eventually,
+    exec_kubeconfig,
+    model_version,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -153,55 +159,6 @@ def test_without_an_operator_a_change_is_made_and_the_wait_says_so(
     assert result.returncode == 1
     assert "has not reconciled lonely within 1s (is modelroll-operator running?)" in result.stderr
     assert cluster.kubectl_json("get", "mv", "lonely", namespace=namespace)["spec"]["weight"] == 4
-
-
-def exec_kubeconfig(cluster: Cluster, path: Path, plugin: Path) -> Path:
-    """A kubeconfig for the cluster whose user is an exec credential plugin, as EKS, GKE, AKS
-    and OIDC setups write them."""
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": admin["clusters"],
-        "users": [
-            {
-                "name": "exec-user",
-                "user": {
-                    "exec": {
-                        "apiVersion": "client.authentication.k8s.io/v1",
-                        "command": str(plugin),
-                        "interactiveMode": "Never",
-                    }
-                },
-            }
-        ],
-        "contexts": [
-            {
-                "name": "exec",
-                "context": {"cluster": admin["clusters"][0]["name"], "user": "exec-user"},
-            }
-        ],
-        "current-context": "exec",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def credential_plugin(path: Path, token: str | None) -> Path:
-    """An exec credential plugin: prints an ExecCredential with ``token``, or fails."""
-    credential = {
-        "apiVersion": "client.authentication.k8s.io/v1",
-        "kind": "ExecCredential",
-        "status": {"token": token},
-    }
-    body = (
-        f"import json; print(json.dumps({credential!r}))"
-        if token
-        else "import sys; sys.exit('no credentials for you')"
-    )
-    path.write_text(f"#!{sys.executable}\n{body}\n")
-    path.chmod(0o755)
-    return path
 
 
 def test_an_exec_credential_plugin_in_the_kubeconfig_works_and_its_failure_is_named(

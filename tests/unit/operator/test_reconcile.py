@@ -12,8 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from modelroll_gateway.kubeapi import KubeApiError
-from modelroll_operator.kube import Api
+from modelroll_operator.kube import Api, KubeApiError
 from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
 from modelroll_operator.settings import OperatorConfig
 from modelroll_operator.state import VersionInfo, WorkloadInfo
