@@ -7,10 +7,11 @@
 #   hack/images/base-image.sh IMAGE:TAG [ROOTFS_CACHE_DIR]
 #
 # Needs root (debootstrap), debootstrap and a running Docker engine. The rootfs is kept in
-# ROOTFS_CACHE_DIR (default .cache/base-rootfs) and reused while its package list is unchanged.
+# ROOTFS_CACHE_DIR (default /var/lib/modelroll/base-rootfs: outside the checkout, which is Docker's
+# build context) and reused while its package list is unchanged.
 set -euo pipefail
 image=${1:?usage: $0 IMAGE:TAG [ROOTFS_CACHE_DIR]}
-root=${2:-.cache/base-rootfs}
+root=${2:-/var/lib/modelroll/base-rootfs}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=python3,python3-venv,ca-certificates

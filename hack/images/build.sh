@@ -16,7 +16,10 @@ tag=${1:?usage: $0 TAG [PYTHON_IMAGE]}
 python_image=${2:-}
 registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}
 out=.cache/images
-docker_dir=$PWD/.cache/docker
+# The private dockerd's state lives outside the checkout: the build context is the repository
+# root, and Docker walks all of it (.dockerignore re-includes paths, so nothing can be skipped).
+state_dir=${MODELROLL_STATE_DIR:-/var/lib/modelroll}
+docker_dir=$state_dir/docker
 docker=${DOCKER:-docker}
 build_args=()
 dockerd_pid=""
@@ -55,7 +58,7 @@ export DOCKER_BUILDKIT=0
 if [ -z "$python_image" ]; then
   python_image=modelroll.local/python:3.11-bookworm
   if ! "$docker" image inspect "$python_image" >/dev/null 2>&1; then
-    DOCKER="$docker" hack/images/base-image.sh "$python_image"
+    DOCKER="$docker" hack/images/base-image.sh "$python_image" "$state_dir/base-rootfs"
   fi
 fi
 
