@@ -188,22 +188,17 @@ class Node:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def pids(self) -> dict[str, int]:
-        return {n: c.pid for n, c in self.components.items() if c.pid is not None and c.running()}
-
     def ctr(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         """containerd's ``ctr`` on this node's socket, in the Kubernetes namespace."""
         argv = ["ctr", "--address", str(self.containerd_socket), "--namespace", "k8s.io", *args]
         return subprocess.run(argv, input=input, capture_output=True, check=False, timeout=300)
 
-    def import_images(self) -> list[str]:
-        """Import every ``.cache/images/*.tar`` into containerd; returns the image names."""
+    def import_images(self) -> None:
+        """Import every ``.cache/images/*.tar`` into containerd."""
         for tar in sorted(self.images_dir.glob("*.tar")):
             result = self.ctr("images", "import", str(tar))
             if result.returncode != 0:
                 raise ClusterError(f"importing {tar} failed: {result.stderr.decode().strip()}")
-        listing = self.ctr("images", "list", "--quiet").stdout.decode().split()
-        return [name for name in listing if not name.startswith("sha256:")]
 
     # -- readiness --------------------------------------------------------------------------
 
