@@ -13,12 +13,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 from aiohttp import web
+from kubernetes import client as k8s
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from modelroll_common.kube import Connection, connect
+
 from .config import GatewayConfig
-from .kubeapi import KubeClient, KubeConnection, load_connection
 from .metrics import GatewayMetrics
 from .routesfile import RoutesFileWatcher
 from .table import RouteTable, Target
@@ -224,7 +225,7 @@ async def _supervised(name: str, run: Callable[[], Awaitable[None]]) -> AsyncIte
 
 
 def _routes_source(
-    kube: KubeConnection | None,
+    kube: Connection | None,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def source(app: web.Application) -> AsyncIterator[None]:
         config = app[CONFIG_KEY]
@@ -235,16 +236,21 @@ def _routes_source(
             async with _supervised("routes-file", file_watcher.run):
                 yield
             return
-        connection = kube if kube is not None else load_connection(config.kubeconfig)
-        namespace = config.namespace or connection.namespace or "default"
+        connection = kube if kube is not None else connect(config.kubeconfig, retries=False)
+        namespace = config.namespace or connection.namespace
         table.source = f"configmap {namespace}/{config.configmap}"
-        async with aiohttp.ClientSession() as session:
-            client = KubeClient(connection, session)
-            watcher = ConfigMapWatcher(
-                client, table, namespace, config.configmap, config.watch_timeout_seconds
-            )
+        watcher = ConfigMapWatcher(
+            k8s.CoreV1Api(connection.client),
+            table,
+            namespace,
+            config.configmap,
+            config.watch_timeout_seconds,
+        )
+        try:
             async with _supervised("routes-watch", watcher.run):
                 yield
+        finally:
+            connection.client.close()  # type: ignore[no-untyped-call]
 
     return source
 
@@ -253,7 +259,7 @@ def create_app(
     config: GatewayConfig,
     *,
     registry: CollectorRegistry | None = None,
-    kube: KubeConnection | None = None,
+    kube: Connection | None = None,
 ) -> web.Application:
     """A new gateway app. `registry` defaults to a fresh one; `kube` to the config's credentials."""
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())

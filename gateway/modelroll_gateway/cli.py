@@ -11,10 +11,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from modelroll_common.flags import env, positive_float, positive_int
+from modelroll_common.kube import Connection, KubeConfigError, connect
+
 from .app import create_app
 from .config import GatewayConfig
-from .flags import env, positive_float, positive_int
-from .kubeapi import KubeConfigError, KubeConnection, load_connection
 from .routes import CONFIGMAP_NAME
 
 log = logging.getLogger("modelroll_gateway")
@@ -127,10 +128,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    kube: KubeConnection | None = None
+    kube: Connection | None = None
     if config.routes_file is None:
         try:
-            kube = load_connection(config.kubeconfig)
+            kube = connect(config.kubeconfig, retries=False)
         except KubeConfigError as exc:
             parser.exit(2, f"modelroll-gateway: {exc}\n")
     app = create_app(config, kube=kube)

@@ -1,5 +1,9 @@
 """Follow the routes ConfigMap through the API: list, watch from that resourceVersion, repeat.
 
+The calls go through the official Kubernetes client, which blocks: each list and each watch runs
+in a daemon thread of its own, and every document it reads is handed to the event loop, which
+alone touches the route table. The proxy never waits on the API.
+
 A watch that ends is resumed from the last resourceVersion seen (bookmarks keep it fresh);
 410 Gone means that version is too old, so the watcher lists again. Any other failure is retried
 with capped, jittered exponential backoff. A missing ConfigMap means no routes; the watch goes on.
@@ -8,20 +12,34 @@ with capped, jittered exponential backoff. A missing ConfigMap means no routes; 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import random
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import aiohttp
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
 
-from .kubeapi import KubeApiError, KubeClient
 from .table import RouteTable
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+REQUEST_TIMEOUT = 30.0
+"""Seconds for a list request."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to connect for a watch; reading waits as long as the watch lasts, plus a margin."""
+FAILURES = (k8s.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+"""What a failed list or watch raises: an error status, or no usable answer at all."""
+
 
 class Backoff:
-    """Capped exponential delays with full jitter: 0..initial, 0..2*initial, ... 0..cap."""
+    """Capped exponential delays with jitter: initial/2..initial, then double, up to cap."""
 
     def __init__(self, initial: float = 0.2, cap: float = 5.0) -> None:
         self.initial = initial
@@ -37,93 +55,98 @@ class Backoff:
         return random.uniform(ceiling / 2, ceiling)
 
 
-class _Expired(Exception):
-    """The resourceVersion we watch from is gone from the server's history (410)."""
-
-
 class ConfigMapWatcher:
     """Keeps a RouteTable equal to one ConfigMap's data, for as long as `run` runs."""
 
     def __init__(
         self,
-        client: KubeClient,
+        api: k8s.CoreV1Api,
         table: RouteTable,
         namespace: str,
         name: str,
         watch_timeout_seconds: int = 300,
     ) -> None:
-        self.client = client
+        self.api = api
         self.table = table
         self.namespace = namespace
         self.name = name
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff = Backoff()
-        self._path = f"/api/v1/namespaces/{namespace}/configmaps"
-        self._selector = {"fieldSelector": f"metadata.name={name}"}
+        self._selector = f"metadata.name={name}"
         self._missing_logged = False
+        self._watch: k8s_watch.Watch | None = None
 
     async def run(self, resume_from: str | None = None) -> None:
         """List and watch forever (until cancelled); `resume_from` skips the first list."""
+        loop = asyncio.get_running_loop()
         version = resume_from
-        while True:
-            try:
-                if version is None:
-                    version = await self._list()
-                    self.backoff.reset()
-                version = await self._watch(version)
-                self.backoff.reset()
-                self.table.metrics.watch_restarts.labels("closed").inc()
-            except _Expired:
-                log.info("The watch of ConfigMap %s/%s expired; listing again", *self._where())
-                self.table.metrics.watch_restarts.labels("expired").inc()
-                version = None
-            except (aiohttp.ClientError, TimeoutError, KubeApiError, ValueError) as exc:
-                delay = self.backoff.next()
-                log.warning(
-                    "Lost the ConfigMap %s/%s watch (%s); retrying in %.1fs",
-                    *self._where(),
-                    _describe(exc),
-                    delay,
-                )
-                self.table.metrics.watch_restarts.labels("error").inc()
-                if isinstance(exc, KubeApiError) and exc.status == 410:
-                    version = None
-                await asyncio.sleep(delay)
+        where = self._where()
+        try:
+            while True:
+                try:
+                    if version is None:
+                        version = await _in_thread(self._list, loop)
+                        self.backoff.reset()
+                    version = await _in_thread(self._follow, loop, version)
+                    self.table.metrics.watch_restarts.labels("closed").inc()
+                except FAILURES as exc:
+                    if isinstance(exc, k8s.ApiException) and exc.status == 410:
+                        log.info("The watch of ConfigMap %s/%s expired: listing again", *where)
+                        self.table.metrics.watch_restarts.labels("expired").inc()
+                        version = None
+                    else:
+                        await self._retry_after(exc)
+        finally:
+            if self._watch is not None:
+                self._watch.stop()  # type: ignore[no-untyped-call]  # unblocks its reader
+
+    async def _retry_after(self, exc: BaseException) -> None:
+        delay = self.backoff.next()
+        log.warning(
+            "Lost the ConfigMap %s/%s watch (%s); retrying in %.1fs",
+            *self._where(),
+            describe(exc),
+            delay,
+        )
+        self.table.metrics.watch_restarts.labels("error").inc()
+        await asyncio.sleep(delay)
 
     def _where(self) -> tuple[str, str]:
         return self.namespace, self.name
 
-    async def _list(self) -> str:
-        body = await self.client.get_json(self._path, self._selector)
-        items = body.get("items") or []
-        self._apply(items[0] if items else None)
-        version = (body.get("metadata") or {}).get("resourceVersion")
+    # The two calls below run in worker threads; they reach the table only through the loop.
+
+    def _list(self, loop: asyncio.AbstractEventLoop) -> str:
+        found = self.api.list_namespaced_config_map(
+            self.namespace, field_selector=self._selector, _request_timeout=REQUEST_TIMEOUT
+        )
+        items = [self.api.api_client.sanitize_for_serialization(item) for item in found.items]
+        loop.call_soon_threadsafe(self._apply, items[0] if items else None)
+        version = found.metadata.resource_version if found.metadata else None
         if not version:
-            raise KubeApiError(200, "BadResponse", "the list carried no resourceVersion")
+            raise ValueError("the list of ConfigMaps carried no resourceVersion")
         return str(version)
 
-    async def _watch(self, version: str) -> str:
-        params = {
-            **self._selector,
-            "resourceVersion": version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.watch_timeout_seconds),
-        }
-        read_timeout = self.watch_timeout_seconds + 30.0
-        try:
-            async for event in self.client.watch(self._path, params, read_timeout):
-                self.backoff.reset()
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                if kind in ("ADDED", "MODIFIED"):
-                    self._apply(obj)
-                elif kind == "DELETED":
-                    self._apply(None)
-        except KubeApiError as exc:
-            if exc.status == 410:
-                raise _Expired from None
-            raise
+    def _follow(self, loop: asyncio.AbstractEventLoop, version: str) -> str:
+        """Apply each event until the server ends the watch; the last resourceVersion seen."""
+        self._watch = watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+        events = watch.stream(  # type: ignore[no-untyped-call]
+            self.api.list_namespaced_config_map,
+            self.namespace,
+            field_selector=self._selector,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_seconds,
+            _request_timeout=(CONNECT_TIMEOUT, self.watch_timeout_seconds + 30.0),
+        )
+        for event in events:
+            loop.call_soon_threadsafe(self.backoff.reset)
+            obj = event.get("raw_object") or {}
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if event["type"] in ("ADDED", "MODIFIED"):
+                loop.call_soon_threadsafe(self._apply, obj)
+            elif event["type"] == "DELETED":
+                loop.call_soon_threadsafe(self._apply, None)
         return version
 
     def _apply(self, configmap: dict[str, Any] | None) -> None:
@@ -143,8 +166,43 @@ class ConfigMapWatcher:
         self.table.apply_data(data)
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror}"
+async def _in_thread(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` in a daemon thread of its own, awaited without blocking the loop.
+
+    Not asyncio.to_thread: a watch blocks for minutes, and the default executor's threads are
+    joined when the process exits; a daemon thread is not, and the caller stops its watch.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():  # cancelled meanwhile
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, error = call(*args), None
+        except BaseException as exc:  # handed to the awaiting task, which decides
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="routes-watch", daemon=True).start()
+    return await done
+
+
+def describe(exc: BaseException) -> str:
+    """One line about a failed API call (never the response headers the client's str has)."""
+    if isinstance(exc, k8s.ApiException):
+        message = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = str(json.loads(exc.body or "{}").get("message") or "")
+        return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return describe(exc.reason)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

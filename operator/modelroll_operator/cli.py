@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kopf
 
-from modelroll_gateway.flags import env, positive_int
+from modelroll_common.flags import env, positive_int
 
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
 from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig

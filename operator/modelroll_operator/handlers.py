@@ -17,9 +17,10 @@ import kopf
 from kubernetes.client import ApiClient
 from kubernetes.config import kube_config
 
+from modelroll_common.kube import connect
 from modelroll_gateway.routes import CONFIGMAP_NAME
 
-from .kube import Api, connect
+from .kube import Api
 from .reconcile import TRANSIENT, Reconciler, VersionIndex, WorkloadIndex
 from .settings import OperatorConfig, configure
 from .spec import GROUP, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PLURAL, VERSION

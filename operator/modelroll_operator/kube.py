@@ -1,8 +1,7 @@
 """The API calls the operator and the plugin make beyond kopf's own: get, create, patch, apply.
 
-They go through the official Kubernetes Python client, with the credentials kubectl would use
-(kubeconfig contexts, client certificates, tokens, exec and auth-provider plugins, else the
-in-cluster service account, whose rotated token the client re-reads). The client is
+They go through the official Kubernetes Python client, connected by
+:func:`modelroll_common.kube.connect` with the credentials kubectl would use. The client is
 synchronous: the operator's calls run in worker threads (``asyncio.to_thread``) so that kopf's
 event loop never waits on the network.
 """
@@ -11,30 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import urllib3
-import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from .spec import FIELD_MANAGER, GROUP, PLURAL, VERSION
 
-__all__ = ["Api", "KubeApiError", "KubeConfigError", "connect", "mv_path"]
+__all__ = ["Api", "KubeApiError", "mv_path"]
 
 REQUEST_TIMEOUT = 30.0
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 #: What a failed call raises besides KubeApiError: the API server could not be reached.
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
-
-
-class KubeConfigError(Exception):
-    """No usable credentials: the message says which and why."""
 
 
 class KubeApiError(Exception):
@@ -45,50 +35,6 @@ class KubeApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
-
-
-def connect(
-    kubeconfig: Path | None = None, context: str | None = None
-) -> tuple[k8s.ApiClient, str]:
-    """An API client with the credentials kubectl would use, and the namespace they point at:
-    ``kubeconfig`` (else $KUBECONFIG, else ~/.kube/config) and ``context``, else the in-cluster
-    service account."""
-    configuration = k8s.Configuration()
-    path = str(kubeconfig) if kubeconfig else None
-    try:
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration
-        )
-    except k8s_config.ConfigException as exc:
-        if kubeconfig is not None or context is not None or not SERVICE_ACCOUNT_NAMESPACE.exists():
-            raise KubeConfigError(f"cannot use the kubeconfig: {exc}") from exc
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-        return k8s.ApiClient(configuration), SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    contexts, active = k8s_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-        config_file=path
-    )
-    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
-    settings = (chosen or {}).get("context", {})
-    command = exec_command(path, settings.get("user"))
-    if command and not configuration.api_key:
-        # The client logs the plugin's own error (exit status, stderr) and carries on without.
-        raise KubeConfigError(f"the kubeconfig's exec credential plugin {command!r} gave no token")
-    return k8s.ApiClient(configuration), str(settings.get("namespace") or "default")
-
-
-def exec_command(path: str | None, user: str | None) -> str | None:
-    """The command of ``user``'s exec credential plugin in the (first) kubeconfig file."""
-    first = (path or os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)[0]
-    try:
-        doc = yaml.safe_load(Path(first).expanduser().read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    for entry in doc.get("users") or []:
-        if entry.get("name") == user and (plugin := (entry.get("user") or {}).get("exec")):
-            return str(plugin.get("command"))
-    return None
 
 
 def mv_path(namespace: str | None, name: str | None = None, sub: str | None = None) -> str:

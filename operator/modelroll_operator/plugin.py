@@ -30,9 +30,10 @@ from typing import Any, TextIO
 
 from kubernetes.config import ConfigException
 
+from modelroll_common.kube import KubeConfigError, connect
 from modelroll_gateway.routes import MAX_WEIGHT
 
-from .kube import UNREACHABLE, Api, KubeApiError, KubeConfigError, connect, mv_path
+from .kube import UNREACHABLE, Api, KubeApiError, mv_path
 from .spec import ANNOTATION_PREVIOUS_WEIGHT, FIELD_MANAGER
 
 

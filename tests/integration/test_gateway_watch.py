@@ -16,10 +16,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
+from modelroll_common.kube import connect
 from modelroll_devcluster import Cluster
-from modelroll_gateway.kubeapi import KubeClient, load_kubeconfig
 from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_gateway.routes import (
     CONFIGMAP_NAME,
@@ -263,25 +264,25 @@ async def test_an_expired_resource_version_leads_to_a_fresh_list(
     routes.set_route(model_route("sentiment", stable=(5, "http://s:8000")))
     metrics = GatewayMetrics(CollectorRegistry())
     table = RouteTable(metrics)
-    async with aiohttp.ClientSession() as session:
-        client = KubeClient(load_kubeconfig(cluster.kubeconfig), session)
-        watcher = ConfigMapWatcher(client, table, namespace, CONFIGMAP_NAME)
-        task = asyncio.create_task(watcher.run(resume_from="1"))  # long compacted away
-        try:
-            await eventually(lambda: "sentiment" in table.models, "the relist")
-            assert table.models["sentiment"].route.versions[0].weight == 5
-            expired = metrics.registry.get_sample_value(
-                "modelroll_gateway_watch_restarts_total", {"reason": "expired"}
-            )
-            assert expired == 1
-            await kubectl(routes.set_route, model_route("sentiment", stable=(6, "http://s:8000")))
-            await eventually(
-                lambda: table.models["sentiment"].route.versions[0].weight == 6,
-                "the watch following after the relist",
-            )
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    client, _ = connect(cluster.kubeconfig)
+    watcher = ConfigMapWatcher(k8s.CoreV1Api(client), table, namespace, CONFIGMAP_NAME)
+    task = asyncio.create_task(watcher.run(resume_from="1"))  # long compacted away
+    try:
+        await eventually(lambda: "sentiment" in table.models, "the relist")
+        assert table.models["sentiment"].route.versions[0].weight == 5
+        expired = metrics.registry.get_sample_value(
+            "modelroll_gateway_watch_restarts_total", {"reason": "expired"}
+        )
+        assert expired == 1
+        await kubectl(routes.set_route, model_route("sentiment", stable=(6, "http://s:8000")))
+        await eventually(
+            lambda: table.models["sentiment"].route.versions[0].weight == 6,
+            "the watch following after the relist",
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        client.close()  # type: ignore[no-untyped-call]
 
 
 async def test_the_gateway_needs_only_read_access_to_its_own_configmap(

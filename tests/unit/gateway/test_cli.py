@@ -86,7 +86,7 @@ def test_without_credentials_or_a_routes_file_it_exits_saying_what_to_pass(tmp_p
     assert "pass --kubeconfig, set KUBECONFIG" in result.stderr
 
 
-def test_an_unsupported_kubeconfig_is_named_in_the_error(tmp_path: Path) -> None:
+def test_a_failing_exec_plugin_is_named_in_the_error(tmp_path: Path) -> None:
     config = tmp_path / "kubeconfig"
     config.write_text(
         """
@@ -95,12 +95,12 @@ kind: Config
 current-context: c
 contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters: [{name: k, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {exec: {command: aws}}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}}}]
 """
     )
-    result = _run(f"--kubeconfig={config}")
+    result = _run(f"--kubeconfig={config}")  # no `aws` on this PATH
     assert result.returncode == 2
-    assert "exec/auth-provider credentials are not supported" in result.stderr
+    assert "the kubeconfig's exec credential plugin 'aws' gave no token" in result.stderr
 
 
 def test_bad_flag_values_are_refused_by_name() -> None:

@@ -1,0 +1,1 @@
+"""What modelroll's gateway and operator share: command-line flag helpers and the API connection."""
