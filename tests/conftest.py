@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +82,8 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
     """Start a console script from .venv as a real process; every one is stopped at teardown.
 
     ``spawn(name, *args, ready=url)`` waits until ``url`` answers 200 (pass ``ready_status`` for
-    another code, or ``ready=None`` not to wait).
+    another code, or ``ready=None`` not to wait). ``env`` adds variables (None removes one);
+    ``prefix`` is a command that runs the script (e.g. in other namespaces).
     """
     procs: list[Proc] = []
 
@@ -91,16 +92,18 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         *args: str,
         ready: str | None = None,
         ready_status: int = 200,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
+        prefix: Sequence[str] = (),
     ) -> Proc:
         exe = VENV_BIN / command
         log_path = tmp_path / f"{command}-{len(procs)}.log"
         log_file = log_path.open("wb")
+        environment = {**os.environ, **(env or {})}
         popen = subprocess.Popen(
-            [str(exe), *args],
+            [*prefix, str(exe), *args],
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={name: value for name, value in environment.items() if value is not None},
         )
         log_file.close()
         proc = Proc(command, popen, log_path, url=ready or "")

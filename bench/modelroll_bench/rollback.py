@@ -6,7 +6,8 @@ that record when each request reaches them) sit behind a real ``modelroll-gatewa
 routes ConfigMap, with Poisson load through the gateway the whole time. Each flip sets the
 canary's weight to 0 and measures from the moment ``kubectl patch`` starts to the last request
 that reaches the canary; then the weight goes back to 1 (the time to the canary's first request
-is reported as well) before the next flip. Two modes, in this order:
+is reported as well) before the next flip. A watch of the ConfigMap (the official client's, as
+the gateway's) also times the patch -> ConfigMap step alone. Two modes, in this order:
 
 ``configmap``: the gateway's half: ``kubectl patch`` of the routes ConfigMap, no operator running.
 ``operator``:  the whole path: ``kubectl patch modelversion canary`` -> modelroll-operator ->
@@ -26,6 +27,7 @@ import json
 import random
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 
 from modelroll_devcluster import Cluster, ControlPlane, namespace_name
 from modelroll_devcluster.processes import free_port
@@ -135,6 +140,43 @@ async def resumed_at(
     return None
 
 
+class ConfigMapChanges:
+    """When each change of the routes ConfigMap reached a watch of it, with the canary's weight."""
+
+    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        client = k8s_config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
+        self.api = k8s.CoreV1Api(client)
+        self.namespace = namespace
+        self.seen: list[tuple[float, int | None]] = []
+        self.watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+        threading.Thread(target=self._follow, name="configmap-watch", daemon=True).start()
+
+    def _follow(self) -> None:
+        events = self.watch.stream(  # type: ignore[no-untyped-call]
+            self.api.list_namespaced_config_map,
+            self.namespace,
+            field_selector=f"metadata.name={CONFIGMAP_NAME}",
+        )
+        for event in events:
+            document = (event["raw_object"].get("data") or {}).get(MODEL)
+            weights = {
+                v["name"]: v["weight"] for v in json.loads(document or "{}").get("versions", [])
+            }
+            self.seen.append((time.monotonic(), weights.get("canary")))
+
+    def stop(self) -> None:
+        self.watch.stop()  # type: ignore[no-untyped-call]
+
+    async def changed(self, after: float, canary_weight: int, timeout_s: float) -> float | None:
+        """When the ConfigMap first showed ``canary_weight`` after ``after``; None on timeout."""
+        while time.monotonic() < after + timeout_s:
+            for at, weight in self.seen:
+                if at > after and weight == canary_weight:
+                    return at
+            await asyncio.sleep(0.01)
+        return None
+
+
 def timed(action: Callable[[], object]) -> tuple[float, float]:
     """Run ``action``; (monotonic time it started, seconds it took)."""
     started = time.monotonic()
@@ -200,7 +242,12 @@ class Routes:
 
 
 async def flips(
-    mode: str, routes: Routes, recorders: dict[str, str], setup: Setup, progress: Any
+    mode: str,
+    routes: Routes,
+    recorders: dict[str, str],
+    setup: Setup,
+    changes: ConfigMapChanges,
+    progress: Any,
 ) -> list[dict[str, Any]]:
     patch = routes.patch_configmap if mode == "configmap" else routes.patch_version
     rows: list[dict[str, Any]] = []
@@ -208,6 +255,7 @@ async def flips(
         for i in range(1, setup.flips + 1):
             progress.set_postfix_str(f"{mode} flip {i}")
             t0, kubectl_s = await asyncio.to_thread(timed, lambda: patch(0))
+            written = await changes.changed(t0, 0, setup.timeout_s)
             last = await stopped_at(http, recorders, t0, setup)
             t1, _ = await asyncio.to_thread(timed, lambda: patch(1))
             first = await resumed_at(http, recorders, t1, setup)
@@ -217,6 +265,7 @@ async def flips(
                     "rollback_ms": None if last is None else round((last - t0) * 1000, 1),
                     "restore_ms": None if first is None else round((first - t1) * 1000, 1),
                     "kubectl_ms": round(kubectl_s * 1000, 1),
+                    "configmap_ms": None if written is None else round((written - t0) * 1000, 1),
                 }
             )
             progress.update()
@@ -268,6 +317,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
     ):
         load = Load(f"{gw}/v1/models/{MODEL}/infer", setup.rate)
         loading = asyncio.create_task(load.run())
+        changes = ConfigMapChanges(cluster.kubeconfig, namespace)
         try:
             started = time.monotonic()
 
@@ -281,10 +331,10 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
                     before = Counter(load.statuses)
                     if mode == "operator":
                         rows = await with_operator(
-                            cluster, namespace, routes, recorders, setup, progress
+                            cluster, namespace, routes, recorders, setup, changes, progress
                         )
                     else:
-                        rows = await flips(mode, routes, recorders, setup, progress)
+                        rows = await flips(mode, routes, recorders, setup, changes, progress)
                     errors = {
                         str(c): n - before.get(c, 0)
                         for c, n in load.statuses.items()
@@ -294,10 +344,12 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
                         "rollback": summarize(rows, "rollback_ms"),
                         "restore": summarize(rows, "restore_ms"),
                         "kubectl": summarize(rows, "kubectl_ms"),
+                        "configmap": summarize(rows, "configmap_ms"),
                         "errors": errors,
                         "flips": rows,
                     }
         finally:
+            changes.stop()
             load.stopping.set()
             await loading
     report["requests"] = {str(c): n for c, n in sorted(load.statuses.items())}
@@ -323,6 +375,7 @@ async def with_operator(
     routes: Routes,
     recorders: dict[str, str],
     setup: Setup,
+    changes: ConfigMapChanges,
     progress: Any,
 ) -> list[dict[str, Any]]:
     """Start the operator, hand it the route as two ModelVersions, and flip through it."""
@@ -348,7 +401,7 @@ async def with_operator(
                 return shares == ["50.0%", "50.0%"] and proc.returncode is None
 
             await wait_for("the operator routing both ModelVersions", routed)
-            return await flips("operator", routes, recorders, setup, progress)
+            return await flips("operator", routes, recorders, setup, changes, progress)
         finally:
             if proc.returncode is None:
                 proc.terminate()
@@ -361,12 +414,14 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
         f"(resolution about {2000 / setup.rate:.0f} ms)."
     )
     for mode, m in report["modes"].items():
-        rb, rs, kc = m["rollback"], m["restore"], m["kubectl"]
+        rb, rs, kc, cm = m["rollback"], m["restore"], m["kubectl"], m["configmap"]
         print(
             f"  {mode:<9} rollback p50 {rb['p50_ms']:7.1f} ms  p99 {rb['p99_ms']:7.1f} ms  "
             f"(min {rb['min_ms']}, timeouts {rb['timeouts']}); restore p50 {rs['p50_ms']:.1f} "
             f"p99 {rs['p99_ms']:.1f} ms; kubectl itself p50 {kc['p50_ms']:.1f} ms; "
-            f"errors {m['errors'] or 0}"
+            f"errors {m['errors'] or 0}\n"
+            f"  {'':<9} patch -> ConfigMap change p50 {cm['p50_ms']:.1f} ms, "
+            f"max {cm['max_ms']} ms ({cm['samples']} patches, timeouts {cm['timeouts']})"
         )
     print(f"Requests by status: {report['requests']}")
 

@@ -129,13 +129,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         stream=sys.stderr,
     )
     kube: Connection | None = None
+    source = f"file {config.routes_file}"
     if config.routes_file is None:
         try:
             kube = connect(config.kubeconfig, retries=False)
         except KubeConfigError as exc:
             parser.exit(2, f"modelroll-gateway: {exc}\n")
+        source = f"ConfigMap {config.namespace or kube.namespace}/{config.configmap}"
     app = create_app(config, kube=kube)
-    source = config.routes_file or f"ConfigMap {config.namespace or '(default)'}/{config.configmap}"
     log.info("Starting the gateway on %s:%d with routes from %s", config.host, config.port, source)
     web.run_app(
         app,

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pytest
-import yaml
 
 from modelroll_gateway.routes import CONFIGMAP_NAME
 from modelroll_operator.spec import API_VERSION, KIND
@@ -216,52 +214,3 @@ class Routes:
 
     def resource_version(self) -> str:
         return str((self.configmap() or {})["metadata"]["resourceVersion"])
-
-
-def exec_kubeconfig(cluster: Cluster, path: Path, plugin: Path) -> Path:
-    """A kubeconfig for the cluster whose user is an exec credential plugin, as EKS, GKE, AKS
-    and OIDC setups write them."""
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": admin["clusters"],
-        "users": [
-            {
-                "name": "exec-user",
-                "user": {
-                    "exec": {
-                        "apiVersion": "client.authentication.k8s.io/v1",
-                        "command": str(plugin),
-                        "interactiveMode": "Never",
-                    }
-                },
-            }
-        ],
-        "contexts": [
-            {
-                "name": "exec",
-                "context": {"cluster": admin["clusters"][0]["name"], "user": "exec-user"},
-            }
-        ],
-        "current-context": "exec",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def credential_plugin(path: Path, token: str | None) -> Path:
-    """An exec credential plugin: prints an ExecCredential with ``token``, or fails."""
-    credential = {
-        "apiVersion": "client.authentication.k8s.io/v1",
-        "kind": "ExecCredential",
-        "status": {"token": token},
-    }
-    body = (
-        f"import json; print(json.dumps({credential!r}))"
-        if token
-        else "import sys; sys.exit('no credentials for you')"
-    )
-    path.write_text(f"#!{sys.executable}\n{body}\n")
-    path.chmod(0o755)
-    return path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -31,7 +32,8 @@ from modelroll_gateway.routes import (
 )
 from modelroll_gateway.table import RouteTable
 from modelroll_gateway.watch import ConfigMapWatcher
-from tests.conftest import Proc, Spawn, free_port
+from tests.conftest import VENV_BIN, Proc, Spawn, free_port
+from tests.integration.credentials import credential_plugin, exec_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -285,14 +287,8 @@ async def test_an_expired_resource_version_leads_to_a_fresh_list(
         client.close()  # type: ignore[no-untyped-call]
 
 
-async def test_the_gateway_needs_only_read_access_to_its_own_configmap(
-    cluster: Cluster,
-    namespace: str,
-    routes: RoutesConfigMap,
-    start_gateway: StartGateway,
-    tmp_path: Path,
-) -> None:
-    """A service account allowed get/list/watch on modelroll-routes alone is enough."""
+def reader_token(cluster: Cluster, namespace: str) -> str:
+    """The token of a service account allowed get/list/watch on modelroll-routes alone."""
     rbac = f"""
 apiVersion: v1
 kind: ServiceAccount
@@ -314,28 +310,63 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: gateway}}
 subjects: [{{kind: ServiceAccount, name: gateway, namespace: {namespace}}}]
 """
     cluster.apply(rbac, namespace=namespace)
-    token = cluster.kubectl("create", "token", "gateway", namespace=namespace).stdout.strip()
-    ca = cluster.kubectl_json("config", "view", "--raw", "--minify")["clusters"][0]["cluster"]
-    kubeconfig = tmp_path / "gateway.kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "gw",
-                "contexts": [{"name": "gw", "context": {"cluster": "c", "user": "gateway"}}],
-                "clusters": [{"name": "c", "cluster": ca}],
-                "users": [{"name": "gateway", "user": {"token": token}}],
-            }
-        )
-    )
+    return cluster.kubectl("create", "token", "gateway", namespace=namespace).stdout.strip()
+
+
+async def follows_changes(
+    routes: RoutesConfigMap, start_gateway: StartGateway, kubeconfig: Path
+) -> GatewayProcess:
+    """A gateway with ``kubeconfig`` reads the routes and then follows a change within a second."""
     routes.create()
     routes.set_route(model_route("sentiment", stable=(2, "http://s:8000")))
     gw = start_gateway(kubeconfig=kubeconfig)
     await gw.until(lambda d: bool(d["models"]))
     await kubectl(routes.set_route, model_route("sentiment", stable=(3, "http://s:8000")))
-    await gw.until(lambda d: d["models"][0]["versions"][0]["weight"] == 3)
+    took, _ = await gw.until(lambda d: d["models"][0]["versions"][0]["weight"] == 3)
+    assert took < PICKUP_BOUND
     assert "Lost the ConfigMap" not in gw.proc.log()
+    return gw
+
+
+@pytest.mark.parametrize("login", ["token", "exec plugin"])
+async def test_read_access_to_its_own_configmap_is_enough(
+    login: str,
+    cluster: Cluster,
+    namespace: str,
+    routes: RoutesConfigMap,
+    start_gateway: StartGateway,
+    tmp_path: Path,
+) -> None:
+    """A service account allowed get/list/watch on modelroll-routes alone; its token is in the
+    kubeconfig, or printed by an exec credential plugin as on EKS, GKE or AKS."""
+    token = reader_token(cluster, namespace)
+    kubeconfig = tmp_path / "gateway.kubeconfig"
+    if login == "exec plugin":
+        exec_kubeconfig(cluster, kubeconfig, credential_plugin(tmp_path / "get-token", token))
+    else:
+        ca = cluster.kubectl_json("config", "view", "--raw", "--minify")["clusters"][0]["cluster"]
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "gw",
+            "contexts": [{"name": "gw", "context": {"cluster": "c", "user": "gateway"}}],
+            "clusters": [{"name": "c", "cluster": ca}],
+            "users": [{"name": "gateway", "user": {"token": token}}],
+        }
+        kubeconfig.write_text(json.dumps(config))
+    await follows_changes(routes, start_gateway, kubeconfig)
+
+
+def test_a_failing_exec_plugin_is_named(cluster: Cluster, tmp_path: Path) -> None:
+    failing = credential_plugin(tmp_path / "no-token", None)
+    kubeconfig = exec_kubeconfig(cluster, tmp_path / "failing.kubeconfig", failing)
+    result = subprocess.run(
+        [str(VENV_BIN / "modelroll-gateway"), f"--kubeconfig={kubeconfig}", "--port=0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert f"the kubeconfig's exec credential plugin '{failing}' gave no token" in result.stderr
+    assert "no credentials for you" in result.stderr  # the plugin's own words, from the client
 
 
 async def test_weight_changes_under_load_fail_no_request(

@@ -17,12 +17,11 @@ import pytest
 
 from modelroll_devcluster import Cluster
 from modelroll_gateway.routes import CONFIGMAP_NAME
+from tests.integration.credentials import cluster_admin, credential_plugin, exec_kubeconfig
 from tests.integration.operator_support import (
     Routes,
     StartOperator,
-    credential_plugin,
     eventually,
-    exec_kubeconfig,
     model_version,
 )
 
@@ -266,13 +265,7 @@ def test_the_operator_logs_in_through_an_exec_credential_plugin(
 ) -> None:
     """kopf's login and the operator's own calls both take the token an exec plugin prints (as
     on EKS, GKE or AKS): here a ServiceAccount's, bound to cluster-admin for the test."""
-    account = f"{namespace}-operator"
-    cluster.kubectl("create", "serviceaccount", account, namespace=namespace)
-    cluster.kubectl(
-        "create", "clusterrolebinding", account, "--clusterrole=cluster-admin",
-        f"--serviceaccount={namespace}:{account}",
-    )  # fmt: skip
-    try:
+    with cluster_admin(cluster, namespace) as account:
         token = cluster.kubectl("create", "token", account, namespace=namespace).stdout.strip()
         plugin = credential_plugin(tmp_path / "get-token", token)
         kubeconfig = exec_kubeconfig(cluster, tmp_path / "exec.kubeconfig", plugin)
@@ -282,5 +275,3 @@ def test_the_operator_logs_in_through_an_exec_credential_plugin(
         eventually(lambda: settled(cluster, namespace, "stable-v1"), "status written")
         assert operator.logged("Initial authentication has finished")
         assert not operator.errors(), operator.errors()
-    finally:
-        cluster.kubectl("delete", "clusterrolebinding", account, check=False)

@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
+from tests.integration.credentials import credential_plugin, exec_kubeconfig
 from tests.integration.operator_support import (
     Routes,
     StartOperator,
-    credential_plugin,
     eventually,
-    exec_kubeconfig,
     model_version,
 )
 

@@ -1,0 +1,106 @@
+"""The operator and the gateway with a pod's credentials: in-cluster config and token rotation.
+
+Both run as real processes that see what the kubelet gives a pod (credentials.PodIdentity): the
+service account's token, CA and namespace at /var/run/secrets/kubernetes.io/serviceaccount and
+KUBERNETES_SERVICE_HOST/PORT, with no kubeconfig anywhere. The token file is then rewritten
+while they run and the old token revoked; both must carry on without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from modelroll_devcluster import Cluster
+from tests.conftest import Spawn, free_port
+from tests.integration.credentials import (
+    PodIdentity,
+    cluster_admin,
+    service_account_token,
+    token_accepted,
+)
+from tests.integration.operator_support import (
+    OperatorProcess,
+    Routes,
+    eventually,
+    model_version,
+)
+
+pytestmark = pytest.mark.integration
+
+TOKEN_REREAD = 60.0
+"""The client re-reads the token file once its copy is this old (kubernetes.config's period);
+the kubelet rotates a projected token long before it expires, at 80% of its life."""
+
+
+def gateway_weights(port: int, model: str) -> dict[str, int] | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as resp:
+        doc = json.load(resp)
+    for item in doc["models"]:
+        if item["model"] == model:
+            return {v["name"]: v["weight"] for v in item["versions"]}
+    return None
+
+
+def gateway_source(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as resp:
+        return str(json.load(resp)["source"])
+
+
+@pytest.mark.timeout(300)  # it waits a minute for the client's token re-read
+def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
+    cluster: Cluster, namespace: str, crd: None, spawn: Spawn, routes: Routes, tmp_path: Path
+) -> None:
+    if not cluster.is_local:
+        pytest.skip("dropping every watch (an API server restart) needs the local control plane")
+    with cluster_admin(cluster, namespace) as account:
+        first = service_account_token(cluster, namespace, account, bound_to="first-token")
+        pod = PodIdentity.create(cluster, tmp_path / "serviceaccount", namespace, first)
+        in_pod = {"prefix": pod.prefix(), "env": pod.env(home=tmp_path)}
+        port, liveness = free_port(), f"http://127.0.0.1:{free_port()}/healthz"
+        # No --kubeconfig, and no --namespace for the gateway: the service account's namespace.
+        gateway = spawn(
+            "modelroll-gateway", f"--port={port}", ready=f"http://127.0.0.1:{port}/readyz", **in_pod
+        )
+        flags = [f"--namespace={namespace}", f"--liveness={liveness}", "--sidecar-image=s:test"]
+        operator = OperatorProcess(
+            spawn("modelroll-operator", *flags, ready=liveness, **in_pod), liveness
+        )
+        loaded = time.monotonic()  # both have read the token file by now
+        assert gateway_source(port) == f"configmap {namespace}/modelroll-routes"
+
+        endpoint = "http://stable-v1.example:8000"
+        cluster.apply(
+            model_version("stable-v1", "sentiment", weight=3, endpoint=endpoint),
+            namespace=namespace,
+        )
+        eventually(lambda: gateway_weights(port, "sentiment") == {"stable-v1": 3}, "routing")
+        assert operator.logged("Initial authentication has finished")
+
+        # The kubelet's rotation: a new token in the file; here the old one is also revoked.
+        second = service_account_token(cluster, namespace, account, bound_to="second-token")
+        pod.write_token(second)
+        cluster.kubectl("delete", "secret", "first-token", namespace=namespace)
+        eventually(lambda: not token_accepted(cluster, first), "the first token's revocation")
+        time.sleep(max(0.0, loaded + TOKEN_REREAD + 1.0 - time.monotonic()))
+        # Every connection (kopf's watches, the gateway's) must now start again, and
+        # authenticate with whatever token each process holds.
+        cluster.restart_apiserver()
+
+        cluster.kubectl(
+            "patch", "mv", "stable-v1", "--type=merge", "-p", '{"spec": {"weight": 5}}',
+            namespace=namespace,
+        )  # fmt: skip
+        eventually(
+            lambda: gateway_weights(port, "sentiment") == {"stable-v1": 5},
+            "the new weight through the operator and the gateway",
+            within=60.0,
+        )
+        assert operator.running()
+        assert gateway.popen.poll() is None
+        # While the operator runs, so that it releases its finalizer.
+        cluster.kubectl("delete", "mv", "stable-v1", "--timeout=30s", namespace=namespace)
