@@ -140,40 +140,74 @@ async def resumed_at(
     return None
 
 
-class ConfigMapChanges:
-    """When each change of the routes ConfigMap reached a watch of it, with the canary's weight."""
+class WeightChanges:
+    """When each change of one object reached a watch of it (the official client's, in a thread),
+    with the canary's weight as that object says it."""
 
-    def __init__(self, kubeconfig: Path, namespace: str) -> None:
-        client = k8s_config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
-        self.api = k8s.CoreV1Api(client)
-        self.namespace = namespace
+    def __init__(
+        self,
+        list_call: Callable[..., Any],
+        weight_of: Callable[[dict[str, Any]], int | None],
+        *args: str,
+        name: str,
+    ) -> None:
         self.seen: list[tuple[float, int | None]] = []
         self.watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]
-        threading.Thread(target=self._follow, name="configmap-watch", daemon=True).start()
-
-    def _follow(self) -> None:
         events = self.watch.stream(  # type: ignore[no-untyped-call]
-            self.api.list_namespaced_config_map,
-            self.namespace,
-            field_selector=f"metadata.name={CONFIGMAP_NAME}",
+            list_call, *args, field_selector=f"metadata.name={name}"
         )
-        for event in events:
-            document = (event["raw_object"].get("data") or {}).get(MODEL)
-            weights = {
-                v["name"]: v["weight"] for v in json.loads(document or "{}").get("versions", [])
-            }
-            self.seen.append((time.monotonic(), weights.get("canary")))
+
+        def follow() -> None:
+            for event in events:
+                self.seen.append((time.monotonic(), weight_of(event["raw_object"])))
+
+        threading.Thread(target=follow, name=f"watch-{name}", daemon=True).start()
+
+    @classmethod
+    def of_configmap(cls, client: k8s.ApiClient, namespace: str) -> WeightChanges:
+        def weight_of(configmap: dict[str, Any]) -> int | None:
+            document = json.loads((configmap.get("data") or {}).get(MODEL) or "{}")
+            weights = {v["name"]: v["weight"] for v in document.get("versions", [])}
+            return weights.get("canary")
+
+        api = k8s.CoreV1Api(client)
+        return cls(api.list_namespaced_config_map, weight_of, namespace, name=CONFIGMAP_NAME)
+
+    @classmethod
+    def of_canary(cls, client: k8s.ApiClient, namespace: str) -> WeightChanges:
+        def weight_of(version: dict[str, Any]) -> int | None:
+            weight = (version.get("spec") or {}).get("weight")
+            return weight if isinstance(weight, int) else None
+
+        api = k8s.CustomObjectsApi(client)
+        return cls(
+            api.list_namespaced_custom_object,
+            weight_of,
+            "modelroll.io",
+            "v1alpha1",
+            namespace,
+            "modelversions",
+            name="canary",
+        )
 
     def stop(self) -> None:
         self.watch.stop()  # type: ignore[no-untyped-call]
 
+    async def started(self, timeout_s: float = 30.0) -> None:
+        """Once the watch has listed the object: later events are changes, not the start."""
+
+        async def listed() -> bool:
+            return bool(self.seen)
+
+        await wait_for("the first event of a watch", listed, timeout_s)
+
     async def changed(self, after: float, canary_weight: int, timeout_s: float) -> float | None:
-        """When the ConfigMap first showed ``canary_weight`` after ``after``; None on timeout."""
+        """When the object first showed ``canary_weight`` after ``after``; None on timeout."""
         while time.monotonic() < after + timeout_s:
             for at, weight in self.seen:
                 if at > after and weight == canary_weight:
                     return at
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.005)
         return None
 
 
@@ -246,16 +280,22 @@ async def flips(
     routes: Routes,
     recorders: dict[str, str],
     setup: Setup,
-    changes: ConfigMapChanges,
+    configmap: WeightChanges,
     progress: Any,
+    canary: WeightChanges | None = None,
 ) -> list[dict[str, Any]]:
+    """``canary``: a watch of the canary ModelVersion, to time the operator's step alone."""
     patch = routes.patch_configmap if mode == "configmap" else routes.patch_version
     rows: list[dict[str, Any]] = []
+    for watch in (configmap, canary):
+        if watch is not None:
+            await watch.started()
     async with aiohttp.ClientSession() as http:
         for i in range(1, setup.flips + 1):
             progress.set_postfix_str(f"{mode} flip {i}")
             t0, kubectl_s = await asyncio.to_thread(timed, lambda: patch(0))
-            written = await changes.changed(t0, 0, setup.timeout_s)
+            written = await configmap.changed(t0, 0, setup.timeout_s)
+            patched = await canary.changed(t0, 0, setup.timeout_s) if canary else None
             last = await stopped_at(http, recorders, t0, setup)
             t1, _ = await asyncio.to_thread(timed, lambda: patch(1))
             first = await resumed_at(http, recorders, t1, setup)
@@ -266,6 +306,9 @@ async def flips(
                     "restore_ms": None if first is None else round((first - t1) * 1000, 1),
                     "kubectl_ms": round(kubectl_s * 1000, 1),
                     "configmap_ms": None if written is None else round((written - t0) * 1000, 1),
+                    "operator_ms": (
+                        round((written - patched) * 1000, 1) if written and patched else None
+                    ),
                 }
             )
             progress.update()
@@ -317,7 +360,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
     ):
         load = Load(f"{gw}/v1/models/{MODEL}/infer", setup.rate)
         loading = asyncio.create_task(load.run())
-        changes = ConfigMapChanges(cluster.kubeconfig, namespace)
+        client = k8s_config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
         try:
             started = time.monotonic()
 
@@ -331,10 +374,14 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
                     before = Counter(load.statuses)
                     if mode == "operator":
                         rows = await with_operator(
-                            cluster, namespace, routes, recorders, setup, changes, progress
+                            cluster, namespace, routes, recorders, setup, client, progress
                         )
                     else:
-                        rows = await flips(mode, routes, recorders, setup, changes, progress)
+                        configmap = WeightChanges.of_configmap(client, namespace)
+                        try:
+                            rows = await flips(mode, routes, recorders, setup, configmap, progress)
+                        finally:
+                            configmap.stop()
                     errors = {
                         str(c): n - before.get(c, 0)
                         for c, n in load.statuses.items()
@@ -345,11 +392,11 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
                         "restore": summarize(rows, "restore_ms"),
                         "kubectl": summarize(rows, "kubectl_ms"),
                         "configmap": summarize(rows, "configmap_ms"),
+                        "operator": summarize(rows, "operator_ms"),
                         "errors": errors,
                         "flips": rows,
                     }
         finally:
-            changes.stop()
             load.stopping.set()
             await loading
     report["requests"] = {str(c): n for c, n in sorted(load.statuses.items())}
@@ -375,7 +422,7 @@ async def with_operator(
     routes: Routes,
     recorders: dict[str, str],
     setup: Setup,
-    changes: ConfigMapChanges,
+    client: k8s.ApiClient,
     progress: Any,
 ) -> list[dict[str, Any]]:
     """Start the operator, hand it the route as two ModelVersions, and flip through it."""
@@ -401,7 +448,15 @@ async def with_operator(
                 return shares == ["50.0%", "50.0%"] and proc.returncode is None
 
             await wait_for("the operator routing both ModelVersions", routed)
-            return await flips("operator", routes, recorders, setup, changes, progress)
+            configmap = WeightChanges.of_configmap(client, namespace)
+            canary = WeightChanges.of_canary(client, namespace)
+            try:
+                return await flips(
+                    "operator", routes, recorders, setup, configmap, progress, canary
+                )
+            finally:
+                configmap.stop()
+                canary.stop()
         finally:
             if proc.returncode is None:
                 proc.terminate()
@@ -420,9 +475,14 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
             f"(min {rb['min_ms']}, timeouts {rb['timeouts']}); restore p50 {rs['p50_ms']:.1f} "
             f"p99 {rs['p99_ms']:.1f} ms; kubectl itself p50 {kc['p50_ms']:.1f} ms; "
             f"errors {m['errors'] or 0}\n"
-            f"  {'':<9} patch -> ConfigMap change p50 {cm['p50_ms']:.1f} ms, "
+            f"  {'':<9} kubectl patch -> ConfigMap change p50 {cm['p50_ms']:.1f} ms, "
             f"max {cm['max_ms']} ms ({cm['samples']} patches, timeouts {cm['timeouts']})"
         )
+        if op := m["operator"]["samples"] and m["operator"]:
+            print(
+                f"  {'':<9} ModelVersion change -> ConfigMap change (the operator) "
+                f"p50 {op['p50_ms']:.1f} ms, max {op['max_ms']} ms ({op['samples']} patches)"
+            )
     print(f"Requests by status: {report['requests']}")
 
 
