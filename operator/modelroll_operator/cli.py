@@ -12,6 +12,7 @@ from pathlib import Path
 import kopf
 
 from modelroll_common.flags import env, positive_int
+from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
 from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
@@ -121,11 +122,18 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     config = parse_config(args)
     if config.kubeconfig is not None:
         # kopf's own login reads $KUBECONFIG: both clients then use the same credentials.
         os.environ["KUBECONFIG"] = str(config.kubeconfig)
+    try:
+        # Unusable credentials (a failing exec plugin, no kubeconfig outside a pod) end the
+        # process with the reason, rather than a startup handler retried every minute.
+        client = connect(config.kubeconfig).client
+    except KubeConfigError as exc:
+        parser.exit(2, f"modelroll-operator: {exc}\n")
     log_format = {
         "json": kopf.LogFormat.JSON,
         "plain": kopf.LogFormat.PLAIN,
@@ -144,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         peering_name=config.peering,
         priority=config.priority,
         liveness_endpoint=args.liveness or None,
-        memo=kopf.Memo(config=config),
+        memo=kopf.Memo(config=config, client=client),
     )
 
 

@@ -41,10 +41,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     versions: VersionIndex = kwargs["versions_by_model"]
     deployments: WorkloadIndex = kwargs["deployments_by_version"]
     services: WorkloadIndex = kwargs["services_by_version"]
-    client, _ = connect(config.kubeconfig)
+    client: ApiClient | None = memo.get("client")
+    if client is None:
+        memo.client = client = connect(config.kubeconfig).client
     reconciler = Reconciler(Api(client), config, versions, deployments, services)
     reconciler.start()
-    memo.client = client
     memo.reconciler = reconciler
     mode = f"peering {config.peering!r}" if config.peering else "standalone"
     log.info("Started the modelroll operator (%s, sidecar image %s)", mode, config.sidecar_image)

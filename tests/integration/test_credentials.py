@@ -1,14 +1,17 @@
-"""The operator and the gateway with a pod's credentials: in-cluster config and token rotation.
+"""How the operator and the gateway get their credentials, as real processes.
 
-Both run as real processes that see what the kubelet gives a pod (credentials.PodIdentity): the
-service account's token, CA and namespace at /var/run/secrets/kubernetes.io/serviceaccount and
-KUBERNETES_SERVICE_HOST/PORT, with no kubeconfig anywhere. The token file is then rewritten
-while they run and the old token revoked; both must carry on without a restart.
+- With a pod's identity (credentials.PodIdentity): the service account's token, CA and namespace
+  at /var/run/secrets/kubernetes.io/serviceaccount and KUBERNETES_SERVICE_HOST/PORT, with no
+  kubeconfig anywhere. The token file is then rewritten while they run and the old token
+  revoked; both must carry on without a restart.
+- With a kubeconfig whose exec credential plugin fails: each exits at once, naming the plugin.
+  (Working exec plugins: test_operator.py, test_gateway_watch.py and test_plugin.py.)
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -16,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.conftest import Spawn, free_port
+from tests.conftest import VENV_BIN, Spawn, free_port
 from tests.integration.credentials import (
     PodIdentity,
     cluster_admin,
+    credential_plugin,
+    exec_kubeconfig,
     service_account_token,
     token_accepted,
 )
@@ -104,3 +109,16 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
         assert gateway.popen.poll() is None
         # While the operator runs, so that it releases its finalizer.
         cluster.kubectl("delete", "mv", "stable-v1", "--timeout=30s", namespace=namespace)
+
+
+@pytest.mark.parametrize("command", ["modelroll-gateway", "modelroll-operator"])
+def test_a_failing_exec_plugin_is_named(command: str, cluster: Cluster, tmp_path: Path) -> None:
+    failing = credential_plugin(tmp_path / "no-token", None)
+    kubeconfig = exec_kubeconfig(cluster, tmp_path / "failing.kubeconfig", failing)
+    result = subprocess.run(
+        [str(VENV_BIN / command), f"--kubeconfig={kubeconfig}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"the kubeconfig's exec credential plugin '{failing}' gave no token" in result.stderr
+    assert "no credentials for you" in result.stderr  # the plugin's own words, from the client
