@@ -1,7 +1,9 @@
 """A bare aiohttp echo server: the ceiling for any aiohttp service doing JSON in and JSON out.
 
-``POST /v1/infer {"payload": p}`` answers ``{"output": p}``.
-Run: python -m modelroll_bench.echo PORT
+``POST /v1/infer {"payload": p}`` answers ``{"output": p}``, with the standard json module, as
+the gateway and the sidecar use it.
+Run: python -m modelroll_bench.echo PORT [EVENT_LOOP]   (asyncio, the default, or uvloop: a fair
+ceiling runs on the event loop of the server it is compared with)
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import json
 import sys
 
 from aiohttp import web
+
+from modelroll_gateway.cli import new_event_loop
 
 
 async def echo(request: web.Request) -> web.Response:
@@ -31,6 +35,12 @@ def create_echo_app() -> web.Application:
 
 
 if __name__ == "__main__":
+    loop = new_event_loop(sys.argv[2] if len(sys.argv) > 2 else "asyncio")
     web.run_app(
-        create_echo_app(), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None
+        create_echo_app(),
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        access_log=None,
+        print=None,
+        loop=loop,
     )

@@ -145,12 +145,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         access_log=None,
         print=None,
         shutdown_timeout=min(config.upstream_timeout + 1.0, 25.0),
-        loop=_new_loop(args.event_loop),
+        loop=new_event_loop(args.event_loop),
     )
 
 
-def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """uvloop's loop when asked for, or by default when it is installed; else asyncio's."""
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """uvloop's loop when asked for, or by default when it is installed; else asyncio's.
+    (The benchmarks run their echo ceiling on the same loop as the gateway they compare.)"""
     if kind == "asyncio":
         return asyncio.new_event_loop()
     try:
