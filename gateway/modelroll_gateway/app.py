@@ -108,15 +108,15 @@ class Proxy:
         deadline = pool.loop.time() + self.config.upstream_timeout
         try:
             answer = await pool.endpoint(target.url).post(body, headers, deadline)
-        except UpstreamConnectError as exc:
-            self._warn(target, str(exc))
-            return _error(502, f"version {version!r} could not be reached", version)
-        except UpstreamTimeout:
-            self._warn(target, "timed out")
-            limit = self.config.upstream_timeout
-            return _error(504, f"version {version!r} did not answer within {limit:g}s", version)
         except UpstreamError as exc:
+            metrics = self.table.metrics
+            metrics.upstream_errors.labels(target.stats.model, version, exc.reason).inc()
             self._warn(target, str(exc))
+            if isinstance(exc, UpstreamConnectError):
+                return _error(502, f"version {version!r} could not be reached", version)
+            if isinstance(exc, UpstreamTimeout):
+                limit = self.config.upstream_timeout
+                return _error(504, f"version {version!r} did not answer within {limit:g}s", version)
             return _error(502, f"version {version!r} failed: {exc}", version)
         out = {VERSION_HEADER: version}
         upstream_headers = answer.headers

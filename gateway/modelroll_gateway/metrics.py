@@ -54,6 +54,14 @@ class GatewayMetrics:
             ["model", "version"],
             registry=registry,
         )
+        self.upstream_errors = Counter(
+            "modelroll_gateway_upstream_errors",
+            "Requests a version did not answer, by model, version and reason: connect (no "
+            "connection could be opened), timeout, protocol (an invalid or ambiguous answer), "
+            "closed (the connection ended after the request was sent; never sent again).",
+            ["model", "version", "reason"],
+            registry=registry,
+        )
         self.routes_invalid = Counter(
             "modelroll_gateway_routes_invalid",
             "Routes documents rejected as invalid (the last good routes stayed in force).",

@@ -1,49 +1,88 @@
 """A lean pooled HTTP/1.1 client for forwarding to sidecars: POST a body, read the whole answer.
 
 aiohttp's client costs more per request than the gateway's whole server side; this one writes a
-preformatted request on a kept-alive connection and parses the answer in `data_received`. One
-request per connection at a time (no pipelining); Content-Length, chunked and read-to-close
-bodies. Idle connections are reused newest first and dropped after `idle_timeout`, well before
-aiohttp servers close them (75 s), so a request rarely meets a connection the sidecar is closing;
-when one does (it is lost before any byte of the answer), the request is sent once more on a new
-connection.
+preformatted request on a kept-alive connection (one request at a time, no pipelining) and parses
+the answer with llhttp, Node.js's HTTP parser (through httptools), in its strict mode.
+
+Framing, as RFC 9112 asks: duplicate or conflicting Content-Length, Content-Length together with
+Transfer-Encoding, a Transfer-Encoding other than exactly ``chunked``, numbers that are not plain
+digits, line ends without CR, a status outside 100-599 and a passed-back header value with
+anything but visible ASCII, space or tab are refused (502), and the connection is closed, never
+reused. So are bytes after the end of the answer. Heads, chunk-size lines and trailers, and the
+number of interim (1xx) answers are bounded. A body without a length ends with the connection,
+and counts only if the connection ended cleanly (FIN, not a reset).
+
+Retries: a request is sent again only when it cannot have been processed. That is when no
+connection could be opened (refused, unreachable: ``CONNECT_RETRY_DELAYS``), or when a kept-alive
+connection turns out, just before it is reused, to have been closed by the upstream (the loop saw
+its end, or the socket is readable while no answer is due). Once a request is written it is never
+sent again: a connection lost after that is a 502 (``UpstreamClosed``), because the model may
+already have run it.
+
+Connections per endpoint are capped; a request that finds them all busy waits, in order, until
+one is free or its deadline passes (504).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import select
 import ssl
 from collections import deque
 from collections.abc import Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
+import httptools
+
 MAX_HEAD_BYTES = 64 * 1024
+"""Largest head (status line and headers, or trailers) accepted."""
+MAX_HEADERS = 100
+MAX_STALL_BYTES = 64 * 1024
+"""Bytes received without a step forward (a header, body bytes): bounds chunk-size lines,
+chunk extensions and trailers."""
+MAX_INTERIM = 10
+"""Interim (1xx) answers accepted before the final one."""
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest upstream answer accepted (a larger one is a protocol error: 502)."""
+
+_VALUE = re.compile(rb"[\x20-\x7e\t]*")
+"""A header value passed back to the client: visible ASCII, space and tab."""
+_KEPT_HEADERS = {b"content-type": "content-type", b"retry-after": "retry-after"}
 
 
 class UpstreamError(Exception):
     """Forwarding failed before a complete answer arrived."""
 
+    reason = "error"
+    """The label of ``modelroll_gateway_upstream_errors_total``."""
+
 
 class UpstreamConnectError(UpstreamError):
     """No connection could be opened (refused, unresolvable, or connect timed out)."""
 
+    reason = "connect"
+
 
 class UpstreamTimeout(UpstreamError):
-    """No complete answer within the request timeout."""
+    """No complete answer within the request's deadline (or no free connection by then)."""
+
+    reason = "timeout"
 
 
 class UpstreamProtocolError(UpstreamError):
-    """The connection broke, or the answer was not valid HTTP/1.1."""
+    """The answer was not valid, unambiguous HTTP/1.1, or broke a bound."""
+
+    reason = "protocol"
 
 
-class _ConnectionLost(UpstreamProtocolError):
-    def __init__(self, message: str, *, answered: bool) -> None:
-        super().__init__(message)
-        self.answered = answered
+class UpstreamClosed(UpstreamProtocolError):
+    """The connection ended after the request was written and before the answer was complete:
+    not retried, since the upstream may have processed it."""
+
+    reason = "closed"
 
 
 class UpstreamResponse:
@@ -57,11 +96,11 @@ class UpstreamResponse:
         self.body = body
 
 
-_KEPT_HEADERS = frozenset({"content-type", "retry-after"})
-
-
 class _Connection(asyncio.Protocol):
-    """One kept-alive connection; parses one answer at a time into `waiter`."""
+    """One kept-alive connection; parses one answer at a time into `waiter`.
+
+    The parser calls the ``on_*`` methods; one that raises stops it, and ``_error`` says why.
+    """
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -70,22 +109,25 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self.opened_at = endpoint.loop.time()
-        self.used = False
-        self._reset()
+        self.keep_alive = False
+        self._parser: httptools.HttpResponseParser | None = None
+        self._start_answer()
 
-    def _reset(self) -> None:
-        self._buffer = bytearray()
-        self._reset_head()
-
-    def _reset_head(self) -> None:
+    def _start_answer(self) -> None:
         self._status = 0
         self._headers: dict[str, str] = {}
-        self._head_done = False
-        self._length = -1  # Content-Length; -1: chunked or read to close
-        self._chunked = False
-        self.keep_alive = True
         self._body = bytearray()
-        self._chunk_left = -1  # bytes left in the current chunk (+CRLF); -1: at a size line
+        self._head_bytes = 0
+        self._header_count = 0
+        self._interim = 0
+        self._stalled = 0
+        self._length_given = False
+        self._chunked = False
+        self._head_done = False
+        self._framed = False  # the answer says where it ends (length or chunked)
+        self._done = False
+        self._error: UpstreamProtocolError | None = None
+        self.keep_alive = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -94,47 +136,140 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None or self.waiter.done():
+        parser = self._parser
+        waiter = self.waiter
+        if parser is None or waiter is None or waiter.done():
             self.abort()  # bytes nobody asked for: this connection is no longer in step
             return
-        self._buffer += data
+        self._stalled += len(data)
         try:
-            self._parse()
-        except UpstreamProtocolError as exc:
-            self._fail(exc)
+            parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if self._done:  # more bytes after a complete answer
+                self.keep_alive = False
+                return
+            self._fail(
+                self._error or UpstreamProtocolError(f"the answer is not valid HTTP/1.1 ({exc})")
+            )
+            self.abort()
+            return
+        if not self._done and self._stalled > MAX_STALL_BYTES:
+            self._fail(UpstreamProtocolError("the answer sent too many bytes without progress"))
             self.abort()
 
     def eof_received(self) -> bool | None:
-        self._finish_at_close()
+        self._end_of_stream(clean=True)
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.endpoint.forget(self)
-        self._finish_at_close()
+        self._end_of_stream(clean=exc is None)
+
+    # -- the parser's callbacks ---------------------------------------------------------
+
+    def _refuse(self, message: str) -> UpstreamProtocolError:
+        self._error = UpstreamProtocolError(message)
+        return self._error
+
+    def on_message_begin(self) -> None:
+        if self._done:
+            raise self._refuse("bytes followed the end of the answer")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._head_bytes += len(name) + len(value)
+        if self._header_count > MAX_HEADERS or self._head_bytes > MAX_HEAD_BYTES:
+            raise self._refuse("the answer's head or trailers are too large")
+        self._stalled = 0
+        if self._head_done:
+            return  # a trailer: bounded, not used
+        key = name.lower()
+        if key == b"content-length":
+            self._length_given = True  # the parser checked its digits and that it is alone
+        elif key == b"transfer-encoding":
+            if self._chunked or value.strip().lower() != b"chunked":
+                raise self._refuse("the answer's Transfer-Encoding is not exactly 'chunked'")
+            self._chunked = True
+        elif (kept := _KEPT_HEADERS.get(key)) is not None:
+            if kept in self._headers:
+                raise self._refuse(f"the answer has two {kept} headers")
+            if not _VALUE.fullmatch(value):
+                raise self._refuse(
+                    f"the answer's {kept} header has characters that are not allowed"
+                )
+            self._headers[kept] = value.decode("ascii").strip()
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        assert parser is not None
+        status = parser.get_status_code()
+        if not 100 <= status <= 599:
+            raise self._refuse(f"the answer's status {status} is not in 100-599")
+        if status == 101 or parser.should_upgrade():
+            raise self._refuse("the upstream tried to switch protocols")
+        if status < 200:  # an interim answer: the real one follows
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise self._refuse(f"more than {MAX_INTERIM} interim (1xx) answers")
+            self._headers.clear()
+            self._length_given = self._chunked = False
+            return
+        self._status = status
+        self._head_done = True
+        self._stalled = 0
+        self._framed = self._length_given or self._chunked or status in (204, 304)
+        self.keep_alive = self._framed and parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self._stalled = 0
+        if len(self._body) + len(body) > MAX_BODY_BYTES:
+            raise self._refuse("the answer is too large")
+        self._body += body
+
+    def on_message_complete(self) -> None:
+        if self._head_done:  # else an interim answer ended
+            self._done = True
+            self._complete()
 
     # -- requests -----------------------------------------------------------------------
 
     def send(self, data: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self.transport is not None
-        self._reset()
+        self._start_answer()
+        self._parser = httptools.HttpResponseParser(self)
         self.waiter = self.endpoint.loop.create_future()
         self.transport.write(data)
         return self.waiter
 
-    def _finish_at_close(self) -> None:
+    def ended_while_idle(self) -> bool:
+        """Whether this idle connection can no longer carry a request: closed, closing, or its
+        socket readable (an end, a reset or stray bytes the loop has not handled yet)."""
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():
+            return True
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def _end_of_stream(self, *, clean: bool) -> None:
         waiter = self.waiter
         if waiter is None or waiter.done():
             return
-        if self._head_done and self._length < 0 and not self._chunked:
-            self._complete(bytes(self._buffer))  # a read-to-close body ends here
-            return
-        answered = self._head_done or bool(self._buffer)
-        waiter.set_exception(
-            _ConnectionLost(
-                "the connection closed before the answer was complete", answered=answered
-            )
-        )
+        if self._head_done and not self._framed:
+            if clean:
+                self._done = True
+                self._complete()  # a body without a length ends here
+                return
+            message = "the connection was reset before the end of the answer"
+        else:
+            message = "the connection closed before the answer was complete"
+        waiter.set_exception(UpstreamClosed(message))
 
     def _fail(self, exc: UpstreamError) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -150,115 +285,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    # -- parsing ------------------------------------------------------------------------
-
-    def _parse(self) -> None:
-        buf = self._buffer
-        if not self._head_done:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    raise UpstreamProtocolError("the answer's head is too large")
-                return
-            self._parse_head(bytes(buf[:end]))
-            del buf[: end + 4]
-            if 100 <= self._status < 200:
-                self._reset_head()  # an interim answer: the real one follows
-                self._parse()
-                return
-            if self._status in (204, 304):
-                self._length = 0
-        if self._length >= 0:
-            if len(buf) >= self._length:
-                if len(buf) > self._length:
-                    self.keep_alive = False  # more bytes than announced: do not reuse
-                self._complete(bytes(buf[: self._length]))
-            return
-        if self._chunked:
-            self._parse_chunks()
-        elif len(buf) > MAX_BODY_BYTES:
-            raise UpstreamProtocolError("the answer is too large")
-
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-            raise UpstreamProtocolError("the answer is not HTTP/1.x")
-        try:
-            self._status = int(parts[1])
-        except ValueError:
-            raise UpstreamProtocolError("the answer has no valid status") from None
-        if not 100 <= self._status <= 999:
-            raise UpstreamProtocolError("the answer has no valid status")
-        self.keep_alive = parts[0] == "HTTP/1.1"
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise UpstreamProtocolError("the answer has a malformed header line")
-            key = name.lower()
-            text = value.strip()
-            if key == "content-length":
-                try:
-                    self._length = int(text)
-                except ValueError:
-                    raise UpstreamProtocolError("the answer has a bad Content-Length") from None
-                if not 0 <= self._length <= MAX_BODY_BYTES:
-                    raise UpstreamProtocolError("the answer is too large")
-            elif key == "transfer-encoding":
-                self._chunked = text.lower().endswith("chunked")
-            elif key == "connection":
-                token = text.lower()
-                if "close" in token:
-                    self.keep_alive = False
-                elif "keep-alive" in token:
-                    self.keep_alive = True
-            elif key in _KEPT_HEADERS:
-                headers[key] = text
-        if self._chunked:
-            self._length = -1
-        self._headers = headers
-        self._head_done = True
-
-    def _parse_chunks(self) -> None:
-        buf = self._buffer
-        while True:
-            if self._chunk_left == -1:
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    return
-                size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise UpstreamProtocolError("the answer has a bad chunk size") from None
-                del buf[: end + 2]
-                if size == 0:
-                    self._chunk_left = -2  # trailers until an empty line
-                else:
-                    self._chunk_left = size + 2
-                    if len(self._body) + size > MAX_BODY_BYTES:
-                        raise UpstreamProtocolError("the answer is too large")
-            if self._chunk_left == -2:
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    return
-                del buf[: end + 2]
-                if end == 0:
-                    self._complete(bytes(self._body))
-                    return
-                continue
-            if len(buf) < self._chunk_left:
-                return
-            self._body += buf[: self._chunk_left - 2]
-            del buf[: self._chunk_left]
-            self._chunk_left = -1
-
-    def _complete(self, body: bytes) -> None:
+    def _complete(self) -> None:
         waiter = self.waiter
         assert waiter is not None
         if not waiter.done():
-            waiter.set_result(UpstreamResponse(self._status, self._headers, body))
+            waiter.set_result(UpstreamResponse(self._status, self._headers, bytes(self._body)))
 
 
 #: Seconds between attempts to connect to an endpoint that refuses: 1.5 s in all.
@@ -322,9 +353,9 @@ class Endpoint:
         cutoff = self.loop.time() - self.pool.idle_timeout
         while idle:
             conn = idle.pop()
-            if not conn.closed and conn.idle_since >= cutoff:
+            if conn.idle_since >= cutoff and not conn.ended_while_idle():
                 return conn
-            conn.close()
+            conn.abort()
         return None
 
     def _release(self, conn: _Connection, reusable: bool) -> None:
@@ -341,28 +372,23 @@ class Endpoint:
             conn.abort()
 
     async def post(self, body: bytes, headers: bytes, deadline: float) -> UpstreamResponse:
-        """Send one POST and return the whole answer; raises an UpstreamError subclass."""
+        """Send one POST and return the whole answer; raises an UpstreamError subclass.
+
+        Sent once: only a connection that could not be opened is tried again (see the module)."""
         data = b"%s%sContent-Length: %d\r\n\r\n%s" % (self.prefix, headers, len(body), body)
-        for attempt in (0, 1):
-            conn = self._acquire_idle()
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect_retrying(deadline)
-            waiter = conn.send(data)
-            timer = self.loop.call_at(deadline, _expire, waiter)
-            ok = False
-            try:
-                response = await waiter
-                ok = True
-            except _ConnectionLost as exc:
-                if reused and not exc.answered and attempt == 0:
-                    continue  # the sidecar closed this idle connection as we sent: once more
-                raise
-            finally:
-                timer.cancel()
-                self._release(conn, ok and conn.keep_alive)
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
+        conn = self._acquire_idle()
+        if conn is None:
+            conn = await self._connect_retrying(deadline)
+        waiter = conn.send(data)
+        timer = self.loop.call_at(deadline, _expire, waiter)
+        ok = False
+        try:
+            response = await waiter
+            ok = True
+        finally:
+            timer.cancel()
+            self._release(conn, ok and conn.keep_alive)
+        return response
 
 
 def _expire(waiter: asyncio.Future[UpstreamResponse]) -> None:

@@ -7,80 +7,15 @@ scripts, so the gateway meets the HTTP/1.1 framings and failures a sidecar (or i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from .conftest import RoutesFile, StartGateway, route
-
-# (connection number, request number on that connection) -> bytes to answer, or None to close
-Script = Callable[[int, int], bytes | None]
-
-
-def answer(body: bytes, *head: str, status: str = "200 OK") -> bytes:
-    lines = [f"HTTP/1.1 {status}", "Content-Type: application/json", *head]
-    if not any(h.lower().startswith(("transfer-encoding", "connection: close")) for h in head):
-        lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
-@dataclass
-class RawUpstream:
-    url: str
-    connections: int = 0
-    requests: int = 0
-    peers: set[int] = field(default_factory=set)
-
-
-@contextlib.asynccontextmanager
-async def raw_upstream(script: Script) -> AsyncIterator[RawUpstream]:
-    state = RawUpstream("")
-    writers: set[asyncio.StreamWriter] = set()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.add(writer)
-        conn = state.connections
-        state.connections += 1
-        state.peers.add(writer.get_extra_info("peername")[1])
-        try:
-            for n in range(1000):
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
-                state.requests += 1
-                data = script(conn, n)
-                if data is None:
-                    break
-                writer.write(data)
-                await writer.drain()
-                if b"Connection: close" in data:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            writers.discard(writer)
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    try:
-        yield state
-    finally:
-        server.close()
-        for writer in list(writers):  # the gateway's idle connections: end their handlers
-            writer.close()
-        await server.wait_closed()
-
+from .rawupstream import Reply, answer, raw_upstream
 
 OK = json.dumps({"output": "ok", "model": "m", "version": "v1"}).encode()
 
@@ -118,17 +53,36 @@ async def test_chunked_and_read_to_close_answers_pass_through_intact(
             assert body == {"output": "x" * 300_000}
 
 
-async def test_an_idle_connection_the_sidecar_closed_is_retried_on_a_new_one(
+async def test_an_idle_connection_the_sidecar_closed_is_not_used_again(
     start_gateway: StartGateway, routes_file: RoutesFile
 ) -> None:
-    """The second request on a connection meets a close (a sidecar's idle timeout firing)."""
-    async with raw_upstream(lambda c, n: answer(OK) if n == 0 else None) as up:
+    """A sidecar closes each connection once it has answered (an idle timeout, a restart): the
+    gateway notices before it writes the next request, and opens a new connection."""
+    async with raw_upstream(lambda c, n: Reply(answer(OK), then="close")) as up:
         routes_file.write({"m": route("m", ("v1", 1, up.url))})
         gw = await start_gateway()
         for _ in range(3):
             assert (await gw.infer("m"))[:2] == (200, "v1")
-        # each reused connection is closed on its second request, which goes once more, fresh
-        assert (up.connections, up.requests) == (3, 5)
+            await asyncio.sleep(0.05)  # the close reaches the gateway
+        assert (up.connections, up.requests) == (3, 3)
+
+
+async def test_a_request_the_upstream_received_is_never_sent_again(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    """The second request on a kept-alive connection is read in full and the connection closes
+    without an answer: the model may have run it, so it is a 502, not a second inference."""
+    async with raw_upstream(lambda c, n: answer(OK) if n == 0 else None) as up:
+        routes_file.write({"m": route("m", ("v1", 1, up.url))})
+        gw = await start_gateway()
+        assert (await gw.infer("m"))[:2] == (200, "v1")
+        status, version, body = await gw.infer("m")
+        assert (status, version) == (502, "v1")
+        assert "closed before the answer was complete" in body["error"]
+        assert (up.connections, up.requests) == (1, 2)
+        assert (await gw.infer("m"))[:2] == (200, "v1")  # a new connection for the next one
+    labels = {"model": "m", "version": "v1"}
+    assert gw.sample("modelroll_gateway_upstream_errors_total", reason="closed", **labels) == 1
 
 
 async def test_a_refused_connection_is_retried_until_the_upstream_listens(
@@ -193,10 +147,13 @@ async def test_a_fresh_connection_closed_without_an_answer_is_a_502(
 @pytest.mark.parametrize(
     ("reply", "reason"),
     [
-        (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP/1.x"),
-        (b"HTTP/1.1 abc OK\r\n\r\n", "no valid status"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "bad Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "Expected HTTP/"),
+        (b"HTTP/1.1 abc OK\r\n\r\n", "Invalid status code"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "Invalid character in Content-Length"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "Invalid character in chunk size",
+        ),
     ],
 )
 async def test_a_broken_answer_is_a_502_naming_the_fault(
