@@ -107,7 +107,7 @@ class Proxy:
         version = target.route.name
         deadline = pool.loop.time() + self.config.upstream_timeout
         try:
-            answer = await pool.endpoint(target.url).post(body, headers, deadline)
+            answer = await pool.endpoint(target.url, target.stats).post(body, headers, deadline)
         except UpstreamError as exc:
             metrics = self.table.metrics
             metrics.upstream_errors.labels(target.stats.model, version, exc.reason).inc()
@@ -196,7 +196,9 @@ async def _fallback(request: web.Request) -> web.Response:
 async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
     pool = UpstreamPool(
-        connect_timeout=config.connect_timeout, max_age=config.upstream_connection_max_age
+        connect_timeout=config.connect_timeout,
+        max_age=config.upstream_connection_max_age,
+        max_connections=config.upstream_max_connections,
     )
     app[PROXY_KEY].pool = pool
     yield

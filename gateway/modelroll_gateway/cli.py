@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         "get their share (10)",
     )
     p.add_argument(
+        "--upstream-max-connections",
+        type=positive_int,
+        default=env("UPSTREAM_MAX_CONNECTIONS", "100"),
+        help="connections to each version at most; more requests wait in line for one, until "
+        "--upstream-timeout (100)",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=env("MAX_BODY_BYTES", str(1024 * 1024)),
@@ -112,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         upstream_timeout=args.upstream_timeout,
         connect_timeout=args.connect_timeout,
         upstream_connection_max_age=args.upstream_connection_max_age,
+        upstream_max_connections=args.upstream_max_connections,
         max_body_bytes=args.max_body_bytes,
     )
 

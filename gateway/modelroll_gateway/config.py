@@ -30,6 +30,8 @@ class GatewayConfig:
     upstream_connection_max_age: float = 10.0
     """Seconds a kept-alive connection to a sidecar is reused. A version's Service balances
     connections, not requests, so new replicas get their share only from new connections."""
+    upstream_max_connections: int = 100
+    """Connections per version at most; further requests wait for one (until their deadline)."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
     watch_timeout_seconds: int = 300
@@ -42,6 +44,8 @@ class GatewayConfig:
             raise ValueError("timeouts must be positive")
         if self.upstream_connection_max_age <= 0:
             raise ValueError("upstream_connection_max_age must be positive")
+        if self.upstream_max_connections <= 0:
+            raise ValueError("upstream_max_connections must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         if self.routes_poll_seconds <= 0:

@@ -62,6 +62,25 @@ class GatewayMetrics:
             ["model", "version", "reason"],
             registry=registry,
         )
+        self.upstream_connections = Gauge(
+            "modelroll_gateway_upstream_connections",
+            "Connections from the gateway to a version, open or being opened "
+            "(at most --upstream-max-connections).",
+            ["model", "version"],
+            registry=registry,
+        )
+        self.upstream_waiting = Gauge(
+            "modelroll_gateway_upstream_waiting",
+            "Requests waiting for a free connection to a version (all were busy).",
+            ["model", "version"],
+            registry=registry,
+        )
+        self.upstream_queued = Counter(
+            "modelroll_gateway_upstream_queued",
+            "Requests that had to wait for a free connection to a version.",
+            ["model", "version"],
+            registry=registry,
+        )
         self.routes_invalid = Counter(
             "modelroll_gateway_routes_invalid",
             "Routes documents rejected as invalid (the last good routes stayed in force).",

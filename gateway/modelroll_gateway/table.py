@@ -24,7 +24,18 @@ log = logging.getLogger(__name__)
 class VersionStats:
     """Counts and metric children of one (model, version); shared by every entry that routes it."""
 
-    __slots__ = ("_counters", "_metrics", "codes", "duration", "model", "requests", "version")
+    __slots__ = (
+        "_connections",
+        "_counters",
+        "_metrics",
+        "_queued",
+        "_waiting",
+        "codes",
+        "duration",
+        "model",
+        "requests",
+        "version",
+    )
 
     def __init__(self, metrics: GatewayMetrics, model: str, version: str) -> None:
         self.model = model
@@ -36,6 +47,19 @@ class VersionStats:
         for code in PRECREATED_CODES:
             self._counters[int(code)] = metrics.requests.labels(model, version, code)
         self.duration: Histogram = metrics.duration.labels(model, version)
+        self._connections = metrics.upstream_connections.labels(model, version)
+        self._waiting = metrics.upstream_waiting.labels(model, version)
+        self._queued = metrics.upstream_queued.labels(model, version)
+
+    # upstream.Usage: the version's connections, as its endpoint reports them
+
+    def connections(self, count: int) -> None:
+        self._connections.set(count)
+
+    def waiting(self, count: int, *, queued: bool = False) -> None:
+        self._waiting.set(count)
+        if queued:
+            self._queued.inc()
 
     def record(self, code: int, seconds: float) -> None:
         """Count one answered request (hot path: no label lookups after the first of a code)."""

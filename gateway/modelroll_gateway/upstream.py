@@ -32,7 +32,7 @@ import select
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -134,6 +134,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it
         self.transport = cast(asyncio.Transport, transport)
+        self.endpoint.adopt(self)
 
     def data_received(self, data: bytes) -> None:
         parser = self._parser
@@ -296,10 +297,32 @@ class _Connection(asyncio.Protocol):
 CONNECT_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8)
 
 
-class Endpoint:
-    """Connections to one sidecar (scheme, host, port), and the request line prefix for it."""
+class Usage(Protocol):
+    """Where an endpoint reports its connections (the gateway's per-version gauges)."""
 
-    def __init__(self, pool: UpstreamPool, url: str) -> None:
+    def connections(self, count: int) -> None:
+        """Connections open or opening now."""
+
+    def waiting(self, count: int, *, queued: bool = False) -> None:
+        """Requests waiting for a free connection now; ``queued``: one more began to wait."""
+
+
+class _Unobserved:
+    def connections(self, count: int) -> None:
+        pass
+
+    def waiting(self, count: int, *, queued: bool = False) -> None:
+        pass
+
+
+class Endpoint:
+    """Connections to one sidecar (scheme, host, port), and the request line prefix for it.
+
+    At most ``pool.max_connections`` are open or opening at once; a request that finds them all
+    busy waits in line (first come, first served) for one to be handed over or to close, until
+    its deadline."""
+
+    def __init__(self, pool: UpstreamPool, url: str, usage: Usage | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -312,11 +335,82 @@ class Endpoint:
         path = parts.path or "/"
         self.prefix = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n".encode()
         self.idle: deque[_Connection] = deque()
+        self.usage: Usage = usage or _Unobserved()
+        self._live: set[_Connection] = set()
+        self._connecting = 0
+        self._line: deque[asyncio.Future[_Connection | None]] = deque()
+
+    @property
+    def open(self) -> int:
+        """Connections open or being opened."""
+        return self._connecting + len(self._live)
+
+    def adopt(self, conn: _Connection) -> None:
+        """A connection was made: it holds one of the places until it is lost."""
+        self._live.add(conn)
+        self.usage.connections(self.open)
 
     def forget(self, conn: _Connection) -> None:
-        """Drop a closed connection from the idle list (if it is there)."""
+        """A connection closed: drop it from the idle list, and free its place."""
         with contextlib.suppress(ValueError):
             self.idle.remove(conn)
+        if conn in self._live:
+            self._live.discard(conn)
+            self.usage.connections(self.open)
+            self._hand_over(None)  # the first in line may open a connection now
+
+    def _hand_over(self, conn: _Connection | None) -> bool:
+        """Give ``conn`` (or, with None, the right to connect) to the first one waiting."""
+        line = self._line
+        while line:
+            waiter = line.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                self.usage.waiting(len(line))
+                return True
+        return False
+
+    async def _acquire(self, deadline: float) -> _Connection:
+        """An idle connection, a new one while under the cap, else the next one freed."""
+        conn = self._acquire_idle()
+        if conn is not None:
+            return conn
+        while self.open >= self.pool.max_connections:
+            handed = await self._wait_in_line(deadline)
+            if handed is not None:
+                return handed
+        self._connecting += 1
+        opened = False
+        try:
+            conn = await self._connect_retrying(deadline)
+            opened = True
+        finally:
+            self._connecting -= 1
+            self.usage.connections(self.open)
+            if not opened:
+                self._hand_over(None)
+        return conn
+
+    async def _wait_in_line(self, deadline: float) -> _Connection | None:
+        waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
+        self._line.append(waiter)
+        self.usage.waiting(len(self._line), queued=True)
+        timer = self.loop.call_at(deadline, _expire, waiter)
+        try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                handed = waiter.result()  # handed over just as this request gave up
+                if handed is not None:
+                    self._release(handed, reusable=True)
+                else:
+                    self._hand_over(None)
+            raise
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._line.remove(waiter)
+            self.usage.waiting(len(self._line))
 
     async def _connect_retrying(self, deadline: float) -> _Connection:
         """Connect, and when refused or unreachable, try again after CONNECT_RETRY_DELAYS (while
@@ -362,6 +456,8 @@ class Endpoint:
         if reusable and self.loop.time() - conn.opened_at >= self.pool.max_age:
             conn.close()  # retired: the next request connects anew, maybe to another pod
         elif reusable and not conn.closed and not self.pool.closed:
+            if self._hand_over(conn):
+                return
             now = conn.idle_since = self.loop.time()
             idle = self.idle
             idle.append(conn)
@@ -376,9 +472,7 @@ class Endpoint:
 
         Sent once: only a connection that could not be opened is tried again (see the module)."""
         data = b"%s%sContent-Length: %d\r\n\r\n%s" % (self.prefix, headers, len(body), body)
-        conn = self._acquire_idle()
-        if conn is None:
-            conn = await self._connect_retrying(deadline)
+        conn = await self._acquire(deadline)
         waiter = conn.send(data)
         timer = self.loop.call_at(deadline, _expire, waiter)
         ok = False
@@ -391,7 +485,7 @@ class Endpoint:
         return response
 
 
-def _expire(waiter: asyncio.Future[UpstreamResponse]) -> None:
+def _expire(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_exception(UpstreamTimeout("no complete answer in time"))
 
@@ -405,6 +499,7 @@ class UpstreamPool:
         connect_timeout: float,
         idle_timeout: float = 30.0,
         max_age: float = 10.0,
+        max_connections: int = 100,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
@@ -413,15 +508,18 @@ class UpstreamPool:
         self.max_age = max_age
         """Seconds a connection is reused for: a sidecar behind a Service is one of its pods,
         chosen when the connection opens, so only new connections reach new pods."""
+        self.max_connections = max_connections
+        """Connections per endpoint, open or opening; more requests wait for one."""
         self.ssl_context = ssl_context or ssl.create_default_context()
         self.closed = False
         self._endpoints: dict[str, Endpoint] = {}
 
-    def endpoint(self, url: str) -> Endpoint:
-        """The endpoint for a full URL (scheme, host, port and path); made on first use."""
+    def endpoint(self, url: str, usage: Usage | None = None) -> Endpoint:
+        """The endpoint for a full URL (scheme, host, port and path); made on first use, and
+        reporting to ``usage`` from then on."""
         endpoint = self._endpoints.get(url)
         if endpoint is None:
-            endpoint = self._endpoints[url] = Endpoint(self, url)
+            endpoint = self._endpoints[url] = Endpoint(self, url, usage)
         return endpoint
 
     @staticmethod

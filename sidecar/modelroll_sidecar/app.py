@@ -238,6 +238,9 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         if exc.status < 400:
             raise
         return error_response(exc.status, exc.reason)
+    except Exception:
+        log.exception("Handling %s %s failed", request.method, request.path)
+        return error_response(500, "internal error in the sidecar (logged)")
     return response
 
 

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
 from .metrics import SidecarMetrics
-from .protocol import BatchResult, ModelError, payload_length
+from .protocol import BatchResult, ModelError, ModelRejected, payload_length
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ class Batcher:
         started = self._loop.time()
         try:
             try:
-                result = await self._model.infer([p.payload for p in batch])
+                outcomes = await self._run(batch)
             finally:
                 self._metrics.batch_duration.observe(self._loop.time() - started)
                 self._running -= 1
@@ -347,8 +347,23 @@ class Batcher:
             for pending in batch:
                 self._resolve(pending, Outcome(502, error="the batch failed inside the sidecar"))
         else:
-            for pending, output, error in zip(batch, result.outputs, result.errors, strict=True):
-                if error is None:
-                    self._resolve(pending, Outcome(200, output))
-                else:
-                    self._resolve(pending, Outcome(422, error=error))
+            for pending, outcome in zip(batch, outcomes, strict=True):
+                self._resolve(pending, outcome)
+
+    async def _run(self, batch: list[Pending]) -> list[Outcome]:
+        """The batch's outcomes from the model. A batch the model refuses as bad input (4xx) is
+        split in halves, again and again, so that only a request the model refuses on its own
+        gets 422 and every other request in the batch still gets its answer: no client can
+        fail a batch it shares with others."""
+        try:
+            result = await self._model.infer([p.payload for p in batch])
+        except ModelRejected as exc:
+            if len(batch) == 1:
+                return [Outcome(exc.status, error=str(exc))]
+            log.warning("The model refused a batch of %d; splitting it in two", len(batch))
+            half = len(batch) // 2
+            return [*await self._run(batch[:half]), *await self._run(batch[half:])]
+        return [
+            Outcome(200, output) if error is None else Outcome(422, error=error)
+            for output, error in zip(result.outputs, result.errors, strict=True)
+        ]

@@ -7,21 +7,60 @@ optional ``"errors": [null, "why", ...]`` per item. ``GET /readyz`` answers 200 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in a request (or a model's answer)."""
+
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number is out of range (it overflows a double)")
+    return value
+
+
 def decode(raw: bytes) -> Any:
     """Parse JSON exactly: integers of any size stay integers (orjson would turn ones beyond
-    64 bits into floats), and NaN/Infinity, which are not JSON, are refused."""
-    return json.loads(raw, parse_constant=_reject_constant)
+    64 bits into floats); NaN and Infinity, which are not JSON, and numbers that overflow a
+    double (1e400), which a model server would read as infinite, are refused; so is nesting
+    deeper than MAX_DEPTH. Every refusal is a ValueError whose message names no payload."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (a scalar: 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > MAX_DEPTH:
+            return depth
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest
 
 
 def encode(value: Any) -> bytes:
@@ -63,6 +102,13 @@ class ModelFailed(ModelError):
     """The model answered badly, too slowly, or not at all after accepting the connection."""
 
     status = 502
+
+
+class ModelRejected(ModelFailed):
+    """The model refused the batch as bad input (HTTP 4xx): one of its inputs may be to blame,
+    so the batcher splits it to find which (that request alone gets 422)."""
+
+    status = 422
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +166,8 @@ class ModelClient:
                 headers={"Content-Type": "application/json"},
             ) as resp:
                 raw = await resp.read()
+                if 400 <= resp.status < 500 and resp.status not in (408, 429):
+                    raise ModelRejected(f"model refused the input: HTTP {resp.status}")
                 if resp.status != 200:
                     raise ModelFailed(f"model answered HTTP {resp.status} for the batch")
         except aiohttp.ClientConnectorError as exc:
@@ -131,7 +179,7 @@ class ModelClient:
         try:
             body = decode(raw)
         except ValueError as exc:
-            raise ModelFailed("model response is not JSON") from exc
+            raise ModelFailed(f"model response is not usable JSON: {exc}") from exc
         return parse_batch_response(body, len(inputs))
 
     async def ready(self, timeout_s: float) -> bool:

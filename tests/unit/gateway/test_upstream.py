@@ -188,3 +188,53 @@ async def test_an_aiohttp_streamed_answer_passes_through(
     gw = await start_gateway()
     for _ in range(3):
         assert await gw.infer("m") == (200, "v1", {"output": "streamed", "version": "v1"})
+
+
+async def test_connections_per_version_are_capped_and_requests_wait_in_line(
+    start_gateway: StartGateway, routes_file: RoutesFile, aiohttp_server: AiohttpServer
+) -> None:
+    in_flight, most = 0, 0
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.1)
+        in_flight -= 1
+        return web.json_response({"output": (await request.json())["payload"]})
+
+    app = web.Application()
+    app.router.add_post("/v1/infer", slow)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    routes_file.write({"m": route("m", ("v1", 1, str(server.make_url("")).rstrip("/")))})
+    gw = await start_gateway(upstream_max_connections=2)
+    answers = await asyncio.gather(*(gw.infer("m", payload=i) for i in range(6)))
+    assert [a[:2] for a in answers] == [(200, "v1")] * 6
+    assert [a[2]["output"] for a in answers] == list(range(6))  # each its own answer
+    assert most == 2
+    labels = {"model": "m", "version": "v1"}
+    assert gw.sample("modelroll_gateway_upstream_queued_total", **labels) == 4
+    assert gw.sample("modelroll_gateway_upstream_waiting", **labels) == 0
+    assert gw.sample("modelroll_gateway_upstream_connections", **labels) == 2
+
+
+async def test_a_request_waiting_for_a_connection_keeps_its_deadline(
+    start_gateway: StartGateway, routes_file: RoutesFile, aiohttp_server: AiohttpServer
+) -> None:
+    async def stuck(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.json_response({"output": "late"})
+
+    app = web.Application()
+    app.router.add_post("/v1/infer", stuck)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    routes_file.write({"m": route("m", ("v1", 1, str(server.make_url("")).rstrip("/")))})
+    gw = await start_gateway(upstream_max_connections=1, upstream_timeout=0.3)
+    started = asyncio.get_running_loop().time()
+    first, second = await asyncio.gather(gw.infer("m"), gw.infer("m"))
+    took = asyncio.get_running_loop().time() - started
+    assert (first[0], second[0]) == (504, 504)
+    assert took < 2.0  # neither waited for the stuck answer; the one in line left at its deadline
+    labels = {"model": "m", "version": "v1"}
+    assert gw.sample("modelroll_gateway_upstream_queued_total", **labels) == 1
+    assert gw.sample("modelroll_gateway_upstream_errors_total", reason="timeout", **labels) == 2
