@@ -254,7 +254,8 @@ class Node:
             self._write_kubeconfig(self.dir / f"{stem}.kubeconfig", user, cert)
         containerd = self.dir / "containerd"
         cni = self.dir / "cni"
-        for directory in (containerd, cni / "net.d", self.dir / "kubelet"):
+        kubelet_dirs = (self.dir / "kubelet", nodehost.kubelet_root(self.dir))
+        for directory in (containerd, cni / "net.d", *kubelet_dirs):
             directory.mkdir(parents=True, exist_ok=True)
         (containerd / "config.toml").write_text(self._containerd_toml(containerd, cni))
         (cni / "net.d" / "10-modelroll.conflist").write_text(json.dumps(self._cni(cni), indent=2))
@@ -395,7 +396,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             str(binaries["kubelet"]),
             f"--config={self.dir / 'kubelet.yaml'}",
             f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
-            f"--root-dir={self.dir / 'kubelet'}",
+            f"--root-dir={nodehost.kubelet_root(self.dir)}",
             f"--cert-dir={self.dir / 'kubelet' / 'pki'}",
             f"--node-ip={self.node_ip}",
             f"--hostname-override={NODE_NAME}",

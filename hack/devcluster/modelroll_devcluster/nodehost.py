@@ -30,7 +30,8 @@ BRIDGE = "modelroll0"
 CHAIN_PREFIXES = ("KUBE-", "CNI-", "MODELROLL-")
 NO_SERVICE_CHAIN = "MODELROLL-NO-SERVICE"
 IPTABLES_TABLES = ("filter", "nat", "mangle")
-#: Where each node's containerd socket lives (see :func:`containerd_socket`).
+#: Where each node keeps what needs a short path: containerd's socket and the kubelet's root
+#: directory, which hold unix sockets (see :func:`short_dir`).
 SOCKETS_DIR = Path("/run/modelroll")
 #: Where containerd's CRI plugin bind-mounts pod network namespaces.
 NETNS_DIR = Path("/run/netns")
@@ -46,11 +47,23 @@ NODE_SYSCTLS = {
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 
 
-def containerd_socket(node_dir: Path) -> Path:
-    """Where a node's containerd listens: a short path of its own under /run, since containerd
-    adds suffixes to it and a unix socket's path may not exceed 104 bytes."""
+def short_dir(node_dir: Path) -> Path:
+    """A short directory of the node's own under /run: a unix socket's path may not exceed 104
+    bytes (108 on Linux), and containerd and the kubelet make sockets with long suffixes
+    (``<kubelet root>/pod-resources/<10 digits>``), so a node under a deep directory (a pytest
+    tmp_path, a long checkout path) could not start."""
     digest = hashlib.sha256(str(node_dir.resolve()).encode()).hexdigest()[:12]
-    return SOCKETS_DIR / digest / "containerd.sock"
+    return SOCKETS_DIR / digest
+
+
+def containerd_socket(node_dir: Path) -> Path:
+    """Where a node's containerd listens."""
+    return short_dir(node_dir) / "containerd.sock"
+
+
+def kubelet_root(node_dir: Path) -> Path:
+    """The kubelet's --root-dir (pods' volumes, its plugin and pod-resources sockets)."""
+    return short_dir(node_dir) / "kubelet"
 
 
 def _sysctl_path(name: str) -> Path:
@@ -229,8 +242,11 @@ def leftovers(node_dir: Path) -> list[str]:
         found.append(f"{len(pods)} pod processes")
     if any(True for _ in _cgroup_dirs(KUBEPODS)):
         found.append("kubepods cgroups")
-    if points := mounts_under(node_dir) if node_dir.exists() else []:
-        found.append(f"mounts {points[:3]}")
+    for directory in (node_dir, short_dir(node_dir)):
+        if points := mounts_under(directory) if directory.exists() else []:
+            found.append(f"mounts {points[:3]}")
+    if short_dir(node_dir).exists():
+        found.append(f"directory {short_dir(node_dir)}")
     if NETNS_DIR.is_dir() and (netns := sorted(p.name for p in NETNS_DIR.glob("cni-*"))):
         found.append(f"network namespaces {netns[:3]}")
     if Path("/sys/class/net", BRIDGE).exists():
@@ -250,8 +266,9 @@ def sweep(node_dir: Path) -> None:
     socket = containerd_socket(node_dir)
     kill_pod_processes()
     kill_shims(socket)
-    shutil.rmtree(socket.parent, ignore_errors=True)
+    unmount_under(short_dir(node_dir))  # the pods' volumes, under the kubelet's root
     unmount_under(node_dir)
+    shutil.rmtree(short_dir(node_dir), ignore_errors=True)
     remove_netns()
     remove_iptables_chains()
     remove_bridge()
