@@ -26,6 +26,9 @@ DURATION_BUCKETS = (
 PRECREATED_CODES = ("200", "502")
 """Codes whose series exist at 0 for every routed version, so error ratios are never absent."""
 
+UPSTREAM_ERROR_REASONS = ("connect", "timeout", "protocol", "closed")
+"""The ``reason`` label of modelroll_gateway_upstream_errors_total (UpstreamError.reason)."""
+
 UNROUTED = ""
 """The model/version label of a request no route matched (an unknown name is never a label)."""
 

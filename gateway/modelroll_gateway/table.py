@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from .metrics import PRECREATED_CODES, UNROUTED, GatewayMetrics
+from .metrics import PRECREATED_CODES, UNROUTED, UPSTREAM_ERROR_REASONS, GatewayMetrics
 from .routes import ModelRoute, VersionRoute, parse_model_route
 from .wrr import SmoothWeightedPicker
 
@@ -47,6 +47,8 @@ class VersionStats:
         for code in PRECREATED_CODES:
             self._counters[int(code)] = metrics.requests.labels(model, version, code)
         self.duration: Histogram = metrics.duration.labels(model, version)
+        for reason in UPSTREAM_ERROR_REASONS:  # at 0, so the dashboard shows them all
+            metrics.upstream_errors.labels(model, version, reason)
         self._connections = metrics.upstream_connections.labels(model, version)
         self._waiting = metrics.upstream_waiting.labels(model, version)
         self._queued = metrics.upstream_queued.labels(model, version)

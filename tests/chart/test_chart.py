@@ -523,6 +523,9 @@ def test_dashboard_covers_the_per_version_panels() -> None:
         "modelroll_rejected_total",
         "modelroll_gateway_weight",
         "modelroll_gateway_requests_total",
+        "modelroll_gateway_upstream_errors_total",
+        "modelroll_gateway_upstream_connections",
+        "modelroll_gateway_upstream_waiting",
     ):
         assert metric in exprs, f"no panel shows {metric}"
     for quantile in ("0.5", "0.95", "0.99"):

@@ -234,6 +234,10 @@ async def test_probes_and_metrics_are_served(
     assert 'modelroll_gateway_weight{model="sentiment",version="v1"} 3.0' in text
     # series exist at 0 before any request, so an error ratio is never "no data"
     assert 'modelroll_gateway_requests_total{code="502",model="sentiment",version="v1"} 0.0' in text
+    for reason in ("connect", "timeout", "protocol", "closed"):
+        labels = f'model="sentiment",reason="{reason}",version="v1"'
+        assert f"modelroll_gateway_upstream_errors_total{{{labels}}} 0.0" in text
+    assert 'modelroll_gateway_upstream_waiting{model="sentiment",version="v1"} 0.0' in text
 
 
 async def test_connection_errors_do_not_leak_between_requests(
