@@ -370,11 +370,8 @@ class Endpoint:
                 return True
         return False
 
-    async def _acquire(self, deadline: float) -> _Connection:
-        """An idle connection, a new one while under the cap, else the next one freed."""
-        conn = self._acquire_idle()
-        if conn is not None:
-            return conn
+    async def _acquire_new(self, deadline: float) -> _Connection:
+        """A new connection while under the cap, else the next one freed (no idle one was)."""
         while self.open >= self.pool.max_connections:
             handed = await self._wait_in_line(deadline)
             if handed is not None:
@@ -456,7 +453,7 @@ class Endpoint:
         if reusable and self.loop.time() - conn.opened_at >= self.pool.max_age:
             conn.close()  # retired: the next request connects anew, maybe to another pod
         elif reusable and not conn.closed and not self.pool.closed:
-            if self._hand_over(conn):
+            if self._line and self._hand_over(conn):
                 return
             now = conn.idle_since = self.loop.time()
             idle = self.idle
@@ -472,7 +469,7 @@ class Endpoint:
 
         Sent once: only a connection that could not be opened is tried again (see the module)."""
         data = b"%s%sContent-Length: %d\r\n\r\n%s" % (self.prefix, headers, len(body), body)
-        conn = await self._acquire(deadline)
+        conn = self._acquire_idle() or await self._acquire_new(deadline)
         waiter = conn.send(data)
         timer = self.loop.call_at(deadline, _expire, waiter)
         ok = False
