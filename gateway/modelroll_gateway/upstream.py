@@ -252,11 +252,12 @@ class _Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is None:
             return False
+        poller = select.poll()  # not select(): it cannot watch a descriptor above 1023
         try:
-            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+            poller.register(sock.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
-        return bool(readable)
 
     def _end_of_stream(self, *, clean: bool) -> None:
         waiter = self.waiter

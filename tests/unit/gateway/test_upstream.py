@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import socket
 
 import pytest
@@ -238,3 +239,26 @@ async def test_a_request_waiting_for_a_connection_keeps_its_deadline(
     labels = {"model": "m", "version": "v1"}
     assert gw.sample("modelroll_gateway_upstream_queued_total", **labels) == 1
     assert gw.sample("modelroll_gateway_upstream_errors_total", reason="timeout", **labels) == 2
+
+
+async def test_connections_are_reused_when_their_descriptors_are_above_1023(
+    start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    """A busy gateway holds more than 1024 sockets; the check that a kept-alive connection is
+    still open must work for every descriptor (select() does not, above 1023)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.fail(f"the hard limit on open files is {hard}; this test needs 2048")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    fillers = [socket.socket() for _ in range(1100)]
+    try:
+        async with raw_upstream(lambda c, n: answer(OK)) as up:
+            routes_file.write({"m": route("m", ("v1", 1, up.url))})
+            gw = await start_gateway()
+            for _ in range(5):
+                assert (await gw.infer("m"))[:2] == (200, "v1")
+            assert up.connections == 1
+    finally:
+        for filler in fillers:
+            filler.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
