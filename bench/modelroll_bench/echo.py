@@ -13,7 +13,7 @@ import sys
 
 from aiohttp import web
 
-from modelroll_gateway.cli import new_event_loop
+from modelroll_common.server import new_event_loop
 
 
 async def echo(request: web.Request) -> web.Response:
@@ -35,7 +35,7 @@ def create_echo_app() -> web.Application:
 
 
 if __name__ == "__main__":
-    loop = new_event_loop(sys.argv[2] if len(sys.argv) > 2 else "asyncio")
+    loop = new_event_loop(sys.argv[2] if len(sys.argv) > 2 else "asyncio", "echo")
     web.run_app(
         create_echo_app(),
         host="127.0.0.1",

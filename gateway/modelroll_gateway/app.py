@@ -18,6 +18,7 @@ from kubernetes import client as k8s
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from modelroll_common.kube import Connection, connect
+from modelroll_common.server import RequestTimedOut, read_body
 
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
@@ -84,10 +85,15 @@ class Proxy:
             return _error(503, f"model {model!r} has no routable version (total weight is 0)")
 
         try:
-            body = await request.read()  # raises past client_max_size (= max_body_bytes)
+            body = await read_body(request)  # raises past client_max_size (= max_body_bytes)
         except web.HTTPRequestEntityTooLarge:
             table.unrouted_counter(model, 413).inc()
             return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
+        except RequestTimedOut as exc:
+            table.unrouted_counter(model, 408).inc()
+            response = _error(408, str(exc))
+            response.force_close()  # the rest of the body may still come: no next request
+            return response
 
         if target is None:
             target = entry.picker.pick()

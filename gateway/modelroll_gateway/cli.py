@@ -13,17 +13,19 @@ from aiohttp import web
 
 from modelroll_common.flags import env, positive_float, positive_int
 from modelroll_common.kube import Connection, KubeConfigError, connect
+from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
-from .app import create_app
+from .app import METRICS_KEY, create_app
 from .config import GatewayConfig
 from .routes import CONFIGMAP_NAME
 
 log = logging.getLogger("modelroll_gateway")
+PROGRAM = "modelroll-gateway"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="modelroll-gateway",
+        prog=PROGRAM,
         description="Route inference requests to model versions by the weights in the routes "
         "ConfigMap (or a routes file). Every flag can also be set as MODELROLL_<FLAG> in the "
         "environment, e.g. MODELROLL_ROUTES_FILE.",
@@ -92,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest request body accepted; larger gets 413 (1048576)",
     )
     p.add_argument(
+        "--read-timeout",
+        type=positive_float,
+        default=env("READ_TIMEOUT", "30"),
+        help="seconds a client has to send its whole request, from its first byte (a new "
+        "connection: from connecting); slower ones get 408 and are disconnected (30)",
+    )
+    p.add_argument(
         "--event-loop",
         default=env("EVENT_LOOP", "auto"),
         choices=["auto", "asyncio", "uvloop"],
@@ -121,6 +130,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         upstream_connection_max_age=args.upstream_connection_max_age,
         upstream_max_connections=args.upstream_max_connections,
         max_body_bytes=args.max_body_bytes,
+        read_timeout=args.read_timeout,
     )
 
 
@@ -146,28 +156,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         source = f"ConfigMap {config.namespace or kube.namespace}/{config.configmap}"
     app = create_app(config, kube=kube)
     log.info("Starting the gateway on %s:%d with routes from %s", config.host, config.port, source)
-    web.run_app(
+    with asyncio.Runner(loop_factory=lambda: new_event_loop(args.event_loop, PROGRAM)) as runner:
+        runner.run(serve(app, config))
+
+
+async def serve(app: web.Application, config: GatewayConfig) -> None:
+    """Serve until SIGTERM or SIGINT, then stop listening and give open requests their answers
+    (for at most the upstream timeout, and 25 s: within a pod's default grace period)."""
+    metrics = app[METRICS_KEY]
+    runner, _ = await start_server(
         app,
-        host=config.host,
-        port=config.port,
-        access_log=None,
-        print=None,
+        config.host,
+        config.port,
+        ClientLimits(config.read_timeout, metrics.count_client_timeout),
         shutdown_timeout=min(config.upstream_timeout + 1.0, 25.0),
-        loop=new_event_loop(args.event_loop),
     )
-
-
-def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """uvloop's loop when asked for, or by default when it is installed; else asyncio's.
-    (The benchmarks run their echo ceiling on the same loop as the gateway they compare.)"""
-    if kind == "asyncio":
-        return asyncio.new_event_loop()
     try:
-        import uvloop
-    except ImportError:
-        if kind == "uvloop":
-            raise SystemExit(
-                "modelroll-gateway: --event-loop=uvloop but uvloop is not installed"
-            ) from None
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+        await stop_signal()
+        log.info("Stopping the gateway")
+    finally:
+        await runner.cleanup()

@@ -34,13 +34,16 @@ class GatewayConfig:
     """Connections per version at most; further requests wait for one (until their deadline)."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
+    read_timeout: float = 30.0
+    """Seconds a client has to send its whole request, from its first byte (a new connection:
+    from connecting); past it the gateway answers 408 and closes the connection."""
     watch_timeout_seconds: int = 300
     """How long one watch request lasts before it is renewed (the server ends it then)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is outside 0..65535")
-        if self.upstream_timeout <= 0 or self.connect_timeout <= 0:
+        if self.upstream_timeout <= 0 or self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError("timeouts must be positive")
         if self.upstream_connection_max_age <= 0:
             raise ValueError("upstream_connection_max_age must be positive")

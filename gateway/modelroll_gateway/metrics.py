@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from modelroll_common.server import PHASES
+
 # Sub-millisecond (the gateway's own cost) up to the 30 s default upstream timeout.
 DURATION_BUCKETS = (
     0.0005,
@@ -102,3 +104,15 @@ class GatewayMetrics:
         )
         for reason in ("expired", "error", "closed"):
             self.watch_restarts.labels(reason)
+        self.client_timeouts = Counter(
+            "modelroll_gateway_client_timeouts",
+            "Clients cut off for not sending their whole request within --read-timeout, by how "
+            "far they got: silent (nothing), head, or body.",
+            ["phase"],
+            registry=registry,
+        )
+        for phase in PHASES:
+            self.client_timeouts.labels(phase)
+
+    def count_client_timeout(self, phase: str) -> None:
+        self.client_timeouts.labels(phase).inc()

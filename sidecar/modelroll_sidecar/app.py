@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from modelroll_common.server import RequestTimedOut, read_body
+
 from .batching import Batcher, BatcherNotRunning, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
 from .metrics import SidecarMetrics
@@ -137,15 +139,19 @@ def is_json(content_type: str) -> bool:
 
 
 async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Response:
-    """The request's ``payload``, or the 400/413/415 response explaining why there is none."""
+    """The request's ``payload``, or the 400/408/413/415 response explaining why there is none."""
     if request.content_length is not None and request.content_length > max_bytes:
         return error_response(413, f"request body is larger than {max_bytes} bytes")
     if not is_json(request.content_type):
         return error_response(415, "Content-Type must be application/json")
     try:
-        raw = await request.read()
+        raw = await read_body(request)
     except web.HTTPRequestEntityTooLarge:
         return error_response(413, f"request body is larger than {max_bytes} bytes")
+    except RequestTimedOut as exc:
+        response = error_response(408, str(exc))
+        response.force_close()  # the rest of the body may still come: no next request follows
+        return response
     try:
         body = decode(raw)
     except ValueError as exc:  # JSON and UTF-8 errors; messages give a position, never the payload

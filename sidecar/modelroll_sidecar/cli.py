@@ -9,22 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
+from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
 from .app import SIDECAR, create_app
 from .config import SidecarConfig, parse_args
 
 log = logging.getLogger("modelroll_sidecar")
+PROGRAM = "modelroll-sidecar"
+SHUTDOWN_TIMEOUT_S = 60.0
+"""How long runner.cleanup() waits for handlers still open after the drain (aiohttp's default)."""
 
 
 async def serve(config: SidecarConfig) -> None:
     app = create_app(config)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
+    sidecar = app[SIDECAR]
+    limits = ClientLimits(config.read_timeout_ms / 1000, sidecar.metrics.count_client_timeout)
+    runner, _ = await start_server(
+        app,
+        config.host,
+        config.port,
+        limits,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        handler_cancellation=True,
+    )
     server = runner.server
     assert server is not None  # set by setup()
 
@@ -42,9 +52,7 @@ async def serve(config: SidecarConfig) -> None:
                 connection.close()
         return closed
 
-    app[SIDECAR].close_idle_connections = close_idle_connections
-    site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
-    await site.start()
+    sidecar.close_idle_connections = close_idle_connections
     log.info(
         "Serving %s/%s on %s:%d in front of %s",
         config.model,
@@ -53,12 +61,7 @@ async def serve(config: SidecarConfig) -> None:
         config.port,
         config.upstream,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    sidecar = app[SIDECAR]
+    await stop_signal()
     log.info("Received a stop signal with %d requests queued", sidecar.depth)
     await sidecar.shutdown()  # the listener stays open meanwhile: late requests get 503
     await runner.cleanup()
@@ -73,25 +76,10 @@ def configure_logging() -> None:
     )
 
 
-def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """uvloop's loop when asked for, or by default when it is installed; else asyncio's."""
-    if kind != "asyncio":
-        try:
-            import uvloop
-        except ImportError as exc:
-            if kind == "uvloop":
-                raise SystemExit(
-                    "modelroll-sidecar: --event-loop uvloop, but uvloop is not installed"
-                ) from exc
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     config = parse_args(argv)
     configure_logging()
-    with asyncio.Runner(loop_factory=lambda: new_event_loop(config.event_loop)) as runner:
+    with asyncio.Runner(loop_factory=lambda: new_event_loop(config.event_loop, PROGRAM)) as runner:
         runner.run(serve(config))
 
 

@@ -30,6 +30,7 @@ class SidecarConfig:
     timeout_ms: float = 30000.0
     max_concurrent_batches: int = 1
     max_body_bytes: int = 1 << 20
+    read_timeout_ms: float = 30000.0
     upstream_timeout_ms: float = 60000.0
     readiness_interval_ms: float = 1000.0
     drain_timeout_s: float = 30.0
@@ -53,7 +54,13 @@ class SidecarConfig:
         for name in at_least_one:
             if getattr(self, name) < 1:
                 return f"{flag(name)} must be at least 1, got {getattr(self, name)}"
-        positive = ("max_wait_ms", "timeout_ms", "upstream_timeout_ms", "readiness_interval_ms")
+        positive = (
+            "max_wait_ms",
+            "timeout_ms",
+            "read_timeout_ms",
+            "upstream_timeout_ms",
+            "readiness_interval_ms",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 return f"{flag(name)} must be greater than 0, got {getattr(self, name)}"
@@ -101,6 +108,8 @@ HELP = {
     "timeout_ms": "a request not sent to the model within this time gets 504",
     "max_concurrent_batches": "batches sent to the model at the same time",
     "max_body_bytes": "largest accepted request body; larger ones get 413",
+    "read_timeout_ms": "a client must send its whole request within this time of its first "
+    "byte (a new connection: of connecting), or it gets 408 and its connection closes",
     "upstream_timeout_ms": "a model call slower than this fails its batch with 502",
     "readiness_interval_ms": "how often the model's /readyz is probed",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",

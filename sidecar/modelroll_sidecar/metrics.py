@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from modelroll_common.server import PHASES
+
 # Sub-millisecond to tens of seconds: batching adds milliseconds, slow models take seconds.
 LATENCY_BUCKETS = (
     0.0005,
@@ -28,7 +30,7 @@ LATENCY_BUCKETS = (
 )
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
-CODES = ("200", "400", "404", "413", "415", "422", "429", "502", "503", "504")
+CODES = ("200", "400", "404", "408", "413", "415", "422", "429", "502", "503", "504")
 CLOSE_REASONS = ("full", "timeout", "tokens", "drain")
 REJECT_REASONS = ("queue_full", "deadline", "disconnect", "shutting_down")
 
@@ -91,6 +93,17 @@ class SidecarMetrics:
             registry=registry,
         )
         self.rejected = {r: rejected.labels(model, version, r) for r in REJECT_REASONS}
+        client_timeouts = Counter(
+            "modelroll_client_timeouts_total",
+            "Clients cut off for not sending their whole request within the read timeout, by "
+            "how far they got: silent (nothing), head, or body.",
+            [*labels, "phase"],
+            registry=registry,
+        )
+        self.client_timeouts = {p: client_timeouts.labels(model, version, p) for p in PHASES}
+
+    def count_client_timeout(self, phase: str) -> None:
+        self.client_timeouts[phase].inc()
 
     def count_request(self, code: int, seconds: float) -> None:
         key = str(code)

@@ -521,6 +521,7 @@ def test_dashboard_covers_the_per_version_panels() -> None:
         "modelroll_batches_total",
         "modelroll_queue_depth",
         "modelroll_rejected_total",
+        "modelroll_client_timeouts_total",
         "modelroll_gateway_weight",
         "modelroll_gateway_requests_total",
         "modelroll_gateway_upstream_errors_total",
