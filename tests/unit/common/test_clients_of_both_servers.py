@@ -1,6 +1,6 @@
-"""`modelroll-gateway` and `modelroll-sidecar` as real processes (on uvloop, as they run in pods)
-cut off clients that send their request too slowly, answer them 408 in JSON, count them in
-their metrics, and keep answering everyone else."""
+"""`modelroll-gateway` and `modelroll-sidecar` as real processes (on uvloop, as they run in pods):
+they cut off clients that send their request too slowly, answer them 408 in JSON, count them in
+their metrics and keep answering everyone else; and a request they cannot parse gets JSON too."""
 
 from __future__ import annotations
 
@@ -110,3 +110,27 @@ async def test_slow_clients_get_408_and_are_counted_while_others_are_served(
     finally:
         for _, w in (slow_head, slow_body, silent, (reader, writer)):
             w.close()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "message"),
+    [
+        (b"NOT-HTTP\r\n\r\n", "invalid method"),
+        (b"GET /livez HTTP/1.1\r\nHost: t\r\nX-Long: " + b"a" * 20_000 + b"\r\n\r\n", "8190"),
+        (b"POST /livez HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "duplicate"),
+    ],
+    ids=["not HTTP", "header too long", "two lengths"],
+)
+async def test_a_request_the_server_cannot_parse_gets_a_json_400(
+    server: Server, request_bytes: bytes, message: str
+) -> None:
+    reader, writer = await server.connect()
+    try:
+        writer.write(request_bytes)
+        status, headers, body = await read_response(reader)
+        assert status == 400
+        assert headers["content-type"] == "application/json"
+        assert message in json.loads(body)["error"].lower()
+        assert await closed_by_server(reader)
+    finally:
+        writer.close()
