@@ -77,10 +77,18 @@ def json_error_body(message: str) -> bytes:
 class ServerConnection(web.RequestHandler):
     """aiohttp's handler for one client connection, plus the read-timeout clock (module doc)."""
 
-    __slots__ = ("_clock", "_clock_bytes", "_clock_started", "_limits", "request_started")
+    __slots__ = (
+        "_clock",
+        "_clock_bytes",
+        "_clock_loop",
+        "_clock_started",
+        "_limits",
+        "request_started",
+    )
 
     def __init__(self, manager: web.Server, *, limits: ClientLimits, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
+        self._clock_loop = asyncio.get_running_loop()
         self._limits = limits
         self._clock: asyncio.TimerHandle | None = None
         self._clock_started: float | None = None
@@ -90,25 +98,25 @@ class ServerConnection(web.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._start_clock(asyncio.get_running_loop().time(), got_bytes=False)
+        self._start_clock(self._clock_loop.time(), got_bytes=False)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_clock()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        # On the path of every request: a few attribute reads, and the time only when needed.
         started = self._clock_started
         if started is None:
             waiter = self._waiter
             if waiter is not None and not waiter.done():  # waiting: a request's first bytes
-                started = asyncio.get_running_loop().time()
+                started = self._clock_loop.time()
         count = self._request_count
         super().data_received(data)
         if self._request_count != count:  # a head is complete; its body is read_body's
-            if started is None:  # it came while another request was being answered
-                started = asyncio.get_running_loop().time()
-            self.request_started = started
-            self._stop_clock()
+            self.request_started = started if started is not None else self._clock_loop.time()
+            if self._clock is not None:
+                self._stop_clock()
         elif started is not None:
             if self._clock_started is None:
                 self._start_clock(started, got_bytes=True)
@@ -118,8 +126,7 @@ class ServerConnection(web.RequestHandler):
     def _start_clock(self, started: float, *, got_bytes: bool) -> None:
         self._clock_started = started
         self._clock_bytes = got_bytes
-        loop = asyncio.get_running_loop()
-        self._clock = loop.call_at(started + self._limits.read_timeout, self._cut_off)
+        self._clock = self._clock_loop.call_at(started + self._limits.read_timeout, self._cut_off)
 
     def _stop_clock(self) -> None:
         self._clock_started = None

@@ -111,6 +111,7 @@ class _Connection(asyncio.Protocol):
         self.opened_at = endpoint.loop.time()
         self.keep_alive = False
         self._parser: httptools.HttpResponseParser | None = None
+        self._poller: select.poll | None = None
         self._start_answer()
 
     def _start_answer(self) -> None:
@@ -134,6 +135,15 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it
         self.transport = cast(asyncio.Transport, transport)
+        # One parser for every answer on this connection (llhttp parses one message after
+        # another); any error ends the connection, so a parser never outlives its error.
+        self._parser = httptools.HttpResponseParser(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # poll(), not select(): select cannot watch a descriptor above 1023
+            self._poller = select.poll()
+            with contextlib.suppress(OSError, ValueError):
+                self._poller.register(sock.fileno(), select.POLLIN)
         self.endpoint.adopt(self)
 
     def data_received(self, data: bytes) -> None:
@@ -238,7 +248,6 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self.transport is not None
         self._start_answer()
-        self._parser = httptools.HttpResponseParser(self)
         self.waiter = self.endpoint.loop.create_future()
         self.transport.write(data)
         return self.waiter
@@ -249,14 +258,11 @@ class _Connection(asyncio.Protocol):
         transport = self.transport
         if self.closed or transport is None or transport.is_closing():
             return True
-        sock = transport.get_extra_info("socket")
-        if sock is None:
+        if self._poller is None:
             return False
-        poller = select.poll()  # not select(): it cannot watch a descriptor above 1023
         try:
-            poller.register(sock.fileno(), select.POLLIN)
-            return bool(poller.poll(0))
-        except (OSError, ValueError):
+            return bool(self._poller.poll(0))
+        except OSError:
             return True
 
     def _end_of_stream(self, *, clean: bool) -> None:
