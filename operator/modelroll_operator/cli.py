@@ -15,7 +15,7 @@ from modelroll_common.flags import env, positive_int
 from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
-from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
+from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig, served_namespaces
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
 
@@ -148,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     kopf.run(
         clusterwide=not namespaces,
         namespaces=namespaces,
+        # Also a namespace being deleted when the operator starts: its ModelVersions wait for
+        # our finalizer to go (see served_namespaces).
+        insights=served_namespaces(namespaces) if namespaces else None,
         standalone=config.peering is None,
         peering_name=config.peering,
         priority=config.priority,

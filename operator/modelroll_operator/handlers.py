@@ -80,6 +80,13 @@ def pending_models(memo: kopf.Memo, **_: Any) -> int:
     return reconciler.pending if reconciler is not None else 0
 
 
+@kopf.on.probe(id="passes")
+def passes(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness detail: passes over models since the start (what a change costs)."""
+    reconciler: Reconciler | None = memo.get("reconciler")
+    return reconciler.passes if reconciler is not None else 0
+
+
 # -- indices ----------------------------------------------------------------------------------
 
 
@@ -133,10 +140,15 @@ def service_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo,
 
 
 @kopf.on.event("v1", "configmaps", field="metadata.name", value=CONFIGMAP_NAME)
-def routes_changed(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """Someone else edited or deleted the routes: rewrite every model of the namespace."""
+def routes_changed(
+    namespace: str | None, type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    """The routes changed: re-queue only the models whose key is not what the operator wrote
+    (someone else's edit, a deleted ConfigMap, a model without versions). The operator's own
+    writes re-queue nothing."""
     if namespace:
-        _reconciler(memo).enqueue_namespace(namespace)
+        data = None if type == "DELETED" else dict(body.get("data") or {})
+        _reconciler(memo).routes_changed(namespace, data)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
@@ -147,14 +159,19 @@ async def unroute_deleted_version(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """Hold the deletion (our finalizer) until the version is out of its model's route."""
+    """Hold the deletion (our finalizer) until the version is out of the route the gateway has.
+    Nothing else holds it: a pass that fails elsewhere (a sibling's workload, a status) does not,
+    nor does a route that cannot be written, if this version was not in it anyway."""
     model = spec.get("model")
     if not namespace or not model:
         return
     try:
-        await _reconciler(memo).reconcile((namespace, model))
+        result = await _reconciler(memo).reconcile((namespace, model))
     except TRANSIENT as exc:
         raise kopf.TemporaryError(
             f"Could not remove {name} from the routes of model {model}: {exc}", delay=2
         ) from exc
+    if result.in_force is not None and result.in_force.version(name) is not None:
+        why = "; ".join(result.problems) or "the routes were not updated"
+        raise kopf.TemporaryError(f"{name} is still in the routes of model {model}: {why}", delay=2)
     log.info("Removed ModelVersion %s/%s from the routes of model %s", namespace, name, model)

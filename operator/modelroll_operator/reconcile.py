@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from modelroll_gateway.routes import (
-    CONFIGMAP_NAME,
-    ModelRoute,
-    RoutesError,
-    VersionRoute,
-    configmap_delete_patch,
-    configmap_patch,
-    dump_model_route,
-    parse_model_route,
-    validate_model_name,
-)
+from modelroll_gateway.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
 from .kube import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
+from .routes_configmap import RoutesConfigMap, RouteWrite
 from .routing import Candidate, compute_route, route_changes
 from .settings import OperatorConfig
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
@@ -43,6 +36,27 @@ VersionIndex = kopf.Index[ModelKey, VersionInfo]
 WorkloadIndex = kopf.Index[VersionKey, WorkloadInfo]
 TRANSIENT = (KubeApiError, *UNREACHABLE, TimeoutError)
 """Failures worth a retry: the API said no for now, or could not be reached."""
+RESYNC_S = 600.0
+"""How often every managed object is applied again, whatever the watches said (drift that no
+watch event shows, such as a label removed by hand, is undone within this time)."""
+WARN_EVERY_S = 300.0
+"""A version's repeated Warning event (same reason) is posted at most this often."""
+MAX_EVENTS_PER_PASS = 10
+"""Routing events per model and pass; more changes than this are logged, not posted."""
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass over a model achieved."""
+
+    in_force: ModelRoute | None
+    """The model's route as the gateway has it after the pass."""
+    problems: tuple[str, ...] = ()
+    """What could not be done (the pass did everything else); the model is tried again."""
+
+
+class PassIncomplete(Exception):
+    """A pass did all it could, but some of it failed; the message lists what."""
 
 
 def _ref(version: VersionInfo) -> dict[str, Any]:
@@ -74,12 +88,22 @@ class Reconciler:
         versions: VersionIndex,
         deployments: WorkloadIndex,
         services: WorkloadIndex,
+        *,
+        resync_s: float = RESYNC_S,
     ) -> None:
         self.api = api
         self.config = config
         self.versions = versions
         self.deployments = deployments
         self.services = services
+        self.routes = RoutesConfigMap(api)
+        self.resync_s = resync_s
+        self.passes = 0
+        """Passes started since the operator started (the liveness probe shows it)."""
+        self._applied: dict[tuple[str, str, str], str] = {}
+        """Per managed object (kind, namespace, name), its revision right after the operator
+        applied it: any other revision means someone else changed it."""
+        self._warned: dict[VersionKey, tuple[str, float]] = {}
         self._queue: asyncio.Queue[ModelKey] = asyncio.Queue()
         self._queued: set[ModelKey] = set()
         self._locks: defaultdict[ModelKey, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -97,6 +121,14 @@ class Reconciler:
             asyncio.create_task(self._work(), name=f"modelroll-reconciler-{i}")
             for i in range(self.config.workers)
         ]
+        self._workers.append(asyncio.create_task(self._resync(), name="modelroll-resync"))
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_s)
+            self._applied.clear()  # every managed object is applied once more
+            for key in list(self.versions):
+                self.enqueue(key)
 
     async def stop(self) -> None:
         for handle in self._retries.values():
@@ -112,11 +144,19 @@ class Reconciler:
             self._queued.add(key)
             self._queue.put_nowait(key)
 
-    def enqueue_namespace(self, namespace: str) -> None:
-        """Reconcile every model that has versions in ``namespace``."""
-        for key in list(self.versions):
-            if key[0] == namespace:
-                self.enqueue(key)
+    def routes_changed(self, namespace: str, data: Mapping[str, str] | None) -> None:
+        """The routes ConfigMap of ``namespace`` changed (None: it was deleted). Reconcile the
+        models whose key is not what the operator wrote: the operator's own writes re-queue
+        nothing, a hand edit re-queues the models it touched, and a key of a model without
+        ModelVersions is removed by its (empty) model's pass."""
+        models = {
+            key[1] for key, store in list(self.versions.items()) if key[0] == namespace and store
+        }
+        if data is None:
+            self.routes.forget(namespace)
+            data = {}
+        for model in self.routes.differs(namespace, data, models):
+            self.enqueue((namespace, model))
 
     @property
     def pending(self) -> int:
@@ -129,7 +169,9 @@ class Reconciler:
             self._queued.discard(key)
             self._active += 1
             try:
-                await self.reconcile(key)
+                result = await self.reconcile(key)
+                if result.problems:
+                    raise PassIncomplete("; ".join(result.problems))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -147,7 +189,9 @@ class Reconciler:
         self._failures[key] = failures + 1
         delay = min(self.config.retry_max_s, self.config.retry_initial_s * 2**failures)
         what = f"model {key[0]}/{key[1]}"
-        if isinstance(exc, TRANSIENT):
+        if isinstance(exc, PassIncomplete):
+            log.warning("Reconciled %s but for: %s; retrying in %.1fs", what, exc, delay)
+        elif isinstance(exc, TRANSIENT):
             log.warning("Reconciling %s failed (%s); retrying in %.1fs", what, exc, delay)
         else:
             log.exception("Reconciling %s failed; retrying in %.1fs", what, delay)
@@ -161,106 +205,47 @@ class Reconciler:
 
     # -- one pass ------------------------------------------------------------------------
 
-    async def reconcile(self, key: ModelKey) -> None:
-        """One full pass over a model; raises when it could not finish."""
+    async def reconcile(self, key: ModelKey) -> PassResult:
+        """One full pass over a model. What fails for one version (its workload refused, its
+        status not written) or for the route is reported in the result and on the versions, and
+        the rest of the pass goes on; it raises only when the API server cannot be reached."""
         async with self._locks[key]:
-            await self._reconcile(key)
+            return await self._reconcile(key)
 
-    async def _reconcile(self, key: ModelKey) -> None:
+    async def _reconcile(self, key: ModelKey) -> PassResult:
+        self.passes += 1
         namespace, model = key
         try:
             validate_model_name(model)
         except RoutesError as exc:  # the CRD prevents this; an old object might not
             log.warning("Skipped model %s/%s: %s", namespace, model, exc)
-            return
+            return PassResult(None)
         versions = sorted(self.versions.get(key) or (), key=lambda v: v.name)
         live = [v for v in versions if not v.deleting]
         names = {v.name for v in live}
         rejected = self._rejected.pop(key, {})
         if kept := {k: v for k, v in rejected.items() if k[1] in names}:
             self._rejected[key] = kept
-        readiness = {v.name: await self._workload(v) for v in live}
+        problems: list[str] = []
+        readiness = {v.name: await self._workload(v, problems) for v in live}
         candidates = []
         for v in live:
             r = readiness[v.name]
             candidates.append(
                 Candidate(v.name, v.spec.weight if v.spec else 0, r.endpoint, r.ready)
             )
-        route = compute_route(model, candidates)
-        before = await self._write_route(namespace, model, route)
-        await self._post_route_events(model, before, route, versions)
+        written = await self.routes.write(namespace, model, compute_route(model, candidates))
+        if written.problem is not None:
+            problems.append(written.problem)
+        await self._post_route_events(model, written.before, written.in_force, versions)
         now = now_rfc3339()
         for v in live:
-            await self._write_status(v, readiness[v.name], route, now)
-        log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
-
-    # -- routes ---------------------------------------------------------------------------
-
-    async def _write_route(
-        self, namespace: str, model: str, route: ModelRoute | None
-    ) -> ModelRoute | None:
-        """Make the model's key say ``route`` (None: no key); returns what it said before."""
-        path = core_path(namespace, "configmaps", CONFIGMAP_NAME)
-        configmap = await self.api.get(path)
-        data: Mapping[str, Any] = (configmap or {}).get("data") or {}
-        old_text = data.get(model)
-        before, invalid = None, ""
-        if old_text is not None:
             try:
-                before = parse_model_route(model, old_text)
-            except RoutesError as exc:
-                invalid = str(exc)  # rewritten below, since it differs from what we write
-        if route is None:
-            if old_text is not None:
-                await self.api.merge_patch(path, configmap_delete_patch(model))
-                log.info(
-                    "Removed model %s/%s from ConfigMap %s: it has no versions left",
-                    namespace, model, CONFIGMAP_NAME,
-                )  # fmt: skip
-            return before
-        text = dump_model_route(route)
-        if configmap is None:
-            await self._create_configmap(namespace, {model: text})
-        elif old_text != text:
-            await self.api.merge_patch(path, configmap_patch(route))
-        else:
-            return before
-        weights = ", ".join(f"{v.name}={v.weight}" for v in route.versions) or "no Ready version"
-        log.info(
-            "Routed model %s/%s in ConfigMap %s: %s", namespace, model, CONFIGMAP_NAME, weights
-        )
-        if invalid:
-            log.warning(
-                "Replaced an invalid entry for model %s/%s in ConfigMap %s: %s",
-                namespace, model, CONFIGMAP_NAME, invalid,
-            )  # fmt: skip
-        return before
-
-    async def _create_configmap(self, namespace: str, data: dict[str, str]) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": CONFIGMAP_NAME,
-                "namespace": namespace,
-                "labels": {LABEL_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/part-of": "modelroll"},
-            },
-            "data": data,
-        }
-        try:
-            await self.api.create(core_path(namespace, "configmaps"), body)
-        except KubeApiError as exc:
-            if exc.status == 409:  # created meanwhile (another operator, a person): patch it
-                await self.api.merge_patch(
-                    core_path(namespace, "configmaps", CONFIGMAP_NAME), {"data": data}
-                )
-                return
-            if exc.status == 403 and "being terminated" in exc.message:
-                log.info("Did not create ConfigMap %s/%s: the namespace is being deleted",
-                         namespace, CONFIGMAP_NAME)  # fmt: skip
-                return
-            raise
-        log.info("Created ConfigMap %s/%s", namespace, CONFIGMAP_NAME)
+                await self._write_status(v, readiness[v.name], written, now)
+            except KubeApiError as exc:
+                problems.append(f"status of {v.name}: {exc}")
+        log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
+        return PassResult(written.in_force, tuple(problems))
 
     async def _post_route_events(
         self,
@@ -269,9 +254,17 @@ class Reconciler:
         after: ModelRoute | None,
         versions: list[VersionInfo],
     ) -> None:
-        """One event per version whose place in the route changed (best effort)."""
+        """One event per version whose own place in the route changed: routed, unrouted, a new
+        weight or endpoint (best effort). A share that moved only because another version
+        changed gets none: one change to a model of 300 versions posts one event, not 300."""
         by_name = {v.name: v for v in versions}
-        for change in route_changes(before, after):
+        changes = [c for c in route_changes(before, after) if c.own]
+        if len(changes) > MAX_EVENTS_PER_PASS:
+            log.info(
+                "%d versions of model %s changed their routing at once; events are posted for "
+                "the first %d", len(changes), model, MAX_EVENTS_PER_PASS,
+            )  # fmt: skip
+        for change in changes[:MAX_EVENTS_PER_PASS]:
             version = by_name.get(change.version)
             if version is None:
                 continue
@@ -283,7 +276,13 @@ class Reconciler:
                 log.debug("Could not post an event for %s: %s", version.name, exc)
 
     async def _warn(self, version: VersionInfo, reason: str, message: str) -> None:
-        """A Warning event on the version (best effort)."""
+        """A Warning event on the version (best effort), at most every WARN_EVERY_S for the
+        same reason, so that a failure retried with backoff does not flood the namespace."""
+        now = time.monotonic()
+        last = self._warned.get(version.key)
+        if last is not None and last[0] == reason and now - last[1] < WARN_EVERY_S:
+            return
+        self._warned[version.key] = (reason, now)
         try:
             await self.api.post_event(version.owner_body(), reason, message, kind="Warning")
         except TRANSIENT as exc:
@@ -292,16 +291,17 @@ class Reconciler:
     # -- status ---------------------------------------------------------------------------
 
     async def _write_status(
-        self, version: VersionInfo, readiness: Readiness, route: ModelRoute | None, now: str
+        self, version: VersionInfo, readiness: Readiness, written: RouteWrite, now: str
     ) -> None:
         desired = desired_status(
             name=version.name,
             model=version.model,
             generation=version.generation,
             readiness=readiness,
-            route=route,
+            route=written.in_force,
             current=version.status,
             now=now,
+            route_problem=written.problem,
         )
         patch = status_patch(version.status, desired)
         if patch is None:
@@ -316,13 +316,18 @@ class Reconciler:
 
     # -- workloads ------------------------------------------------------------------------
 
-    async def _workload(self, version: VersionInfo) -> Readiness:
-        """Make the version's workload match its spec; say whether it can serve."""
+    async def _workload(self, version: VersionInfo, problems: list[str]) -> Readiness:
+        """Make the version's workload match its spec; say whether it can serve. What the API
+        server refuses goes into `problems` and the version's Ready condition, never further:
+        the model's other versions and its route go on."""
         spec = version.spec
         if spec is None:
             return Readiness(False, "InvalidSpec", version.spec_error or "invalid spec")
         if spec.server is None:
-            await self._remove_workload(version)
+            try:
+                await self._remove_workload(version)
+            except KubeApiError as exc:  # left over, but the version is served elsewhere
+                problems.append(f"removing the workload of {version.name}: {exc}")
             try:
                 VersionRoute(version.name, spec.weight, spec.endpoint or "")
             except RoutesError as exc:  # the CRD prevents this; an old object might not
@@ -333,11 +338,15 @@ class Reconciler:
             )  # fmt: skip
         endpoint = service_endpoint(version.name, version.namespace, self.config.sidecar_port)
         selector = selector_string(spec.model, version.name)
-        service = service_manifest(version, self.config)
-        applied = await self._ensure(version, service, self.services, "services")
-        if not isinstance(applied, Readiness):
-            deployment = deployment_manifest(version, self.config)
-            applied = await self._ensure(version, deployment, self.deployments, "deployments")
+        try:
+            service = service_manifest(version, self.config)
+            applied = await self._ensure(version, service, self.services, "services")
+            if not isinstance(applied, Readiness):
+                deployment = deployment_manifest(version, self.config)
+                applied = await self._ensure(version, deployment, self.deployments, "deployments")
+        except KubeApiError as exc:
+            problems.append(f"workload of {version.name}: {exc}")
+            return await self._refused(version, exc, endpoint, selector)
         if isinstance(applied, Readiness):
             return Readiness(
                 False, applied.reason, applied.message, endpoint=endpoint, selector=selector
@@ -363,6 +372,29 @@ class Reconciler:
             endpoint=endpoint, selector=selector, **figures,
         )  # fmt: skip
 
+    async def _refused(
+        self, version: VersionInfo, exc: KubeApiError, endpoint: str, selector: str
+    ) -> Readiness:
+        """The API server refused the version's Service or Deployment for now (a quota, an
+        admission webhook, a conflict): tried again with backoff. A version whose earlier
+        workload still serves stays Ready on it; one that never ran is not Ready."""
+        message = f"The API server refused the workload of ModelVersion {version.name}: {exc}"
+        log.warning("%s; trying again", message, extra=_ref(version))
+        await self._warn(version, "WorkloadRefused", message)
+        deployment = _first(self.deployments.get(version.key))
+        service = _first(self.services.get(version.key))
+        spec = version.spec
+        wanted = spec.replicas if spec is not None else 0
+        if deployment is not None and service is not None and deployment.ready_replicas > 0:
+            return Readiness(
+                True, "UpdateRefused",
+                f"{deployment.ready_replicas} of {wanted} replicas of Deployment {version.name} "
+                f"are ready, running its previous spec. {message}",
+                endpoint=endpoint, selector=selector, replicas=deployment.replicas,
+                ready_replicas=deployment.ready_replicas,
+            )  # fmt: skip
+        return Readiness(False, "WorkloadRefused", message, endpoint=endpoint, selector=selector)
+
     async def _ensure(
         self,
         version: VersionInfo,
@@ -370,10 +402,14 @@ class Reconciler:
         index: WorkloadIndex,
         plural: str,
     ) -> Readiness | WorkloadInfo | None:
-        """Apply ``manifest`` unless the live object already carries its hash.
+        """Apply ``manifest`` (server-side apply, the operator's field manager, forced) unless
+        the live object carries its hash and nobody else has changed it since the operator last
+        applied it. So hand changes (an image, a replica count, a selector) are undone as soon
+        as their watch event arrives, and once after every start and resync.
 
         Returns a not-Ready Readiness when the object cannot be had (rejected, or someone else's),
         the applied object's snapshot when it was just applied, or None when nothing changed.
+        Raises KubeApiError when the API server refuses it for now.
         """
         kind = manifest["kind"]
         name = manifest["metadata"]["name"]
@@ -381,7 +417,13 @@ class Reconciler:
         make_path = apps_path if plural == "deployments" else core_path
         path = make_path(version.namespace, plural, name)
         seen = _first(index.get(version.key))
-        if seen is not None and seen.spec_hash == want and version.uid in seen.owner_uids:
+        ident = (kind, version.namespace, name)
+        if (
+            seen is not None
+            and seen.spec_hash == want
+            and version.uid in seen.owner_uids
+            and self._applied.get(ident) == seen.revision
+        ):
             return None
         if seen is None:
             existing = await self.api.get(path)
@@ -406,10 +448,22 @@ class Reconciler:
             await self._warn(version, "InvalidSpec", message)
             return Readiness(False, "InvalidSpec", message)
         rejections.pop((kind, version.name), None)
-        verb = "Created" if seen is None else "Updated"
-        log.info("%s %s %s/%s for ModelVersion %s", verb, kind, version.namespace, name,
-                 version.name, extra=_ref(version))  # fmt: skip
-        return WorkloadInfo.from_body(kind, applied)
+        info = WorkloadInfo.from_body(kind, applied)
+        if info is None:
+            return None
+        self._applied[ident] = info.revision
+        why = ""
+        if seen is None:
+            verb = "Created"
+        elif seen.resource_version == info.resource_version:
+            return info  # it already was as the operator wants it
+        elif seen.spec_hash == want:
+            verb, why = "Restored", ": someone else had changed it"
+        else:
+            verb = "Updated"
+        log.info("%s %s %s/%s for ModelVersion %s%s", verb, kind, version.namespace, name,
+                 version.name, why, extra=_ref(version))  # fmt: skip
+        return info
 
     @staticmethod
     def _ours(obj: Mapping[str, Any], version: VersionInfo) -> bool:

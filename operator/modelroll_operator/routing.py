@@ -81,6 +81,17 @@ class RouteChange:
     before: Placement | None
     after: Placement | None
 
+    @property
+    def own(self) -> bool:
+        """Whether the version itself changed (routed, unrouted, a new weight or endpoint),
+        rather than only its share, because another version of the model changed."""
+        if self.before is None or self.after is None:
+            return True
+        return (self.before.weight, self.before.endpoint) != (
+            self.after.weight,
+            self.after.endpoint,
+        )
+
     def reason(self) -> str:
         return "Unrouted" if self.after is None else "Routed"
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import kopf
+from kopf._cogs.structs.references import Insights, NamespaceName, select_specific_namespaces
 
 from modelroll_gateway.routes import CONFIGMAP_NAME
 
@@ -45,13 +47,58 @@ class OperatorConfig:
         return self.drain_timeout_s + 15
 
 
+class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """A diff-base storage that stores nothing, and drops what an older operator stored.
+
+    kopf reads the diff base (its "last handled configuration") only to tell creation, update,
+    resumption and no-op apart and to compute ``diff``/``old``/``new``
+    (``kopf._core.reactor.processing._detect_causes`` and ``causes.detect_changing_cause``),
+    for on.create/update/resume/field handlers and daemons. The operator has none of them:
+    on.event handlers and indices get the raw object, and on.delete is chosen from
+    ``deletionTimestamp`` and our finalizer alone. With nothing fetched, every event of a live
+    object is a "creation" that no handler serves, so kopf writes nothing for it.
+
+    kopf's annotation storage wrote the whole spec into one annotation, in the same patch that
+    removes our finalizer (``processing.process_changing_cause``): with a spec over the
+    annotations' 256 KiB limit, that patch was refused and the object could never be deleted.
+    Here, ``store`` only removes the annotation if an older operator left one (the patch gets
+    smaller, so it is always accepted): such objects are deleted as any other.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(prefix=PREFIX, key="last-handled-configuration")
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        annotations = body.metadata.annotations
+        for key in self.make_keys(self.key, body=body):
+            if key in annotations:
+                patch.metadata.annotations[key] = None
+
+
+def served_namespaces(patterns: Iterable[str]) -> Insights:
+    """kopf's view of the served namespaces, with the exactly named ones in it from the start.
+
+    kopf lists namespaces at startup and serves those that match ``--namespace``, but it skips a
+    namespace that is already being deleted and still holds content (``revise_namespaces`` in
+    ``kopf._core.reactor.observation`` keeps serving such a namespace only if it was served
+    before): an operator started then would never watch it, never remove our finalizer from its
+    ModelVersions, and the namespace would stay Terminating forever. A namespace put here before
+    that listing stays served until it is gone (kopf drops it on its deletion as usual).
+    Patterns with globs still depend on the listing.
+    """
+    insights = Insights()
+    insights.namespaces.update(NamespaceName(ns) for ns in select_specific_namespaces(patterns))
+    return insights
+
+
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Tune kopf: our own finalizer and annotations, quiet events, narrow watches, peering."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     # kopf would post an event for every handler run; the operator posts its own routing
     # events, so only kopf's warnings and errors become events.
     settings.posting.level = logging.WARNING

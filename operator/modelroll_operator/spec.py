@@ -27,8 +27,14 @@ MANAGED_BY = "modelroll-operator"
 FIELD_MANAGER = "modelroll-operator"
 ANNOTATION_SPEC_HASH = f"{PREFIX}/spec-hash"
 """On a managed Deployment or Service: the hash of what the operator last applied."""
+ANNOTATION_BEFORE_PROMOTE = f"{PREFIX}/before-promote"
+"""On the ModelVersion kubectl-modelroll last promoted: JSON of every version's weight in its
+model right before that promote, ``{"model": …, "at": …, "weights": {version: weight}}``;
+``kubectl modelroll rollback`` of that version gives them back and removes it."""
 ANNOTATION_PREVIOUS_WEIGHT = f"{PREFIX}/previous-weight"
-"""On a ModelVersion: its weight before the last promote/rollback (kubectl-modelroll)."""
+"""Legacy (kubectl-modelroll before before-promote): one version's weight before *some* promote.
+No longer read for restoring (it cannot tell which promote it belongs to); the plugin removes it
+from every version it patches."""
 
 
 class SpecError(ValueError):

@@ -101,6 +101,8 @@ class WorkloadInfo:
     spec_hash: str | None
     replicas: int = 0
     ready_replicas: int = 0
+    generation: int = 0
+    resource_version: str = ""
 
     @classmethod
     def from_body(cls, kind: str, body: Mapping[str, Any]) -> WorkloadInfo | None:
@@ -118,7 +120,18 @@ class WorkloadInfo:
             spec_hash=(meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH),
             replicas=int(status.get("replicas") or 0),
             ready_replicas=int(status.get("readyReplicas") or 0),
+            generation=int(meta.get("generation") or 0),
+            resource_version=str(meta.get("resourceVersion") or ""),
         )
+
+    @property
+    def revision(self) -> str:
+        """What changes when someone changes the object's spec: a Deployment's generation (its
+        status changes all the time, its generation only with its spec); a Service's
+        resourceVersion (it has no generation, and hardly any status)."""
+        if self.kind == "Deployment":
+            return f"generation {self.generation}"
+        return f"resourceVersion {self.resource_version}"
 
     @property
     def key(self) -> VersionKey:

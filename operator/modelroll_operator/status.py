@@ -47,9 +47,27 @@ def ready_condition(readiness: Readiness) -> dict[str, str]:
 
 
 def routed_condition(
-    name: str, model: str, readiness: Readiness, route: ModelRoute | None
+    name: str,
+    model: str,
+    readiness: Readiness,
+    route: ModelRoute | None,
+    problem: str | None = None,
 ) -> dict[str, str]:
+    """Where the version is in `route`, the route the gateway has. `problem` says why the route
+    the operator wanted could not be written: then the condition says so, and what is in force."""
     where = placement(route, name)
+    if problem is not None:
+        in_force = (
+            f"the gateway still sends it {where.describe(model)}"
+            if where is not None
+            else "the gateway does not route it"
+        )
+        return {
+            "type": ROUTED,
+            "status": "True" if where is not None and where.weight > 0 else "False",
+            "reason": "RoutesNotWritten",
+            "message": f"The routes of model {model} could not be updated: {problem}; {in_force}",
+        }
     if where is None:
         return {
             "type": ROUTED,
@@ -83,11 +101,14 @@ def desired_status(
     route: ModelRoute | None,
     current: Mapping[str, Any],
     now: str,
+    route_problem: str | None = None,
 ) -> dict[str, Any]:
-    """The complete status for a version, keeping transition times of unchanged conditions."""
+    """The complete status for a version, keeping transition times of unchanged conditions.
+    `route` is the route in force (the gateway's), never one the operator failed to write."""
     previous = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
     conditions = []
-    for cond in (ready_condition(readiness), routed_condition(name, model, readiness, route)):
+    routed = routed_condition(name, model, readiness, route, route_problem)
+    for cond in (ready_condition(readiness), routed):
         old = previous.get(cond["type"])
         same = old is not None and old.get("status") == cond["status"]
         transition = old.get("lastTransitionTime") if same and old else None

@@ -90,6 +90,25 @@ def test_full_values_render_every_optional_object(helm: Helm) -> None:
     assert ("models-staging", "modelroll-operator") in roles
     cluster_roles = [r["metadata"]["name"] for r in by_kind(docs, "ClusterRole")]
     assert cluster_roles == ["modelroll-operator-cluster"]
+    # Cluster-wide, only what lets it finish deleting a watched namespace once the Role is gone.
+    deletion = rules_of(one(docs, "ClusterRole", "-operator-cluster")) - rules_of(
+        one(helm.template(), "ClusterRole", "-operator-cluster")
+    )
+    assert deletion == {
+        ("modelroll.io", "modelversions", "list"),
+        ("modelroll.io", "modelversions", "watch"),
+        ("modelroll.io", "modelversions", "patch"),
+        *(("", "configmaps", verb) for verb in ("get", "list", "watch", "patch")),
+        ("apps", "deployments", "list"),
+        ("apps", "deployments", "watch"),
+        ("", "services", "list"),
+        ("", "services", "watch"),
+        # peering is on in the full values: the replicas' KopfPeering there goes too
+        *(("kopf.dev", "kopfpeerings", verb) for verb in ("get", "list", "watch", "patch")),
+    }
+    configmaps = [r for r in one(docs, "ClusterRole", "-operator-cluster")["rules"]
+                  if "configmaps" in r["resources"]]  # fmt: skip
+    assert [r.get("resourceNames") for r in configmaps] == [["modelroll-routes"]]
 
 
 def test_the_crd_is_shipped_in_crds_and_not_templated(helm: Helm) -> None:
@@ -371,7 +390,14 @@ def test_operator_rbac_covers_exactly_what_it_uses(helm: Helm) -> None:
         ("", "services"),
         ("", "events"),
     }
-    assert ("", "configmaps", "delete") not in namespaced  # it patches keys, never deletes
+    # It patches keys; it deletes only the routes ConfigMap, to replace one made immutable.
+    deletable = [
+        rule
+        for rule in one(docs, "ClusterRole", "-operator")["rules"]
+        if "configmaps" in rule["resources"] and "delete" in rule["verbs"]
+    ]
+    assert [r.get("resourceNames") for r in deletable] == [["modelroll-routes"]]
+    assert deletable[0]["verbs"] == ["delete"]
     assert ("modelroll.io", "modelversions", "delete") not in namespaced
     assert not any(verb in ("*", "escalate", "bind", "impersonate") for _, _, verb in namespaced)
     kopf = rules_of(one(docs, "ClusterRole", "-operator-cluster"))

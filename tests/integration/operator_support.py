@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import pytest
 
 from modelroll_gateway.routes import CONFIGMAP_NAME
-from modelroll_operator.spec import API_VERSION, KIND
+from modelroll_operator.spec import API_VERSION, FINALIZER, KIND
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
@@ -214,3 +214,28 @@ class Routes:
 
     def resource_version(self) -> str:
         return str((self.configmap() or {})["metadata"]["resourceVersion"])
+
+
+OPERATOR_RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+
+
+def chart_operator_rbac(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's service account and RBAC objects among the Helm chart's rendered documents."""
+    return [
+        doc
+        for doc in docs
+        if doc["kind"] in OPERATOR_RBAC_KINDS
+        and (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "operator"
+    ]
+
+
+def finalizer_holders(cluster: Cluster, namespace: str) -> list[str]:
+    """The ModelVersions of ``namespace`` that carry our finalizer, as ``modelversion/<name>``."""
+    result = cluster.kubectl("get", "modelversions", "-o", "json", namespace=namespace, check=False)
+    if result.returncode != 0:
+        return []
+    return [
+        f"modelversion/{item['metadata']['name']}"
+        for item in json.loads(result.stdout)["items"]
+        if FINALIZER in (item["metadata"].get("finalizers") or [])
+    ]

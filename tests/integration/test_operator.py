@@ -104,16 +104,21 @@ def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
     assert conditions(canary)["Routed"]["reason"] == "WeightZero"
     assert conditions(canary)["Ready"]["status"] == "True"
     eventually(
-        lambda: ("Routed", "Routing changed: 90.0% -> 100.0% of model sentiment's traffic "
-                 "(weight 9 of 9)") in events(cluster, namespace, "stable-v1"),
-        "an event saying stable-v1's share went up",
+        lambda: ("Routed", "Routing changed: 10.0% -> 0.0% of model sentiment's traffic "
+                 "(weight 0 of 9)") in events(cluster, namespace, "canary-v2"),
+        "an event saying canary-v2's weight went to 0",
     )  # fmt: skip
+    # stable-v1's share moved only because canary-v2 changed: no event of its own.
+    assert not any(
+        m.startswith("Routing changed") for _, m in events(cluster, namespace, "stable-v1")
+    )
     assert operator.errors() == []
 
 
-def test_deleting_versions_edits_only_their_models_key(
+def test_deleting_versions_edits_only_their_models_key_and_keys_without_versions_go(
     cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
 ) -> None:
+    """The operator owns every key: one for a model without ModelVersions ("legacy") goes."""
     foreign = json.dumps({"model": "legacy", "versions": []})
     cluster.apply(
         {
@@ -134,6 +139,7 @@ def test_deleting_versions_edits_only_their_models_key(
     )
     eventually(lambda: routes.weights("sentiment") == {"a": 1, "b": 3}, "sentiment routed")
     eventually(lambda: routes.weights("translate") == {"t1": 2}, "translate routed")
+    eventually(lambda: "legacy" not in routes.data(), "the key of a model without versions gone")
     translate = routes.data()["translate"]
 
     cluster.kubectl("delete", "mv", "a", namespace=namespace)  # waits for our finalizer
@@ -144,7 +150,7 @@ def test_deleting_versions_edits_only_their_models_key(
 
     cluster.kubectl("delete", "mv", "b", namespace=namespace)
     assert "sentiment" not in routes.data()  # the last version took the key with it
-    assert routes.data() == {"legacy": foreign, "translate": translate}
+    assert routes.data() == {"translate": translate}
 
 
 def test_the_routes_configmap_is_created_when_missing_and_restored_when_deleted_or_edited(
@@ -182,6 +188,10 @@ rules:
   - {{apiGroups: [modelroll.io], resources: [modelversions], verbs: [get, list, watch, patch]}}
   - {{apiGroups: [modelroll.io], resources: [modelversions/status], verbs: [patch]}}
   - {{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, patch]}}
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [modelroll-routes]
+    verbs: [delete]
   - apiGroups: [apps]
     resources: [deployments]
     verbs: [get, list, watch, create, patch, delete]

@@ -236,7 +236,8 @@ def test_a_workload_the_api_server_rejects_is_reported_in_the_ready_condition(
     assert "The API server rejected Deployment canary-v2" in message
     assert "quantities must match the regular expression" in message
     warnings = cluster.kubectl_json(
-        "get", "events", "--field-selector=involvedObject.name=canary-v2,type=Warning",
+        "get", "events",
+        "--field-selector=involvedObject.kind=ModelVersion,involvedObject.name=canary-v2,type=Warning",
         namespace=namespace,
     )["items"]  # fmt: skip
     assert [e["reason"] for e in warnings] == ["InvalidSpec"]

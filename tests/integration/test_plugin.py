@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,8 @@ from tests.integration.operator_support import (
 pytestmark = pytest.mark.integration
 
 VENV_BIN = Path(sys.executable).parent
+BEFORE_PROMOTE = "modelroll.io/before-promote"
+LEGACY_PREVIOUS_WEIGHT = "modelroll.io/previous-weight"
 
 
 def run(
@@ -95,7 +99,9 @@ def test_promote_moves_all_traffic_and_rollback_restores_it(
     assert ["sentiment", "canary-v2", "10", "100.0%", "True", "Routed"] in [
         row[:6] for row in table("\n".join(lines[2:]))
     ]
-    assert annotations_of(cluster, namespace, "stable-v1")["modelroll.io/previous-weight"] == "9"
+    remembered = annotations_of(cluster, namespace, "canary-v2")[BEFORE_PROMOTE]
+    assert json.loads(remembered)["weights"] == {"canary-v2": 1, "stable-v1": 9}
+    assert BEFORE_PROMOTE not in annotations_of(cluster, namespace, "stable-v1")
     # No workload was touched: promote is a patch of ModelVersions only.
     assert cluster.kubectl_json("get", "deploy,rs,pods", namespace=namespace)["items"] == []
 
@@ -110,7 +116,195 @@ def test_promote_moves_all_traffic_and_rollback_restores_it(
         "modelversion/canary-v2 weight 10 -> 0",
     ]
     assert versions.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}
-    assert "modelroll.io/previous-weight" not in annotations_of(cluster, namespace, "stable-v1")
+    assert BEFORE_PROMOTE not in annotations_of(cluster, namespace, "canary-v2")
+
+
+def stored(cluster: Cluster, namespace: str) -> dict[str, tuple[int, int, dict[str, str]]]:
+    """Each ModelVersion's (spec.weight, metadata.generation, the plugin's annotations)."""
+    items = cluster.kubectl_json("get", "mv", namespace=namespace)["items"]
+    ours = (BEFORE_PROMOTE, LEGACY_PREVIOUS_WEIGHT)
+    return {
+        item["metadata"]["name"]: (
+            item["spec"]["weight"],
+            item["metadata"]["generation"],
+            {k: v for k, v in (item["metadata"].get("annotations") or {}).items() if k in ours},
+        )
+        for item in items
+    }
+
+
+def weights(cluster: Cluster, namespace: str) -> dict[str, int]:
+    return {name: weight for name, (weight, _, _) in stored(cluster, namespace).items()}
+
+
+def add_version(cluster: Cluster, namespace: str, routes: Routes, name: str) -> None:
+    """One more external version of model sentiment, at weight 0, Ready."""
+    cluster.apply(
+        model_version(name, "sentiment", weight=0, endpoint=f"http://{name}:8000"), namespace
+    )
+    eventually(
+        lambda: (
+            [name, "0", "True"]
+            in [[r[1], r[2], r[4]] for r in table(run(cluster, namespace, "status").stdout)[1:]]
+        ),
+        f"{name} Ready",
+    )
+
+
+def test_rollback_after_two_promotes_restores_the_weights_right_before_the_last_one(
+    cluster: Cluster, namespace: str, versions: Routes
+) -> None:
+    add_version(cluster, namespace, versions, "next-v3")
+    first = run(cluster, namespace, "promote", "canary-v2")
+    assert first.returncode == 0, first.stderr
+    second = run(cluster, namespace, "promote", "next-v3")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[:2] == [
+        "modelversion/next-v3 weight 0 -> 10",
+        "modelversion/canary-v2 weight 10 -> 0",
+    ]
+    before_last = {"canary-v2": 10, "next-v3": 0, "stable-v1": 0}
+    remembered = json.loads(annotations_of(cluster, namespace, "next-v3")[BEFORE_PROMOTE])
+    assert remembered["weights"] == before_last
+    assert BEFORE_PROMOTE not in annotations_of(cluster, namespace, "canary-v2")
+    status = run(cluster, namespace, "status")
+    note = (
+        r"next-v3 was promoted at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; the weights before: "
+        r"canary-v2 10, next-v3 0, stable-v1 0\. "
+        rf"`kubectl modelroll -n {namespace} rollback next-v3` gives them back\."
+    )
+    assert re.search(note, status.stdout), status.stdout
+
+    back = run(cluster, namespace, "rollback", "next-v3")
+    assert back.returncode == 0, back.stderr
+    assert back.stdout.splitlines()[:2] == [
+        "modelversion/canary-v2 weight 0 -> 10",
+        "modelversion/next-v3 weight 10 -> 0",
+    ]
+    assert weights(cluster, namespace) == before_last  # stable-v1 did not get its 9 back
+    assert versions.weights("sentiment") == before_last  # and the operator has routed it
+    assert all(BEFORE_PROMOTE not in a for _, _, a in stored(cluster, namespace).values())
+
+
+@pytest.mark.parametrize(
+    ("garbage", "why"),
+    [
+        ("abc", "not JSON (Expecting value: line 1 column 1 (char 0))"),
+        ("99999", "expected a JSON object, found 99999"),
+        (
+            '{"model":"sentiment","weights":{"canary-v2":1,"stable-v1":99999}}',
+            "the weight of stable-v1 is 99999, outside 0..1000",
+        ),
+        (
+            '{"model":"sentiment","weights":{"canary-v2":1,"stable-v1":-5}}',
+            "the weight of stable-v1 is -5, outside 0..1000",
+        ),
+        ('{"weights":{"stable-v1":"abc"}}', 'the weight of stable-v1 is "abc", not an integer'),
+    ],
+)
+def test_unusable_remembered_weights_show_in_status_and_rollback_patches_nothing(
+    cluster: Cluster, namespace: str, versions: Routes, garbage: str, why: str
+) -> None:
+    add_version(cluster, namespace, versions, "other-v0")  # a third version: a multi-patch plan
+    cluster.kubectl("patch", "mv", "other-v0", "--type=merge", "-p", '{"spec":{"weight":2}}',
+                    namespace=namespace)  # fmt: skip
+    promoted = run(cluster, namespace, "promote", "canary-v2")
+    assert promoted.returncode == 0, promoted.stderr
+    cluster.kubectl(
+        "annotate", "--overwrite", "mv", "canary-v2", f"{BEFORE_PROMOTE}={garbage}",
+        namespace=namespace,
+    )  # fmt: skip
+    before = stored(cluster, namespace)
+    assert {name: w for name, (w, _, _) in before.items()} == {
+        "canary-v2": 12, "other-v0": 0, "stable-v1": 0,
+    }  # fmt: skip
+
+    status = run(cluster, namespace, "status")
+    assert status.returncode == 0, status.stderr
+    assert status.stderr == ""
+    rows = table(status.stdout)
+    assert [r[1:3] for r in rows[1:4]] == [
+        ["canary-v2", "12"],
+        ["other-v0", "0"],
+        ["stable-v1", "0"],
+    ]
+    assert (
+        f"warning: canary-v2: annotation {BEFORE_PROMOTE} is unusable: {why}. "
+        f"`kubectl modelroll -n {namespace} rollback canary-v2` refuses until it is fixed or "
+        f"removed (kubectl annotate -n {namespace} mv canary-v2 {BEFORE_PROMOTE}-)."
+    ) in status.stdout
+
+    for force in ((), ("--force",)):
+        refused = run(cluster, namespace, "rollback", "canary-v2", *force)
+        assert refused.returncode == 1
+        assert "Traceback" not in refused.stderr
+        assert refused.stderr.startswith(
+            f"error: cannot roll back canary-v2: its annotation {BEFORE_PROMOTE}, the weights "
+            f"before its promote, is unusable: {why}. Nothing was changed."
+        ), refused.stderr
+        assert f"kubectl modelroll -n {namespace} set-weight canary-v2 0" in refused.stderr
+        assert refused.stdout == ""
+        assert stored(cluster, namespace) == before  # weights, generations, annotations
+
+    # The way out the message names works.
+    out = run(cluster, namespace, "set-weight", "canary-v2", "0", "--wait=0")
+    assert out.returncode == 0, out.stderr
+
+
+def test_previous_weights_of_the_older_plugin_crash_nothing_and_are_not_restored(
+    cluster: Cluster, namespace: str, versions: Routes
+) -> None:
+    """What the older plugin left after `promote canary-v2`, plus two garbage values: "²"
+    passes str.isdigit() but not int() (it crashed every command, status included), and 99999
+    is out of range (its rollback patched stable-v1, then failed on zz-v0)."""
+    for name in ("old-v0", "zz-v0"):
+        add_version(cluster, namespace, versions, name)
+    for name, weight, previous in (
+        ("canary-v2", 10, "1"), ("stable-v1", 0, "9"), ("old-v0", 0, "²"), ("zz-v0", 0, "99999"),
+    ):  # fmt: skip
+        patch = {"metadata": {"annotations": {LEGACY_PREVIOUS_WEIGHT: previous}},
+                 "spec": {"weight": weight}}  # fmt: skip
+        cluster.kubectl(
+            "patch", "mv", name, "--type=merge", "-p", json.dumps(patch), namespace=namespace
+        )
+    before = stored(cluster, namespace)
+
+    status = run(cluster, namespace, "status")
+    assert status.returncode == 0, status.stderr
+    assert [r[1:3] for r in table(status.stdout)[1:5]] == [
+        ["canary-v2", "10"], ["old-v0", "0"], ["stable-v1", "0"], ["zz-v0", "0"],
+    ]  # fmt: skip
+    assert (
+        f'note: old-v0: annotation {LEGACY_PREVIOUS_WEIGHT}="²" is from an older '
+        "kubectl-modelroll; rollback no longer restores it"
+    ) in status.stdout
+
+    refused = run(cluster, namespace, "rollback", "canary-v2")
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(
+        "error: rolling back canary-v2 would leave model sentiment with no Ready version that "
+        "has weight"
+    ), refused.stderr
+    assert f'stable-v1 has {LEGACY_PREVIOUS_WEIGHT}="9"' in refused.stderr
+    assert f'zz-v0 has {LEGACY_PREVIOUS_WEIGHT}="99999"' in refused.stderr
+    assert "Nothing was changed." in refused.stderr
+    assert stored(cluster, namespace) == before  # weights, generations, annotations
+
+    # What the message says to do: give stable-v1 its weight, then roll back.
+    restored = run(cluster, namespace, "set-weight", "stable-v1", "9")
+    assert restored.returncode == 0, restored.stderr
+    back = run(cluster, namespace, "rollback", "canary-v2")
+    assert back.returncode == 0, back.stderr
+    assert back.stdout.splitlines()[0] == "modelversion/canary-v2 weight 10 -> 0"
+    assert weights(cluster, namespace) == {
+        "canary-v2": 0, "old-v0": 0, "stable-v1": 9, "zz-v0": 0,
+    }  # fmt: skip
+    legacy = {
+        name: annotations.get(LEGACY_PREVIOUS_WEIGHT)
+        for name, (_, _, annotations) in stored(cluster, namespace).items()
+    }  # the versions the plugin patched lost it; the others keep it
+    assert legacy == {"canary-v2": None, "old-v0": "²", "stable-v1": None, "zz-v0": "99999"}
 
 
 def test_set_weight_patches_one_version_and_reports_what_the_api_server_refuses(

@@ -149,6 +149,11 @@ deleted when a version leaves managed mode), and core Events.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch]
+# Only to replace a routes ConfigMap someone made immutable (it cannot be changed otherwise).
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [{{ include "modelroll.routesConfigMap" . }}]
+  verbs: [delete]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]

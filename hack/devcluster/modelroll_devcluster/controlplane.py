@@ -32,7 +32,8 @@ from .pki import Pki, create_pki
 #: The binaries `make cluster-bins` builds into ``.bin/``.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 #: kube-controller-manager's controllers that a cluster without nodes needs: namespace deletion,
-#: garbage collection through ownerReferences, Deployments and ReplicaSets, service accounts.
+#: garbage collection through ownerReferences, Deployments and ReplicaSets, service accounts, and
+#: ResourceQuota usage (without it the API server refuses nothing a quota limits).
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -40,6 +41,7 @@ CONTROLLERS = (
     "replicaset-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
+    "resourcequota-controller",
 )
 #: What a cluster with a node (modelroll_devcluster.node) needs on top: Services get endpoints,
 #: every namespace gets the CA that pods' service-account volumes carry, finished pods go, and a

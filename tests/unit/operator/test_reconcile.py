@@ -43,6 +43,8 @@ class FakeApi:
         self.writes: list[tuple[str, str]] = []
         self.events: list[tuple[str, str, str]] = []
         self.failures = 0
+        self.refuse: dict[str, KubeApiError] = {}
+        """Writes to these paths are refused with that error, every time."""
 
     def _maybe_fail(self) -> None:
         if self.failures:
@@ -64,6 +66,8 @@ class FakeApi:
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         self._maybe_fail()
+        if path in self.refuse:
+            raise self.refuse[path]
         base = path.removesuffix("/status")
         self.objects[base] = merge(self.objects.get(base, {}), patch)
         self.writes.append(("patch", path))
@@ -71,6 +75,8 @@ class FakeApi:
 
     async def apply(self, path: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         self._maybe_fail()
+        if path in self.refuse:
+            raise self.refuse[path]
         self.objects[path] = dict(manifest)
         self.writes.append(("apply", path))
         return self.objects[path]
@@ -222,3 +228,78 @@ async def test_a_configmap_created_meanwhile_is_patched_instead() -> None:
     world.api.get = racing_get  # type: ignore[method-assign]
     await world.reconciler.reconcile(("prod", "sentiment"))
     assert set(world.api.objects[CM]["data"]) == {"x", "sentiment"}
+
+
+def status_of(world: World, name: str) -> dict[str, Any]:
+    path = f"/apis/modelroll.io/v1alpha1/namespaces/prod/modelversions/{name}"
+    status: dict[str, Any] = world.api.objects[path]["status"]
+    return status
+
+
+def condition_of(world: World, name: str, kind: str) -> dict[str, Any]:
+    return next(c for c in status_of(world, name)["conditions"] if c["type"] == kind)
+
+
+async def test_a_refused_workload_is_reported_on_its_version_and_the_rest_goes_on() -> None:
+    world = World(external("stable-v1", 9), version("canary-v2", weight=1, uid="uid-c"))
+    deployment = "/apis/apps/v1/namespaces/prod/deployments/canary-v2"
+    world.api.refuse[deployment] = KubeApiError(403, "Forbidden", "exceeded quota: q")
+    result = await world.reconciler.reconcile(("prod", "sentiment"))
+    assert [v["name"] for v in world.route("sentiment")["versions"]] == ["stable-v1"]
+    assert status_of(world, "stable-v1")["share"] == "100.0%"
+    ready = condition_of(world, "canary-v2", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "WorkloadRefused")
+    assert "exceeded quota: q" in ready["message"]
+    assert ("canary-v2", "WorkloadRefused") in {(n, r) for n, r, _ in world.api.events}
+    assert len(result.problems) == 1
+    assert "canary-v2" in result.problems[0]
+
+    world.api.events.clear()
+    await world.reconciler.reconcile(("prod", "sentiment"))  # a retry: no second warning
+    assert world.api.events == []
+
+
+async def test_a_refused_route_leaves_statuses_on_the_route_in_force() -> None:
+    world = World(external("stable-v1", 1), external("canary-v2", 1))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    world.observe()
+    world.api.refuse[CM] = KubeApiError(422, "Invalid", "frozen")
+    world.versions[("prod", "sentiment")] = [
+        dataclasses.replace(v, spec=dataclasses.replace(v.spec, weight=3), generation=2)
+        if v.name == "stable-v1" and v.spec is not None
+        else v
+        for v in world.versions[("prod", "sentiment")]
+    ]
+    result = await world.reconciler.reconcile(("prod", "sentiment"))
+    assert result.in_force is not None
+    assert {v.name: v.weight for v in result.in_force.versions} == {"stable-v1": 1, "canary-v2": 1}
+    assert status_of(world, "stable-v1")["share"] == "50.0%"  # what the gateway has, not 75%
+    routed = condition_of(world, "canary-v2", "Routed")
+    assert routed["reason"] == "RoutesNotWritten"
+    assert "frozen" in routed["message"]
+    assert "50.0%" in routed["message"]
+    assert result.problems
+
+
+async def test_a_workload_changed_by_someone_else_is_applied_again() -> None:
+    world = World(version("canary-v2", weight=1, uid="uid-c"))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    world.observe()
+    key = ("prod", "canary-v2")
+    world.deployments[key] = [dataclasses.replace(world.deployments[key][0], generation=7)]
+    world.api.writes.clear()
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert [p for op, p in world.api.writes if op == "apply"] == [
+        "/apis/apps/v1/namespaces/prod/deployments/canary-v2"
+    ]
+
+
+async def test_own_configmap_writes_requeue_nothing_and_foreign_keys_are_requeued() -> None:
+    world = World(external("stable-v1", 9))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    data = dict(world.api.objects[CM]["data"])
+    world.reconciler.routes_changed("prod", data)
+    assert world.reconciler.pending == 0
+    world.reconciler.routes_changed("prod", {**data, "ghost": "{}"})
+    world.reconciler.routes_changed("prod", {"sentiment": "edited"})
+    assert world.reconciler.pending == 2  # ghost (no versions: its key goes), sentiment
