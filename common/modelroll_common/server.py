@@ -74,6 +74,10 @@ def json_error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
+_handler_data_received = web.RequestHandler.data_received
+"""aiohttp's own, called directly: this is on the path of every request."""
+
+
 class ServerConnection(web.RequestHandler):
     """aiohttp's handler for one client connection, plus the read-timeout clock (module doc)."""
 
@@ -112,7 +116,7 @@ class ServerConnection(web.RequestHandler):
             if waiter is not None and not waiter.done():  # waiting: a request's first bytes
                 started = self._clock_loop.time()
         count = self._request_count
-        super().data_received(data)
+        _handler_data_received(self, data)
         if self._request_count != count:  # a head is complete; its body is read_body's
             self.request_started = started if started is not None else self._clock_loop.time()
             if self._clock is not None:

@@ -188,9 +188,9 @@ class _Connection(asyncio.Protocol):
             raise self._refuse("bytes followed the end of the answer")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        self._head_bytes += len(name) + len(value)
-        if self._header_count > MAX_HEADERS or self._head_bytes > MAX_HEAD_BYTES:
+        count = self._header_count = self._header_count + 1
+        size = self._head_bytes = self._head_bytes + len(name) + len(value)
+        if count > MAX_HEADERS or size > MAX_HEAD_BYTES:
             raise self._refuse("the answer's head or trailers are too large")
         self._stalled = 0
         if self._head_done:
