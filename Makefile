@@ -24,8 +24,9 @@ include hack/bench.mk
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
-		awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m' off='\033[0m'; else on= off=; fi; \
+	grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
+		awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "}; {printf "  %s%-18s%s %s\n", on, $$1, off, $$2}'
 
 $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PROJECTS))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -18,7 +18,7 @@ PYTHON_IMAGE ?=
 NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
 	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
 IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
-	hack/images/base-image.sh $(shell git ls-files sidecar gateway operator 2>/dev/null)
+	hack/images/base-image.sh $(shell git ls-files common sidecar gateway operator 2>/dev/null)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
 	modelroll-sidecar pause coredns))
 

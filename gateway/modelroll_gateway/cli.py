@@ -6,12 +6,18 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from aiohttp import web
 
-from modelroll_common.flags import env, positive_float, positive_int
+from modelroll_common.flags import (
+    EnvArgumentParser,
+    port_number,
+    positive_float,
+    positive_int,
+    show_default,
+)
 from modelroll_common.kube import Connection, KubeConfigError, connect
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
@@ -23,95 +29,94 @@ log = logging.getLogger("modelroll_gateway")
 PROGRAM = "modelroll-gateway"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
+    """The gateway's flags; each falls back on its MODELROLL_* variable in ``environ``
+    (default: the process environment)."""
+    p = EnvArgumentParser(
         prog=PROGRAM,
         description="Route inference requests to model versions by the weights in the routes "
         "ConfigMap (or a routes file). Every flag can also be set as MODELROLL_<FLAG> in the "
-        "environment, e.g. MODELROLL_ROUTES_FILE.",
+        "environment, e.g. MODELROLL_ROUTES_FILE; a flag replaces its variable.",
+        environ=environ,
     )
-    p.add_argument("--host", default=env("HOST", "0.0.0.0"), help="listen address")
-    p.add_argument("--port", type=int, default=env("PORT", "8080"), help="listen port (8080)")
-    p.add_argument(
-        "--namespace",
-        default=env("NAMESPACE"),
-        help="namespace of the routes ConfigMap (default: the service account's, else the "
-        "kubeconfig context's, else 'default')",
+    p.add_argument("--host", default="0.0.0.0", help="listen address")
+    p.add_argument("--port", type=port_number, default=8080, help="listen port")
+    show_default(
+        p.add_argument("--namespace", help="namespace of the routes ConfigMap"),
+        "the service account's, else the kubeconfig context's, else 'default'",
     )
-    p.add_argument(
-        "--configmap",
-        default=env("CONFIGMAP", CONFIGMAP_NAME),
-        help=f"name of the routes ConfigMap ({CONFIGMAP_NAME})",
-    )
-    p.add_argument(
-        "--routes-file",
-        type=Path,
-        default=env("ROUTES_FILE"),
-        help="read routes from this JSON file or mounted ConfigMap directory instead of the API",
+    p.add_argument("--configmap", default=CONFIGMAP_NAME, help="name of the routes ConfigMap")
+    show_default(
+        p.add_argument(
+            "--routes-file",
+            type=Path,
+            help="read routes from this JSON file or mounted ConfigMap directory instead of the "
+            "API",
+        ),
+        "none: routes come from the API",
     )
     p.add_argument(
         "--routes-poll-seconds",
         type=positive_float,
-        default=env("ROUTES_POLL_SECONDS", "0.25"),
-        help="how often the routes file is checked for changes (0.25)",
+        default=0.25,
+        help="how often the routes file is checked for changes",
     )
-    p.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=env("KUBECONFIG"),
-        help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)",
+    show_default(
+        # Without --kubeconfig or MODELROLL_KUBECONFIG, connect() reads $KUBECONFIG.
+        p.add_argument("--kubeconfig", type=Path, help="kubeconfig file"),
+        "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     )
     p.add_argument(
         "--upstream-timeout",
         type=positive_float,
-        default=env("UPSTREAM_TIMEOUT", "30"),
-        help="seconds a sidecar may take to answer before the gateway answers 504 (30)",
+        default=30.0,
+        help="seconds a sidecar may take to answer before the gateway answers 504",
     )
     p.add_argument(
         "--connect-timeout",
         type=positive_float,
-        default=env("CONNECT_TIMEOUT", "2"),
-        help="seconds to connect to a sidecar before the gateway answers 502 (2)",
+        default=2.0,
+        help="seconds to connect to a sidecar before the gateway answers 502",
     )
     p.add_argument(
         "--upstream-connection-max-age",
         type=positive_float,
-        default=env("UPSTREAM_CONNECTION_MAX_AGE", "10"),
+        default=10.0,
         help="seconds a connection to a sidecar is reused, so that a version's new replicas "
-        "get their share (10)",
+        "get their share",
     )
     p.add_argument(
         "--upstream-max-connections",
         type=positive_int,
-        default=env("UPSTREAM_MAX_CONNECTIONS", "100"),
+        default=100,
         help="connections to each version at most; more requests wait in line for one, until "
-        "--upstream-timeout (100)",
+        "--upstream-timeout",
     )
     p.add_argument(
         "--max-body-bytes",
         type=positive_int,
-        default=env("MAX_BODY_BYTES", str(1024 * 1024)),
-        help="largest request body accepted; larger gets 413 (1048576)",
+        default=1024 * 1024,
+        help="largest request body accepted; larger gets 413",
     )
     p.add_argument(
         "--read-timeout",
         type=positive_float,
-        default=env("READ_TIMEOUT", "30"),
+        default=30.0,
         help="seconds a client has to send its whole request, from its first byte (a new "
-        "connection: from connecting); slower ones get 408 and are disconnected (30)",
+        "connection: from connecting); slower ones get 408 and are disconnected",
     )
     p.add_argument(
         "--event-loop",
-        default=env("EVENT_LOOP", "auto"),
+        default="auto",
         choices=["auto", "asyncio", "uvloop"],
         help="event loop: uvloop when installed (auto), or the named one",
     )
     p.add_argument(
         "--log-level",
-        default=env("LOG_LEVEL", "INFO"),
+        default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         type=str.upper,
-        help="log level (INFO)",
+        help="log level",
     )
     return p
 
@@ -140,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         config = config_from_args(args)
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.reject(str(exc))
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -6,12 +6,12 @@ import argparse
 import logging
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import kopf
 
-from modelroll_common.flags import env, positive_int
+from modelroll_common.flags import EnvArgumentParser, positive_int, show_default
 from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
@@ -20,86 +20,100 @@ from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig, served_namespaces
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
+    """The operator's flags; each falls back on its MODELROLL_* variable in ``environ``
+    (default: the process environment)."""
+    p = EnvArgumentParser(
         prog="modelroll-operator",
         description="Reconcile ModelVersions: routing weights into each namespace's "
-        "modelroll-routes ConfigMap, managed versions into Deployments and Services.",
+        "modelroll-routes ConfigMap, managed versions into Deployments and Services. Every flag "
+        "can also be set as MODELROLL_<FLAG> in the environment (a repeatable flag's as a "
+        "comma-separated list, a switch's as 1/0, true/false, yes/no or on/off); a flag "
+        "replaces its variable.",
+        environ=environ,
     )
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument(
-        "-n",
-        "--namespace",
-        action="append",
-        default=[ns for ns in (env("NAMESPACE") or "").split(",") if ns],
-        help="serve only this namespace (repeatable; globs allowed; default: all namespaces)",
+    show_default(
+        scope.add_argument(
+            "-n",
+            "--namespace",
+            action="append",
+            default=[],
+            help="serve only this namespace (repeatable; globs allowed)",
+        ),
+        "all namespaces",
     )
     scope.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="serve every namespace (default)"
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="serve every namespace (what the operator does without --namespace)",
     )
     p.add_argument(
         "--sidecar-image",
-        default=env("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),
-        help=f"the batching sidecar's image in managed pods ({DEFAULT_SIDECAR_IMAGE})",
+        default=DEFAULT_SIDECAR_IMAGE,
+        help="the batching sidecar's image in managed pods",
     )
     p.add_argument(
         "--drain-timeout-s",
         type=positive_int,
-        default=env("DRAIN_TIMEOUT_S", "30"),
-        help="the sidecar's --drain-timeout-s; pods get 15 s more as grace period (30)",
+        default=30,
+        help="the sidecar's --drain-timeout-s; pods get 15 s more as grace period",
     )
-    p.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=env("KUBECONFIG"),
-        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
+    show_default(
+        p.add_argument("--kubeconfig", type=Path, help="kubeconfig file"),
+        "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     )
     p.add_argument(
         "--liveness",
         "--liveness-endpoint",
         dest="liveness",
-        default=env("LIVENESS", DEFAULT_LIVENESS),
+        default=DEFAULT_LIVENESS,
         metavar="URL",
-        help=f"serve the liveness probe at this URL, '' for none ({DEFAULT_LIVENESS})",
+        help="serve the liveness probe at this URL, '' for none",
     )
     peering = p.add_mutually_exclusive_group()
-    peering.add_argument(
-        "--peering",
-        default=env("PEERING"),
-        metavar="NAME",
-        help="run with kopf peering under this name, so that of several replicas only one is "
-        "active (needs the kopf peering CRDs); default: standalone",
+    show_default(
+        peering.add_argument(
+            "--peering",
+            metavar="NAME",
+            help="run with kopf peering under this name, so that of several replicas only one "
+            "is active (needs the kopf peering CRDs)",
+        ),
+        "none: standalone",
     )
     peering.add_argument(
         "--standalone",
         action="store_true",
-        help="no peering: this replica acts alone (the default unless --peering is given)",
+        help="no peering: this replica acts alone (what it does without --peering)",
     )
-    p.add_argument(
-        "--priority",
-        type=int,
-        default=env("PRIORITY"),
-        help="peering priority: the replica with the highest is the active one (default: a "
-        "random number, since replicas of equal priority would all pause)",
+    show_default(
+        p.add_argument(
+            "--priority",
+            type=int,
+            help="peering priority: the replica with the highest is the active one",
+        ),
+        # Replicas of equal priority would all pause.
+        "a random number when peering, else 0",
     )
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=env("WORKERS", "4"),
-        help="models reconciled at the same time (4)",
+        default=4,
+        help="models reconciled at the same time",
     )
     p.add_argument(
         "--log-format",
         choices=["json", "plain", "full"],
-        default=env("LOG_FORMAT", "json"),
+        default="json",
         help="json (one object per line), plain (messages) or full (with time and level)",
     )
     p.add_argument(
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         type=str.upper,
-        default=env("LOG_LEVEL", "INFO"),
-        help="INFO logs every change the operator makes; DEBUG adds kopf's handler calls (INFO)",
+        default="INFO",
+        help="INFO logs every change the operator makes; DEBUG adds kopf's handler calls",
     )
     return p
 

@@ -332,10 +332,16 @@ class Reconciler:
                 VersionRoute(version.name, spec.weight, spec.endpoint or "")
             except RoutesError as exc:  # the CRD prevents this; an old object might not
                 return Readiness(False, "InvalidSpec", str(exc))
-            return Readiness(
-                True, "ExternalEndpoint", f"External mode: requests go to {spec.endpoint}",
-                endpoint=spec.endpoint,
-            )  # fmt: skip
+            message = f"External mode: requests go to {spec.endpoint}"
+            if ignored := spec.ignored_settings():
+                verb = "is" if len(ignored) == 1 else "are"
+                note = (
+                    f"{', '.join(ignored)} {verb} ignored: an external version runs no "
+                    "modelroll sidecar"
+                )
+                message = f"{message}; {note}"
+                await self._warn(version, "SettingsIgnored", note)
+            return Readiness(True, "ExternalEndpoint", message, endpoint=spec.endpoint)
         endpoint = service_endpoint(version.name, version.namespace, self.config.sidecar_port)
         selector = selector_string(spec.model, version.name)
         try:

@@ -20,6 +20,9 @@ from modelroll_gateway.routes import CONFIGMAP_NAME
 from .spec import FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, PREFIX
 
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"
+GRACE_MARGIN_S = 15
+"""A managed pod's termination grace period is its sidecar's drain timeout plus this, so the
+kubelet never kills a draining sidecar."""
 SIDECAR_PORT = 8000
 """The sidecar's port in managed pods, and the port of each version's Service."""
 
@@ -43,8 +46,8 @@ class OperatorConfig:
 
     @property
     def termination_grace_s(self) -> int:
-        """Longer than the sidecar's drain, so the kubelet never kills a draining sidecar."""
-        return self.drain_timeout_s + 15
+        """The pods' grace period for the default drain (a version may set its own)."""
+        return self.drain_timeout_s + GRACE_MARGIN_S
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):

@@ -42,6 +42,42 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
+class Setting:
+    """One sidecar setting a ModelVersion can tune: its spec field, the sidecar flag it becomes,
+    its default and its bounds. The CRD declares the same default and bounds; a unit test
+    (tests/unit/operator/test_crd_schema.py) holds the two together."""
+
+    key: str
+    """The field's name under spec.batching or spec.sidecar."""
+    attr: str
+    flag: str
+    default: int
+    low: int
+    high: int
+
+
+BATCHING_SETTINGS = (
+    Setting("maxBatchSize", "max_batch_size", "--max-batch-size", 32, 1, 4096),
+    Setting("maxWaitMs", "max_wait_ms", "--max-wait-ms", 10, 1, 60000),
+    Setting("maxQueueSize", "max_queue_size", "--max-queue-size", 1024, 1, 1000000),
+    Setting("maxBatchTokens", "max_batch_tokens", "--max-batch-tokens", 0, 0, 100000000),
+    Setting("timeoutMs", "timeout_ms", "--timeout-ms", 30000, 1, 3600000),
+    Setting("maxConcurrentBatches", "max_concurrent_batches", "--max-concurrent-batches", 1, 1, 64),
+)
+"""spec.batching: how the sidecar forms batches (the CRD defaults every one of them)."""
+
+SIDECAR_SETTINGS = (
+    Setting("upstreamTimeoutMs", "upstream_timeout_ms", "--upstream-timeout-ms", 60000, 1, 3600000),
+    Setting("maxBodyBytes", "max_body_bytes", "--max-body-bytes", 1 << 20, 1, 64 << 20),
+    Setting("readTimeoutMs", "read_timeout_ms", "--read-timeout-ms", 30000, 1, 3600000),
+    Setting("drainTimeoutS", "drain_timeout_s", "--drain-timeout-s", 30, 0, 3600),
+)
+"""spec.sidecar: the rest of the sidecar's per-version settings. Only the fields a spec gives
+become flags (the others keep the sidecar's defaults, and drainTimeoutS the operator's
+--drain-timeout-s), so adding this block changed no existing Deployment."""
+
+
+@dataclass(frozen=True)
 class Batching:
     """spec.batching: the sidecar's batching flags (same defaults as the CRD and the sidecar)."""
 
@@ -54,24 +90,39 @@ class Batching:
 
     def sidecar_flags(self) -> list[str]:
         """The sidecar's command-line flags for these settings, in a fixed order."""
+        return [f"{s.flag}={getattr(self, s.attr)}" for s in BATCHING_SETTINGS]
+
+    def changed(self) -> list[str]:
+        """The fields set to something other than their default."""
         return [
-            f"--max-batch-size={self.max_batch_size}",
-            f"--max-wait-ms={self.max_wait_ms}",
-            f"--max-queue-size={self.max_queue_size}",
-            f"--max-batch-tokens={self.max_batch_tokens}",
-            f"--timeout-ms={self.timeout_ms}",
-            f"--max-concurrent-batches={self.max_concurrent_batches}",
+            f"spec.batching.{s.key}"
+            for s in BATCHING_SETTINGS
+            if getattr(self, s.attr) != s.default
         ]
 
 
-_BATCHING_FIELDS = {
-    "maxBatchSize": "max_batch_size",
-    "maxWaitMs": "max_wait_ms",
-    "maxQueueSize": "max_queue_size",
-    "maxBatchTokens": "max_batch_tokens",
-    "timeoutMs": "timeout_ms",
-    "maxConcurrentBatches": "max_concurrent_batches",
-}
+@dataclass(frozen=True)
+class SidecarSettings:
+    """spec.sidecar: the sidecar settings a spec gives (None: not given)."""
+
+    upstream_timeout_ms: int | None = None
+    max_body_bytes: int | None = None
+    read_timeout_ms: int | None = None
+    drain_timeout_s: int | None = None
+
+    def sidecar_flags(self) -> list[str]:
+        """Flags for the given settings, except drainTimeoutS (the pod's grace period needs
+        it too: see workload.py)."""
+        return [
+            f"{s.flag}={value}"
+            for s in SIDECAR_SETTINGS
+            if s.attr != "drain_timeout_s" and (value := getattr(self, s.attr)) is not None
+        ]
+
+    def given(self) -> list[str]:
+        return [
+            f"spec.sidecar.{s.key}" for s in SIDECAR_SETTINGS if getattr(self, s.attr) is not None
+        ]
 
 
 @dataclass(frozen=True)
@@ -97,10 +148,17 @@ class ModelVersionSpec:
     server: Server | None = None
     replicas: int = 1
     batching: Batching = field(default_factory=Batching)
+    sidecar: SidecarSettings = field(default_factory=SidecarSettings)
 
     @property
     def managed(self) -> bool:
         return self.server is not None
+
+    def ignored_settings(self) -> list[str]:
+        """Sidecar settings an external version gives: it runs no sidecar of ours."""
+        if self.managed:
+            return []
+        return self.batching.changed() + self.sidecar.given()
 
 
 def _int(raw: Mapping[str, Any], key: str, where: str, default: int, low: int, high: int) -> int:
@@ -119,17 +177,25 @@ def _strings(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_batching(raw: object) -> Batching:
+def _settings(raw: object, where: str, settings: tuple[Setting, ...]) -> dict[str, int]:
+    """The given settings of one block, bounds-checked as the CRD checks them."""
     if raw is None:
-        return Batching()
+        return {}
     if not isinstance(raw, Mapping):
-        raise SpecError("spec.batching must be an object")
-    defaults = Batching()
-    values = {
-        attr: _int(raw, key, "spec.batching", getattr(defaults, attr), 0, 1 << 31)
-        for key, attr in _BATCHING_FIELDS.items()
+        raise SpecError(f"{where} must be an object")
+    return {
+        s.attr: _int(raw, s.key, where, s.default, s.low, s.high)
+        for s in settings
+        if raw.get(s.key) is not None
     }
-    return Batching(**values)
+
+
+def parse_batching(raw: object) -> Batching:
+    return Batching(**_settings(raw, "spec.batching", BATCHING_SETTINGS))
+
+
+def parse_sidecar(raw: object) -> SidecarSettings:
+    return SidecarSettings(**_settings(raw, "spec.sidecar", SIDECAR_SETTINGS))
 
 
 def parse_server(raw: object) -> Server:
@@ -176,4 +242,5 @@ def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
         server=server,
         replicas=_int(raw, "replicas", "spec", 1, 0, 1000),
         batching=parse_batching(raw.get("batching")),
+        sidecar=parse_sidecar(raw.get("sidecar")),
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from .settings import OperatorConfig
+from .settings import GRACE_MARGIN_S, OperatorConfig
 from .spec import (
     ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
@@ -56,8 +56,15 @@ def service_endpoint(name: str, namespace: str, port: int) -> str:
     return f"http://{name}.{namespace}.svc:{port}"
 
 
+def drain_timeout_s(spec: ModelVersionSpec, config: OperatorConfig) -> int:
+    """The version's spec.sidecar.drainTimeoutS, else the operator's --drain-timeout-s."""
+    given = spec.sidecar.drain_timeout_s
+    return given if given is not None else config.drain_timeout_s
+
+
 def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> list[str]:
-    """The sidecar's flags: identity, upstream on localhost, port, batching, drain."""
+    """The sidecar's flags: identity, upstream on localhost, port, batching, the spec.sidecar
+    settings given, drain."""
     assert spec.server is not None
     return [
         f"--model={spec.model}",
@@ -65,7 +72,8 @@ def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> l
         f"--upstream=http://127.0.0.1:{spec.server.port}",
         f"--port={config.sidecar_port}",
         *spec.batching.sidecar_flags(),
-        f"--drain-timeout-s={config.drain_timeout_s}",
+        *spec.sidecar.sidecar_flags(),
+        f"--drain-timeout-s={drain_timeout_s(spec, config)}",
     ]
 
 
@@ -154,7 +162,8 @@ def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[st
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {
-                    "terminationGracePeriodSeconds": config.termination_grace_s,
+                    # Longer than the sidecar's drain: the kubelet never kills a draining one.
+                    "terminationGracePeriodSeconds": drain_timeout_s(spec, config) + GRACE_MARGIN_S,
                     "initContainers": [model_container(spec.server)],
                     "containers": [sidecar_container(version.name, spec, config)],
                 },

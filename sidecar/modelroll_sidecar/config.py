@@ -1,15 +1,16 @@
 """Sidecar settings: command-line flags, each also readable from a MODELROLL_* variable.
 
 Flag names mirror the ModelVersion's ``spec.batching`` so the operator can pass them through.
-Invalid values exit with a message that names the flag.
+Invalid values exit with a message that names the flag, or the variable the value came from
+(parsing is :mod:`modelroll_common.flags`'s, shared with the gateway and the operator).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+
+from modelroll_common.flags import EnvArgumentParser, number
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 
@@ -123,29 +124,29 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def env_name(name: str) -> str:
-    return "MODELROLL_" + name.upper()
+KINDS: dict[type, Callable[[str], object]] = {int: int, float: number, str: str}
+"""How a field's flag converts its text, by the type of the field's default."""
 
 
-def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
+    """A flag per SidecarConfig field, each falling back on its MODELROLL_* variable in
+    ``environ`` (default: the process environment)."""
+    parser = EnvArgumentParser(
         prog="modelroll-sidecar",
         description="Dynamic batching sidecar: queues requests and sends them to the model in "
-        "batches that close on size, max-wait, token budget or shutdown.",
+        "batches that close on size, max-wait, token budget or shutdown. Every flag can also be "
+        "set as MODELROLL_<FLAG> in the environment; a flag replaces its variable.",
+        environ=environ,
     )
     defaults = SidecarConfig()
     for field in fields(SidecarConfig):
         default = getattr(defaults, field.name)
-        kind = type(default)
-        raw = environ.get(env_name(field.name))
         parser.add_argument(
             flag(field.name),
             dest=field.name,
-            type=kind,
-            # argparse converts a string default with `type`, so a bad MODELROLL_* value
-            # is reported against its flag like a bad command-line value.
-            default=raw if raw is not None else default,
-            help=f"{HELP[field.name]} (env {env_name(field.name)}, default {default})",
+            type=KINDS[type(default)],  # a KeyError here: a field of a new kind
+            default=default,
+            help=HELP[field.name],
         )
     return parser
 
@@ -154,9 +155,9 @@ def parse_args(
     argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> SidecarConfig:
     """Flags win over MODELROLL_* variables, which win over defaults. Exits 2 on bad values."""
-    parser = build_parser(os.environ if environ is None else environ)
+    parser = build_parser(environ)
     namespace = parser.parse_args(argv)
     try:
         return SidecarConfig(**vars(namespace))
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.reject(str(exc))  # names the variable when the bad value came from one

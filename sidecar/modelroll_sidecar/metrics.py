@@ -1,4 +1,4 @@
-"""Prometheus metrics of one sidecar, labelled by model and version (names fixed in DESIGN.md).
+"""Prometheus metrics of one sidecar, labelled by model and version (names fixed in docs/design.md).
 
 Each app gets its own CollectorRegistry, so tests and several apps in one process never collide.
 Every label set a dashboard or alert selects on is created up front, so its series exist at 0.

@@ -20,6 +20,7 @@ from modelroll_operator import cli as operator_cli
 from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
 from tests.chart.conftest import (
     CHART,
+    EXAMPLES,
     FULL_VALUES,
     REPO,
     Helm,
@@ -304,6 +305,37 @@ def test_images_default_to_the_app_version(helm: Helm) -> None:
     }
 
 
+def test_the_managed_examples_use_the_sidecar_image_make_images_builds() -> None:
+    """examples/managed/ runs the demo model from the sidecar image: the tag `make images` gives
+    it (hack/images/build.sh: the registry prefix, the chart's appVersion), never pulled on a
+    node that has it, and each file says how to get it."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    built = f"{values['sidecar']['image']['repository']}:{chart_meta()['appVersion']}"
+    build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
+    assert "registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}" in build_sh
+    assert built == "ghcr.io/modelroll/modelroll-sidecar:" + chart_meta()["appVersion"]
+    for path in sorted((EXAMPLES / "managed").glob("*.yaml")):
+        server = yaml.safe_load(path.read_text())["spec"]["server"]
+        assert (server["image"], server["imagePullPolicy"]) == (built, "IfNotPresent"), path
+        assert server["command"] == ["modelroll-demo-model"], path
+    stable = (EXAMPLES / "managed" / "sentiment-stable.yaml").read_text()
+    for how in ("`make images` builds", "kind load docker-image", "docker push"):
+        assert how in stable, how
+
+
+def test_the_canary_examples_promote_comment_gives_it_all_the_traffic() -> None:
+    """It used to patch the canary to 90 with the stable still at 90: a 50/50 split."""
+    text = (EXAMPLES / "managed" / "sentiment-canary.yaml").read_text()
+    comment = [line[1:].strip() for line in text.splitlines() if line.startswith("#")]
+    assert "kubectl modelroll promote sentiment-canary" in comment
+    patches = {
+        line.split()[3]: json.loads(line.split("-p ", 1)[1].strip("'"))["spec"]["weight"]
+        for line in comment
+        if line.startswith("kubectl patch mv ")
+    }
+    assert patches == {"sentiment-canary": 100, "sentiment-stable": 0}
+
+
 def operator_args(docs: list[Manifest]) -> list[str]:
     container = one(docs, "Deployment", "-operator")["spec"]["template"]["spec"]["containers"][0]
     args: list[str] = container["args"]
@@ -427,6 +459,27 @@ def test_peering_creates_the_peering_object_the_replicas_share(helm: Helm) -> No
     for role in by_kind(limited, "Role"):
         if role["metadata"]["name"].endswith("-operator"):
             assert ("kopf.dev", "kopfpeerings", "patch") in rules_of(role)
+
+
+@pytest.mark.parametrize("replicas", ["2", "3"])
+def test_more_than_one_operator_without_peering_is_refused_naming_the_fix(
+    helm: Helm, replicas: str
+) -> None:
+    """Two standalone operators would both act on every ModelVersion at once."""
+    for values in (
+        f"operator.replicas={replicas}",
+        f"operator.replicas={replicas},operator.peering=false",
+    ):
+        refused = helm.run("template", "modelroll", str(CHART), "--set", values, check=False)
+        assert refused.returncode != 0, f"--set {values} was rendered"
+        assert f"operator.replicas is {replicas}" in refused.stderr, refused.stderr
+        assert "set operator.peering=true" in refused.stderr, refused.stderr
+    peering = helm.template("--set", f"operator.replicas={replicas},operator.peering=true")
+    assert one(peering, "Deployment", "-operator")["spec"]["replicas"] == int(replicas)
+    # One replica (or none) needs no peering; nor does a chart that deploys no operator.
+    for values in ("operator.replicas=1", "operator.replicas=0"):
+        assert "--standalone" in operator_args(helm.template("--set", values))
+    helm.template("--set", f"operator.replicas={replicas},operator.enabled=false")
 
 
 # --- monitoring objects ------------------------------------------------------------------------

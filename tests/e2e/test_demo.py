@@ -7,9 +7,12 @@ table before and after the rollback, and nothing left running afterwards.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,7 +61,7 @@ def test_make_demo_once_shows_the_rollback_and_stops_everything(figures: Figures
     assert done.returncode == 0, out + done.stderr
     figures.add("make demo ARGS=--once", f"exit 0 after {took:.1f} s")
 
-    run_dir = re.search(r"KUBECONFIG=(\S+)/cluster/kubeconfig", out)
+    run_dir = re.search(r"export KUBECONFIG=(\S+)/kubeconfig   # namespace modelroll-demo", out)
     assert run_dir, out
     assert "modelversion.modelroll.io/canary-v2 created" in out
 
@@ -82,3 +85,84 @@ def test_make_demo_once_shows_the_rollback_and_stops_everything(figures: Figures
 
     assert "Stopping every process the demo started ...\n    done" in out
     assert processes_mentioning(run_dir.group(1)) == []
+
+
+def read_lines(proc: subprocess.Popen[str], into: list[str]) -> threading.Thread:
+    """Collect the process's output lines as they come, in a thread."""
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            into.append(line)
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return thread
+
+
+def another_shell_block(lines: list[str], within: float) -> list[str]:
+    """The commands the running demo prints under "Try in another shell:"."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        text = "".join(lines)
+        _, found, rest = text.partition("Try in another shell:\n")
+        if found and "\n\n" in rest:
+            return [line.strip() for line in rest.split("\n\n", 1)[0].splitlines()]
+        time.sleep(0.1)
+    pytest.fail("the demo printed no 'Try in another shell' block:\n" + "".join(lines))
+
+
+@pytest.mark.timeout(240)
+def test_the_commands_the_running_demo_prints_work_as_printed(tmp_path: Path) -> None:
+    """From a shell with neither KUBECONFIG nor the virtualenv on PATH, the printed lines, pasted
+    as they are, reach the demo's namespace (`kubectl get mv` lists both versions) and the plugin
+    (`kubectl modelroll promote canary-v2`). They used to show nothing and fail with
+    `unknown command "modelroll"`."""
+    lines: list[str] = []
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "modelroll_devcluster.demo", "--every=0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    reader = read_lines(demo, lines)
+    try:
+        commands = another_shell_block(lines, 180)
+        assert commands[0].startswith("export KUBECONFIG="), commands
+        assert commands[1].startswith("export PATH="), commands
+        assert "kubectl get mv" in commands
+        assert "kubectl modelroll promote canary-v2" in commands
+        run_dir = re.match(r"export KUBECONFIG=(\S+)/kubeconfig", commands[0])
+        assert run_dir, commands
+        # A fresh shell: no KUBECONFIG, no .venv/bin or .bin on PATH, its own HOME.
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+        script = "set -e\n" + "".join(
+            f"echo '$ {c}'\n{c}\n" for c in commands
+        )  # echo is for the failure message; every line runs exactly as printed
+        shell = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=90, env=env,
+            cwd=tmp_path, check=False,
+        )  # fmt: skip
+        out = shell.stdout
+        assert shell.returncode == 0, out + shell.stderr
+        get_mv = out.partition("$ kubectl get mv\n")[2].partition("$ ")[0]
+        assert [row.split()[:3] for row in get_mv.splitlines()] == [
+            ["NAME", "MODEL", "WEIGHT"],
+            ["canary-v2", "sentiment", "0"],
+            ["stable-v1", "sentiment", "9"],
+        ], out
+        promoted = out.partition("$ kubectl modelroll promote canary-v2\n")[2]
+        assert promoted.splitlines()[:2] == [
+            "modelversion/canary-v2 weight 0 -> 9",
+            "modelversion/stable-v1 weight 9 -> 0",
+        ], out
+    finally:
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGINT)  # Ctrl-C
+        code = demo.wait(timeout=60)
+        reader.join(timeout=10)
+        if demo.stdout is not None:
+            demo.stdout.close()
+    output = "".join(lines)
+    assert code == 0, output
+    assert "Stopping every process the demo started ...\n    done" in output
+    assert processes_mentioning(run_dir.group(1)) == []
+    assert not os.path.exists(run_dir.group(1))  # the run's directory, kubeconfig too, is gone

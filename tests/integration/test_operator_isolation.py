@@ -17,7 +17,13 @@ from tests.integration.operator_support import (
     mark_pods_ready,
     model_version,
 )
-from tests.integration.test_operator_managed import SERVER, condition, get, patch_mv
+from tests.integration.test_operator_managed import (
+    SERVER,
+    condition,
+    get,
+    patch_mv,
+    warning_reasons,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +52,6 @@ def caught_up(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | N
     body = get(cluster, namespace, "mv", name)
     status = body.get("status") or {}
     return body if status.get("observedGeneration") == body["metadata"]["generation"] else None
-
-
-def warnings(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = cluster.kubectl_json(
-        "get", "events",
-        f"--field-selector=involvedObject.kind=ModelVersion,involvedObject.name={name},type=Warning",
-        namespace=namespace,
-    )["items"]  # fmt: skip
-    return items
 
 
 def test_a_version_refused_by_a_quota_leaves_its_siblings_and_the_route_working(
@@ -89,7 +86,7 @@ def test_a_version_refused_by_a_quota_leaves_its_siblings_and_the_route_working(
     assert ready["status"] == "False"
     assert "exceeded quota: one-deployment" in ready["message"]
     eventually(
-        lambda: [e["reason"] for e in warnings(cluster, namespace, "new")] == ["WorkloadRefused"],
+        lambda: warning_reasons(cluster, namespace, "new") == ["WorkloadRefused"],
         "one WorkloadRefused warning on new",
     )
 

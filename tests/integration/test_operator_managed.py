@@ -64,6 +64,16 @@ def containers(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in (*pod.get("initContainers", []), *pod["containers"])}
 
 
+def warning_reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    """The reasons of the Warning events about the ModelVersion ``name`` (not about the
+    Deployment or Service of the same name)."""
+    selector = f"involvedObject.kind=ModelVersion,involvedObject.name={name},type=Warning"
+    events = cluster.kubectl_json(
+        "get", "events", f"--field-selector={selector}", namespace=namespace
+    )["items"]
+    return [str(e["reason"]) for e in events]
+
+
 def patch_mv(cluster: Cluster, namespace: str, name: str, patch: dict[str, Any]) -> None:
     cluster.kubectl(
         "patch", "mv", name, "--type=merge", "-p", json.dumps(patch), namespace=namespace
@@ -235,12 +245,7 @@ def test_a_workload_the_api_server_rejects_is_reported_in_the_ready_condition(
     message = next(c["message"] for c in rejected["status"]["conditions"] if c["type"] == "Ready")
     assert "The API server rejected Deployment canary-v2" in message
     assert "quantities must match the regular expression" in message
-    warnings = cluster.kubectl_json(
-        "get", "events",
-        "--field-selector=involvedObject.kind=ModelVersion,involvedObject.name=canary-v2,type=Warning",
-        namespace=namespace,
-    )["items"]  # fmt: skip
-    assert [e["reason"] for e in warnings] == ["InvalidSpec"]
+    assert warning_reasons(cluster, namespace, "canary-v2") == ["InvalidSpec"]
     assert operator.errors() == []
 
     patch_mv(cluster, namespace, "canary-v2", {"spec": {"server": {"resources": None}}})
@@ -268,3 +273,44 @@ def test_a_deployment_deleted_by_hand_comes_back(
         ),
         "a new Deployment",
     )
+
+
+def test_spec_sidecar_reaches_the_sidecar_and_external_versions_say_it_is_ignored(
+    cluster: Cluster, namespace: str, start_operator: StartOperator
+) -> None:
+    start_operator()
+    tuned = {"upstreamTimeoutMs": 120000, "maxBodyBytes": 8388608, "drainTimeoutS": 60}
+    cluster.apply(
+        model_version("canary-v2", "sentiment", weight=1, server=SERVER, sidecar=tuned), namespace
+    )
+    deployment = eventually(lambda: maybe(cluster, namespace, "deploy", "canary-v2"), "Deployment")
+    args = containers(deployment)["sidecar"]["args"]
+    assert "--upstream-timeout-ms=120000" in args
+    assert "--max-body-bytes=8388608" in args
+    assert "--drain-timeout-s=60" in args
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 75
+
+    cluster.apply(
+        model_version(
+            "stable-v1", "sentiment", weight=9, endpoint="http://stable:8000",
+            batching={"maxBatchSize": 8}, sidecar={"readTimeoutMs": 1000},
+        ),
+        namespace,
+    )  # fmt: skip
+    ready = eventually(
+        lambda: (
+            (body := get(cluster, namespace, "mv", "stable-v1"))
+            and condition(body, "Ready") == ("True", "ExternalEndpoint")
+            and next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+        ),
+        "stable-v1 Ready",
+    )
+    assert "spec.batching.maxBatchSize, spec.sidecar.readTimeoutMs are ignored" in ready["message"]
+    assert warning_reasons(cluster, namespace, "stable-v1") == ["SettingsIgnored"]
+
+    bad = model_version("bad", "sentiment", server=SERVER, sidecar={"maxBodyBytes": 0})
+    refused = cluster.kubectl(
+        "apply", "-f", "-", namespace=namespace, input=json.dumps(bad), check=False
+    )
+    assert refused.returncode != 0
+    assert "spec.sidecar.maxBodyBytes" in refused.stderr

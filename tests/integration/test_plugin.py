@@ -246,9 +246,15 @@ def test_unusable_remembered_weights_show_in_status_and_rollback_patches_nothing
         assert refused.stdout == ""
         assert stored(cluster, namespace) == before  # weights, generations, annotations
 
-    # The way out the message names works.
-    out = run(cluster, namespace, "set-weight", "canary-v2", "0", "--wait=0")
-    assert out.returncode == 0, out.stderr
+    # The way out the message names works: a weight for the version that should serve, then
+    # canary-v2's traffic away (on its own that would leave the model nothing: refused).
+    alone = run(cluster, namespace, "set-weight", "canary-v2", "0", "--wait=0")
+    assert alone.returncode == 1
+    assert "no version would have a weight above 0" in alone.stderr
+    for name, weight in (("stable-v1", "9"), ("canary-v2", "0")):
+        out = run(cluster, namespace, "set-weight", name, weight, "--wait=0")
+        assert out.returncode == 0, out.stderr
+    assert weights(cluster, namespace) == {"canary-v2": 0, "other-v0": 0, "stable-v1": 9}
 
 
 def test_previous_weights_of_the_older_plugin_crash_nothing_and_are_not_restored(
@@ -325,6 +331,53 @@ def test_set_weight_patches_one_version_and_reports_what_the_api_server_refuses(
     )
 
 
+def test_set_weight_refuses_to_leave_the_model_no_ready_weighted_version_unless_forced(
+    cluster: Cluster, namespace: str, versions: Routes
+) -> None:
+    """The README's guard rail: `set-weight V 0` of the only Ready, weighted version used to
+    exit 0 and leave the gateway answering 503 for the model."""
+    dark = run(cluster, namespace, "set-weight", "canary-v2", "0", via_kubectl=True)
+    assert dark.returncode == 0, dark.stderr  # stable-v1 still serves
+    assert dark.stdout.splitlines()[0] == "modelversion/canary-v2 weight 1 -> 0"
+    assert versions.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}
+    before = stored(cluster, namespace)
+
+    refused = run(cluster, namespace, "set-weight", "stable-v1", "0", via_kubectl=True)
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    assert "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(
+        "error: setting stable-v1's weight to 0 would leave model sentiment with no Ready "
+        "version that has weight, so the gateway would answer 503 for it"
+    ), refused.stderr
+    assert "Nothing was changed." in refused.stderr
+    assert "--force" in refused.stderr
+    assert stored(cluster, namespace) == before  # weights, generations, annotations
+    assert versions.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}
+
+    # Weight that would go only to a version that is not Ready counts as none.
+    cold = model_version("cold-v3", "sentiment", weight=0, server={"image": "acme/s:3"})
+    cluster.apply(cold, namespace=namespace)
+    moved = run(cluster, namespace, "set-weight", "cold-v3", "5")  # stable-v1 still serves
+    assert moved.returncode == 0, moved.stderr
+    eventually(
+        lambda: (
+            "ReplicasNotReady" in run(cluster, namespace, "set-weight", "stable-v1", "0").stderr
+        ),
+        "the operator reporting cold-v3 not Ready",
+    )
+    refused = run(cluster, namespace, "set-weight", "stable-v1", "0")
+    assert refused.returncode == 1
+    assert "cold-v3 is not Ready (ReplicasNotReady" in refused.stderr
+    assert "and would have weight 5" in refused.stderr
+    assert weights(cluster, namespace)["stable-v1"] == 9
+
+    forced = run(cluster, namespace, "set-weight", "stable-v1", "0", "--force", via_kubectl=True)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines()[0] == "modelversion/stable-v1 weight 9 -> 0"
+    assert weights(cluster, namespace) == {"canary-v2": 0, "cold-v3": 5, "stable-v1": 0}
+
+
 def test_promote_refuses_a_version_that_is_not_ready(
     cluster: Cluster, namespace: str, versions: Routes
 ) -> None:
@@ -348,7 +401,8 @@ def test_without_an_operator_a_change_is_made_and_the_wait_says_so(
     cluster.apply(
         model_version("lonely", "sentiment", weight=1, endpoint="http://l:8000"), namespace
     )
-    result = run(cluster, namespace, "set-weight", "lonely", "4", "--wait=1")
+    # Without an operator nothing is Ready: the guard rail would refuse without --force.
+    result = run(cluster, namespace, "set-weight", "lonely", "4", "--force", "--wait=1")
     assert result.returncode == 1
     assert "has not reconciled lonely within 1s (is modelroll-operator running?)" in result.stderr
     assert cluster.kubectl_json("get", "mv", "lonely", namespace=namespace)["spec"]["weight"] == 4

@@ -100,7 +100,7 @@ Service account names.
 {{- end }}
 
 {{/*
-The routes ConfigMap: one per namespace, named by the contract in DESIGN.md.
+The routes ConfigMap: one per namespace, named by the contract in docs/design.md.
 */}}
 {{- define "modelroll.routesConfigMap" -}}
 modelroll-routes

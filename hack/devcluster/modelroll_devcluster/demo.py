@@ -12,6 +12,8 @@ on the way out.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import shutil
 import signal
 import sys
@@ -22,7 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
+
+import yaml
 
 from .controlplane import ClusterError
 from .progress import Progress
@@ -130,17 +134,40 @@ def watch(table: Table, seconds: float, every: float) -> None:
         table.show()
 
 
+def shell_lines(stack: Stack) -> list[str]:
+    """What another shell needs to reach the demo, as lines to paste: a KUBECONFIG whose current
+    context is in the demo's namespace (written next to the run's logs), and a PATH with kubectl
+    and ``kubectl-modelroll`` (the plugin kubectl runs for ``kubectl modelroll``) on it."""
+    cluster = stack.cluster
+    assert cluster is not None
+    config: dict[str, Any] = yaml.safe_load(cluster.kubeconfig.read_text())
+    for context in config.get("contexts") or []:
+        if context["name"] == config["current-context"]:
+            context["context"]["namespace"] = stack.namespace
+    kubeconfig = stack.run_dir / "kubeconfig"
+    tmp = kubeconfig.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(kubeconfig)
+    # The plugin is a console script of this virtualenv (`make venv`), next to the interpreter.
+    dirs = dict.fromkeys(str(d) for d in (cluster.kubectl_path.parent, Path(sys.executable).parent))
+    path = shlex.quote(os.pathsep.join(dirs))
+    return [
+        f"export KUBECONFIG={shlex.quote(str(kubeconfig))}   # namespace {stack.namespace}",
+        f"export PATH={path}:$PATH   # kubectl, and kubectl-modelroll for `kubectl modelroll`",
+    ]
+
+
 def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
     say = Progress(out).say
     stable, canary = (spec.name for spec in ROLLOUT)
     stack.start()
-    cluster = stack.cluster
-    assert cluster is not None
     say("")
     say(f"Gateway:    {stack.gateway_url}/v1/models/{stack.model}/infer")
     if stack.prometheus is not None:
         say(f"Prometheus: {stack.prometheus.url}/graph (per-version series, 1 s scrapes)")
-    say(f"kubectl:    export KUBECONFIG={cluster.kubeconfig}; namespace {stack.namespace}")
+    shell = shell_lines(stack)
+    say(f"kubectl:    {shell[0]}")
     say("")
     say(f"$ kubectl apply -f -   # {stable} at weight 9, {canary} at weight 1 (external mode)")
     say(stack.kubectl("apply", "-f", "-", input=stack.manifests_yaml()).stdout.rstrip())
@@ -183,11 +210,11 @@ def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
         if once:
             _prometheus_view(stack, table, canary)
             return
+        commands = [*shell, "kubectl get mv", "kubectl modelroll status",
+                    f"kubectl modelroll promote {canary}"]  # fmt: skip
         table.event(
-            f"Running until Ctrl-C. Try in another shell:\n"
-            f"  export KUBECONFIG={cluster.kubeconfig}\n"
-            f"  kubectl -n {stack.namespace} get mv\n"
-            f"  kubectl modelroll -n {stack.namespace} promote {canary}\n"
+            "Running until Ctrl-C. Try in another shell:\n"
+            + "".join(f"  {line}\n" for line in commands)
         )
         while True:
             watch(table, every, every)

@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.conftest import Spawn, free_port
+from tests.unit.common.test_flags import help_entries
 
 from .conftest import route
 
@@ -101,12 +102,52 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
     result = _run(f"--kubeconfig={config}")  # no `aws` on this PATH
     assert result.returncode == 2
     assert "the kubeconfig's exec credential plugin 'aws' gave no token" in result.stderr
+    # Without the flag: MODELROLL_KUBECONFIG, then KUBECONFIG.
+    for env in [{"MODELROLL_KUBECONFIG": str(config)}, {"KUBECONFIG": str(config)}]:
+        result = _run(env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(tmp_path / "no"), **env})
+        assert result.returncode == 2
+        assert "the kubeconfig's exec credential plugin 'aws' gave no token" in result.stderr
 
 
-def test_bad_flag_values_are_refused_by_name() -> None:
+def test_bad_values_are_refused_naming_the_flag_or_variable_they_came_from() -> None:
     result = _run("--routes-file=x.json", "--upstream-timeout=-1")
     assert result.returncode == 2
-    assert "--upstream-timeout" in result.stderr
+    error = "modelroll-gateway: error: --upstream-timeout -1: invalid positive number"
+    assert result.stderr.splitlines()[-1] == error
     result = _run("--routes-file=x.json", env={"PATH": "/usr/bin", "MODELROLL_MAX_BODY_BYTES": "0"})
     assert result.returncode == 2
-    assert "--max-body-bytes" in result.stderr
+    error = "modelroll-gateway: error: MODELROLL_MAX_BODY_BYTES=0: invalid positive integer"
+    assert result.stderr.splitlines()[-1] == error
+    result = _run("--routes-file=x.json", env={"PATH": "/usr/bin", "MODELROLL_PORT": "80000"})
+    assert result.returncode == 2
+    error = "modelroll-gateway: error: MODELROLL_PORT=80000: invalid port number (0 to 65535)"
+    assert result.stderr.splitlines()[-1] == error
+
+
+DEFAULTS = {
+    "--host": "0.0.0.0",
+    "--port": "8080",
+    "--namespace": "the service account's, else the kubeconfig context's, else 'default'",
+    "--configmap": "modelroll-routes",
+    "--routes-file": "none: routes come from the API",
+    "--routes-poll-seconds": "0.25",
+    "--kubeconfig": "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
+    "--upstream-timeout": "30.0",
+    "--connect-timeout": "2.0",
+    "--upstream-connection-max-age": "10.0",
+    "--upstream-max-connections": "100",
+    "--max-body-bytes": "1048576",
+    "--read-timeout": "30.0",
+    "--event-loop": "auto",
+    "--log-level": "INFO",
+}
+
+
+def test_help_shows_every_flags_default_and_variable() -> None:
+    result = _run("--help", env={"PATH": "/usr/bin:/bin", "COLUMNS": "1000"})
+    assert result.returncode == 0, result.stderr
+    entries = help_entries(result.stdout)
+    assert set(entries) == {*DEFAULTS, "--help"}
+    for flag, default in DEFAULTS.items():
+        variable = "MODELROLL_" + flag[2:].replace("-", "_").upper()
+        assert f"(default: {default}; env {variable})" in entries[flag]

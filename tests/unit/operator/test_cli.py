@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from modelroll_operator.cli import build_parser, parse_config
-from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
+from tests.unit.common.test_flags import help_entries
 
 
 def config(*argv: str) -> OperatorConfig:
@@ -57,7 +59,85 @@ def test_environment_variables_stand_in_for_flags(monkeypatch: pytest.MonkeyPatc
     )
 
 
-def test_a_bad_value_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["--drain-timeout-s=0"])
-    assert "--drain-timeout-s: 0 is not a positive integer" in capsys.readouterr().err
+def parsed(*argv: str, **environ: str) -> argparse.Namespace:
+    return build_parser(environ).parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "error"),
+    [
+        (["--drain-timeout-s=0"], {}, "--drain-timeout-s 0: invalid positive integer"),
+        (["--workers", "abc"], {}, "--workers abc: invalid positive integer"),
+        ([], {"MODELROLL_WORKERS": "abc"}, "MODELROLL_WORKERS=abc: invalid positive integer"),
+        ([], {"MODELROLL_PRIORITY": "high"}, "MODELROLL_PRIORITY=high: invalid integer"),
+        (
+            [],
+            {"MODELROLL_LOG_FORMAT": "xml"},
+            "MODELROLL_LOG_FORMAT=xml: must be one of json, plain, full",
+        ),
+        (
+            [],
+            {"MODELROLL_STANDALONE": "maybe"},
+            "MODELROLL_STANDALONE=maybe: invalid boolean (use 1/0, true/false, yes/no or on/off)",
+        ),
+        (
+            [],
+            {"MODELROLL_PEERING": "modelroll", "MODELROLL_STANDALONE": "1"},
+            "MODELROLL_STANDALONE=1: not allowed with MODELROLL_PEERING=modelroll",
+        ),
+    ],
+)
+def test_a_bad_value_names_the_flag_or_variable_it_came_from(
+    argv: list[str], environ: dict[str, str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parsed(*argv, **environ)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"modelroll-operator: error: {error}"
+
+
+def test_a_flag_replaces_its_variable() -> None:
+    environ = {"MODELROLL_NAMESPACE": "c,d", "MODELROLL_WORKERS": "8"}
+    assert parsed(**environ).namespace == ["c", "d"]
+    args = parsed("-n", "a", "--namespace=b", "--workers=3", **environ)
+    assert (args.namespace, args.workers) == (["a", "b"], 3)
+    # A flag also sets aside the variable of the flag it excludes.
+    args = parsed("--all-namespaces", **environ)
+    assert (args.namespace, args.all_namespaces) == ([], True)
+    assert parse_config(parsed("--peering=p", MODELROLL_STANDALONE="1")).peering == "p"
+
+
+@pytest.mark.parametrize("on", ["1", "true", "YES", "on"])
+def test_switches_have_working_variables(on: str) -> None:
+    args = parsed(MODELROLL_STANDALONE=on, MODELROLL_ALL_NAMESPACES=on)
+    assert (args.standalone, args.all_namespaces) == (True, True)
+    assert parse_config(parsed(MODELROLL_STANDALONE=on)).peering is None
+    assert parse_config(parsed("--standalone", MODELROLL_PEERING="p")).peering is None
+    off = {"1": "0", "true": "false", "YES": "no", "on": "OFF"}[on]
+    args = parsed("-n", "a", MODELROLL_STANDALONE=off, MODELROLL_ALL_NAMESPACES=off)
+    assert (args.standalone, args.all_namespaces, args.namespace) == (False, False, ["a"])
+
+
+DEFAULTS = {
+    "--namespace": "all namespaces",
+    "--all-namespaces": "off",
+    "--sidecar-image": DEFAULT_SIDECAR_IMAGE,
+    "--drain-timeout-s": "30",
+    "--kubeconfig": "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
+    "--liveness": "http://0.0.0.0:8081/healthz",
+    "--peering": "none: standalone",
+    "--standalone": "off",
+    "--priority": "a random number when peering, else 0",
+    "--workers": "4",
+    "--log-format": "json",
+    "--log-level": "INFO",
+}
+
+
+def test_help_shows_every_flags_default_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    entries = help_entries(build_parser({"MODELROLL_WORKERS": "8"}).format_help())
+    assert set(entries) == {*DEFAULTS, "--liveness-endpoint", "--help"}
+    for flag, default in DEFAULTS.items():
+        variable = "MODELROLL_" + flag[2:].replace("-", "_").upper()
+        assert f"(default: {default}; env {variable})" in entries[flag]

@@ -1,4 +1,4 @@
-"""crds/modelversion.yaml: the contract DESIGN.md names, and a description on every field."""
+"""crds/modelversion.yaml: the contract docs/design.md names, and a description on every field."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from modelroll_operator.spec import BATCHING_SETTINGS, SIDECAR_SETTINGS
+from modelroll_sidecar.config import SidecarConfig
 
 CRD = Path(__file__).resolve().parents[3] / "crds" / "modelversion.yaml"
 
@@ -61,3 +64,32 @@ def test_printer_columns_are_the_documented_ones_with_extras_for_wide() -> None:
     wide = [c["name"] for c in columns if c.get("priority") == 1]
     assert default == ["Model", "Weight", "Share", "Ready", "Age"]
     assert wide == ["Routed", "Replicas", "Endpoint"]
+
+
+def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> None:
+    """spec.batching and spec.sidecar: each field's minimum, maximum and default in the CRD are
+    the ones the operator checks and the sidecar uses (one table: spec.BATCHING_SETTINGS and
+    spec.SIDECAR_SETTINGS)."""
+    (version,) = load()["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    for block, settings, defaulted in (
+        ("batching", BATCHING_SETTINGS, True),
+        ("sidecar", SIDECAR_SETTINGS, False),
+    ):
+        fields = spec[block]["properties"]
+        assert set(fields) == {s.key for s in settings}, block
+        for s in settings:
+            field = fields[s.key]
+            assert (field["minimum"], field["maximum"]) == (s.low, s.high), s.key
+            if defaulted:
+                assert field["default"] == s.default, s.key
+            else:  # left out, the sidecar's own default applies: the description says which
+                assert "default" not in field, s.key
+                default = f"{s.default}" if s.key != "drainTimeoutS" else "--drain-timeout-s"
+                assert default in " ".join(field["description"].split()), s.key
+
+
+def test_the_sidecars_defaults_are_the_operators() -> None:
+    sidecar = SidecarConfig()
+    for s in (*BATCHING_SETTINGS, *SIDECAR_SETTINGS):
+        assert getattr(sidecar, s.attr) == s.default, s.key

@@ -1,4 +1,4 @@
-"""What `kubectl modelroll promote` and `rollback` will patch, and when they refuse."""
+"""What `kubectl modelroll set-weight`, `promote` and `rollback` patch, and when they refuse."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from modelroll_operator.plugin import (
+from modelroll_operator.plans import (
     Change,
     Memory,
     Plan,
     PluginError,
     Version,
-    build_parser,
     plan_promote,
     plan_rollback,
     plan_set_weight,
     render_notes,
     render_table,
 )
+from modelroll_operator.plugin import build_parser
 from modelroll_operator.spec import ANNOTATION_BEFORE_PROMOTE, ANNOTATION_PREVIOUS_WEIGHT
 
 BEFORE = ANNOTATION_BEFORE_PROMOTE
@@ -255,12 +255,18 @@ def test_an_unusable_memory_never_crashes_and_rollback_refuses_naming_version_an
     assert why in message
     assert "Nothing was changed" in message
     assert f"kubectl annotate -n prod mv canary {BEFORE}-" in message
+    assert "kubectl modelroll -n prod set-weight VERSION WEIGHT" in message
     assert "kubectl modelroll -n prod set-weight canary 0" in message
 
     [note] = render_notes([canary, mv("stable", 0)])
     assert note.startswith(f"warning: canary: annotation {BEFORE} is unusable: {why}")
-    # A new promote replaces it; set-weight, the way out the message names, plans one patch.
-    assert plan_set_weight(canary, 0).changes == [Change("canary", 10, 0)]
+    # A new promote replaces it; set-weight, the way out the message names, plans one patch
+    # each: first a weight for the version that should serve, then canary's 0.
+    model = [canary, mv("stable", 0)]
+    assert plan_set_weight(model[1], model[:1], 9, force=False).changes == [Change("stable", 0, 9)]
+    assert plan_set_weight(canary, [mv("stable", 9)], 0, force=False).changes == [
+        Change("canary", 10, 0)
+    ]
     replaced = plan_promote(mv("stable", 1), [canary], force=False)
     assert replaced.changes[1].patch()["metadata"] == {"annotations": {BEFORE: None}}
 
@@ -304,7 +310,9 @@ def test_legacy_previous_weights_are_shown_never_restored_and_removed_by_any_pat
 
     forced = plan_rollback(mv("canary", 10, legacy="1"), [stable], force=True)
     assert forced.changes == [Change("canary", 10, 0, forget=(LEGACY,))]
-    assert plan_set_weight(stable, 9).changes == [Change("stable", 0, 9, forget=(LEGACY,))]
+    assert plan_set_weight(stable, [], 9, force=False).changes == [
+        Change("stable", 0, 9, forget=(LEGACY,))
+    ]
     assert render_notes([stable])[0].startswith(
         f"note: stable: annotation {LEGACY}={json.dumps(legacy, ensure_ascii=False)} is "
         "from an older kubectl-modelroll; rollback no longer restores it"
@@ -347,3 +355,73 @@ def test_the_namespace_flag_may_come_before_or_after_the_command() -> None:
     neither = build_parser().parse_args(["status"])
     assert (before.namespace, after.namespace, neither.namespace) == ("prod", "prod", None)
     assert (after.version, after.wait, after.force) == ("canary", 0.0, False)
+    forced = build_parser().parse_args(["set-weight", "stable", "0", "--force"])
+    assert (forced.version, forced.weight, forced.force) == ("stable", 0, True)
+
+
+NO_READY_WEIGHT = "would leave model sentiment with no Ready version that has weight"
+
+
+def test_set_weight_refuses_to_take_the_models_last_ready_weighted_version_away() -> None:
+    """The README's promise: `set-weight stable 0` used to make the gateway answer 503."""
+    with pytest.raises(PluginError, match=NO_READY_WEIGHT) as refused:
+        plan_set_weight(mv("stable", 9), [mv("canary", 0)], 0, force=False)
+    message = str(refused.value)
+    assert message.startswith("setting stable's weight to 0 would leave model sentiment")
+    assert "no version would have a weight above 0" in message
+    assert "Nothing was changed" in message
+    assert "kubectl modelroll -n prod set-weight VERSION WEIGHT" in message
+    assert "--force" in message
+    # Weight left only on a version that is not Ready counts as none.
+    with pytest.raises(PluginError, match=NO_READY_WEIGHT) as refused:
+        plan_set_weight(mv("stable", 9), [mv("canary", 1, ready=False)], 0, force=False)
+    assert (
+        "canary is not Ready (ReplicasNotReady: 0 of 1 replicas ready) and would have weight 1"
+    ) in str(refused.value)
+    assert plan_set_weight(mv("stable", 9), [mv("canary", 0)], 0, force=True).changes == [
+        Change("stable", 9, 0)
+    ]
+
+
+def test_set_weight_goes_ahead_while_a_ready_version_keeps_weight() -> None:
+    assert plan_set_weight(mv("canary", 1), [mv("stable", 9)], 0, False).changes == [
+        Change("canary", 1, 0)
+    ]
+    # A version that is not Ready may get weight while a Ready one serves.
+    cold = mv("cold", 0, ready=False)
+    assert plan_set_weight(cold, [mv("stable", 9)], 5, False).changes == [Change("cold", 0, 5)]
+    # Lowering, not removing, the last Ready weight is fine.
+    assert plan_set_weight(mv("stable", 9), [], 1, False).changes == [Change("stable", 9, 1)]
+    # A weight that does not change moves no traffic: never refused (it may drop an annotation).
+    lonely = mv("lonely", 0, ready=False, legacy="3")
+    assert plan_set_weight(lonely, [], 0, False).changes == [
+        Change("lonely", 0, 0, forget=(LEGACY,))
+    ]
+    # Weight on a not-Ready version while nothing else serves is refused too, saying so.
+    with pytest.raises(PluginError, match=NO_READY_WEIGHT) as refused:
+        plan_set_weight(mv("new", 0, ready=False), [], 5, force=False)
+    assert "(it has no Ready version with weight now either)" in str(refused.value)
+
+
+@pytest.mark.parametrize("command", ["set-weight", "promote", "rollback"])
+def test_set_weight_promote_and_rollback_share_one_rule_and_one_force(command: str) -> None:
+    """The same model, the same outcome (no Ready version with weight), the same refusal."""
+    stable, canary = mv("stable", 9), mv("canary", 0, ready=False)
+
+    def plan(force: bool) -> Plan:
+        if command == "set-weight":
+            return plan_set_weight(stable, [canary], 0, force)
+        if command == "promote":
+            return plan_promote(canary, [stable], force)
+        return plan_rollback(stable, [canary], force)
+
+    with pytest.raises(PluginError) as refused:
+        plan(force=False)
+    message = str(refused.value)
+    assert NO_READY_WEIGHT + ", so the gateway would answer 503 for it" in message
+    assert message.endswith(
+        "Nothing was changed. Give a Ready version a weight first (kubectl modelroll -n prod "
+        "set-weight VERSION WEIGHT; `kubectl modelroll status` shows which are Ready), or use "
+        "--force to do it anyway."
+    )
+    assert plan(force=True).changes  # --force makes the same plan

@@ -303,3 +303,22 @@ async def test_own_configmap_writes_requeue_nothing_and_foreign_keys_are_requeue
     world.reconciler.routes_changed("prod", {**data, "ghost": "{}"})
     world.reconciler.routes_changed("prod", {"sentiment": "edited"})
     assert world.reconciler.pending == 2  # ghost (no versions: its key goes), sentiment
+
+
+async def test_sidecar_settings_on_an_external_version_are_said_to_be_ignored() -> None:
+    tuned = version(
+        "stable-v1",
+        endpoint="http://stable-v1:8000",
+        uid="uid-s",
+        batching={"maxBatchSize": 8},
+        sidecar={"upstreamTimeoutMs": 1000},
+    )
+    world = World(tuned)
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    ready = condition_of(world, "stable-v1", "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "ExternalEndpoint")
+    assert ready["message"] == (
+        "External mode: requests go to http://stable-v1:8000; spec.batching.maxBatchSize, "
+        "spec.sidecar.upstreamTimeoutMs are ignored: an external version runs no modelroll sidecar"
+    )
+    assert ("stable-v1", "SettingsIgnored") in {(n, r) for n, r, _ in world.api.events}

@@ -128,3 +128,30 @@ def test_batching_and_server_changes_change_the_pod_template() -> None:
 
 def test_replicas_come_from_the_spec() -> None:
     assert deployment_manifest(version(replicas=3), CONFIG)["spec"]["replicas"] == 3
+
+
+def test_spec_sidecar_settings_become_sidecar_flags_and_set_the_grace_period() -> None:
+    plain = deployment_manifest(version(), CONFIG)
+    tuned = deployment_manifest(
+        version(
+            sidecar={
+                "upstreamTimeoutMs": 120000,
+                "maxBodyBytes": 8 << 20,
+                "readTimeoutMs": 5000,
+                "drainTimeoutS": 90,
+            }
+        ),
+        CONFIG,
+    )
+    args = containers(tuned)["sidecar"]["args"]
+    assert "--upstream-timeout-ms=120000" in args
+    assert f"--max-body-bytes={8 << 20}" in args
+    assert "--read-timeout-ms=5000" in args
+    assert args[-1] == "--drain-timeout-s=90"
+    assert tuned["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 105
+    # Left out, nothing is added: Deployments made before spec.sidecar existed do not roll.
+    plain_args = containers(plain)["sidecar"]["args"]
+    assert not any(
+        a.startswith(("--upstream-timeout", "--max-body", "--read-timeout")) for a in plain_args
+    )
+    assert plain["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 35

@@ -1,0 +1,473 @@
+"""The documents keep up with the code.
+
+docs/design.md holds the contracts (CRD fields, metrics); each component's README holds its
+command-line flags. These tests read the code (the argparse parsers, the metrics registered in a
+fresh CollectorRegistry, the CRD's OpenAPI schema) and fail, naming what is missing and where it
+belongs, when something the code has is not documented:
+
+- every long flag, on one line of its component's README together with its default (in backticks)
+  and, for a command parsed by modelroll_common.flags.EnvArgumentParser, its MODELROLL_* variable;
+  every `kubectl modelroll` subcommand;
+- every metric family, on a row of docs/design.md that names each of its labels (and the `reason`
+  and `phase` values that exist up front), and in its component's README;
+- every field under spec and status of crds/modelversion.yaml, on a row of docs/design.md that names
+  its full path (spec.batching.maxWaitMs, spec.server.env[].name) and its CRD default;
+- every relative link of these documents, to a file in the repository (and a heading in it).
+
+Nothing is generated: add the missing row by hand, then run
+`.venv/bin/python -m pytest tests/unit/test_docs.py -q`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
+
+from modelroll_common.flags import EnvArgumentParser, env_name
+from modelroll_gateway import cli as gateway_cli
+from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
+from modelroll_operator import cli as operator_cli
+from modelroll_operator import plugin
+from modelroll_sidecar import config as sidecar_config
+from modelroll_sidecar import demo_model
+from modelroll_sidecar.metrics import SidecarMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DESIGN = ROOT / "docs" / "design.md"
+SIDECAR_README = ROOT / "sidecar" / "README.md"
+GATEWAY_README = ROOT / "gateway" / "README.md"
+OPERATOR_README = ROOT / "operator" / "README.md"
+CRD = ROOT / "crds" / "modelversion.yaml"
+LINKED_DOCUMENTS = (ROOT / "README.md", DESIGN, SIDECAR_README, GATEWAY_README, OPERATOR_README)
+ENV_PREFIX = "MODELROLL_"
+
+
+# -- reading the documents -------------------------------------------------------------------
+
+
+def prose_lines(path: Path) -> list[str]:
+    """The lines of a Markdown file outside fenced code blocks."""
+    lines: list[str] = []
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def mentions(line: str, word: str) -> bool:
+    """Whether `word` (a flag, a metric name) occurs in `line` as a whole word."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", line) is not None
+
+
+def quoted(value: str) -> str:
+    return f"`{value}`"
+
+
+def rows_with(path: Path, words: Sequence[str]) -> list[str]:
+    """The lines of `path` that mention every one of `words`."""
+    return [line for line in prose_lines(path) if all(mentions(line, w) for w in words)]
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+# -- flags -----------------------------------------------------------------------------------
+
+
+def _without_modelroll_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+
+
+def sidecar_parser() -> argparse.ArgumentParser:
+    return sidecar_config.build_parser(_without_modelroll_variables())
+
+
+def gateway_parser() -> argparse.ArgumentParser:
+    return gateway_cli.build_parser(_without_modelroll_variables())
+
+
+def operator_parser() -> argparse.ArgumentParser:
+    return operator_cli.build_parser(_without_modelroll_variables())
+
+
+class _Caught(Exception):
+    pass
+
+
+def demo_model_parser() -> argparse.ArgumentParser:
+    """modelroll-demo-model builds its parser inside parse_args: take it from there."""
+    caught: list[argparse.ArgumentParser] = []
+
+    def catch(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        caught.append(self)
+        raise _Caught
+
+    with (
+        mock.patch.dict(os.environ, _without_modelroll_variables(), clear=True),
+        mock.patch.object(argparse.ArgumentParser, "parse_args", catch),
+        contextlib.suppress(_Caught),
+    ):
+        demo_model.parse_args([])
+    assert caught, "modelroll_sidecar.demo_model.parse_args built no parser"
+    return caught[0]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    readme: Path
+    build: Callable[[], argparse.ArgumentParser]
+
+
+COMMANDS = (
+    Command("modelroll-sidecar", SIDECAR_README, sidecar_parser),
+    Command("modelroll-demo-model", SIDECAR_README, demo_model_parser),
+    Command("modelroll-gateway", GATEWAY_README, gateway_parser),
+    Command("modelroll-operator", OPERATOR_README, operator_parser),
+    Command("kubectl modelroll", OPERATOR_README, plugin.build_parser),
+)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def options(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[argparse.ArgumentParser, argparse.Action]]:
+    """Every option of the parser and of its subcommands (with the parser it belongs to), --help
+    aside."""
+    for action in parser._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            yield parser, action
+    for sub in subcommands(parser).values():
+        yield from options(sub)
+
+
+def variable(parser: argparse.ArgumentParser, action: argparse.Action) -> str | None:
+    """The MODELROLL_* variable the option falls back on: every option of an EnvArgumentParser
+    (modelroll_common.flags) has one; a plain ArgumentParser reads none."""
+    if isinstance(parser, EnvArgumentParser) and action.default is not argparse.SUPPRESS:
+        return env_name(action)
+    return None
+
+
+def shown_default(default: object) -> str | None:
+    """A default as the docs write it (`30`, not `30.0`); None for no default worth showing."""
+    if default is None or isinstance(default, bool) or default == argparse.SUPPRESS:
+        return None
+    if isinstance(default, list | tuple) and not default:
+        return None
+    if isinstance(default, int | float):
+        number = float(default)
+    elif isinstance(default, str):
+        if not default:
+            return None
+        try:
+            number = float(default)
+        except ValueError:
+            return default
+        if not re.fullmatch(r"[0-9.]+", default):
+            return default  # "inf", "1e3": shown as written
+    else:
+        return str(default)
+    return str(int(number)) if number.is_integer() else str(number)
+
+
+@dataclass(frozen=True)
+class Flag:
+    longs: tuple[str, ...]
+    default: str | None
+    env: str | None
+
+
+def flags(command: Command) -> list[Flag]:
+    """The command's long flags, each with its default and its MODELROLL_* variable."""
+    found: dict[tuple[str, ...], Flag] = {}
+    for parser, action in options(command.build()):
+        longs = tuple(o for o in action.option_strings if o.startswith("--"))
+        if not longs:
+            continue
+        flag = Flag(longs, shown_default(action.default), variable(parser, action))
+        previous = found.get(longs)
+        if previous is None or (previous.default is None and flag.default is not None):
+            found[longs] = flag  # a subcommand's copy of -n/--kubeconfig has no default
+    return list(found.values())
+
+
+def flag_problems(command: Command) -> list[str]:
+    problems = []
+    for flag in flags(command):
+        rows = rows_with(command.readme, flag.longs)
+        named = ", ".join(flag.longs)
+        if not rows:
+            problems.append(f"{named} does not occur in {relative(command.readme)}")
+            continue
+        wanted = [quoted(w) for w in (flag.default, flag.env) if w is not None]
+        if not any(all(w in row for w in wanted) for row in rows):
+            problems.append(
+                f"{named}: no line of {relative(command.readme)} shows it with "
+                + " and ".join(wanted)
+                + " (its default and variable, in backticks)"
+            )
+    return problems
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.name for c in COMMANDS])
+def test_every_flag_is_in_its_readme_with_its_default_and_variable(command: Command) -> None:
+    problems = flag_problems(command)
+    assert not problems, f"{command.name}:\n  " + "\n  ".join(problems)
+
+
+def test_every_plugin_command_is_in_the_operator_readme() -> None:
+    commands = subcommands(plugin.build_parser())
+    assert commands, "kubectl modelroll has no subcommands?"
+    text = "\n".join(prose_lines(OPERATOR_README))
+    missing = [name for name in commands if not re.search(rf"`{re.escape(name)}\b", text)]
+    assert not missing, f"kubectl modelroll commands missing from operator/README.md: {missing}"
+
+
+def test_the_flag_check_finds_what_is_missing(tmp_path: Path) -> None:
+    """The check itself: a README without a flag's row, or with a wrong default, fails."""
+    command = COMMANDS[0]
+    lines = command.readme.read_text().splitlines()
+    without = tmp_path / "without.md"
+    without.write_text("\n".join(line for line in lines if "`--max-wait-ms`" not in line))
+    problems = flag_problems(Command(command.name, without, command.build))
+    assert f"--max-wait-ms does not occur in {without}" in problems, problems
+    wrong = tmp_path / "wrong.md"
+    wrong.write_text(command.readme.read_text().replace("| `32` |", "| `64` |"))
+    problems = flag_problems(Command(command.name, wrong, command.build))
+    assert any(p.startswith("--max-batch-size:") for p in problems), problems
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+class RecordingRegistry(CollectorRegistry):
+    """A registry that remembers its collectors, to read their label names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collectors: list[Collector] = []
+
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        self.collectors.append(collector)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    """As exposed: counters end in _total."""
+    labels: tuple[str, ...]
+    values: frozenset[str]
+    """The values of its `reason` and `phase` labels that the docs must list."""
+
+
+ENUMERATED_LABELS = ("reason", "phase")
+EXTRA_VALUES = {"modelroll_gateway_upstream_errors_total": frozenset(UPSTREAM_ERROR_REASONS)}
+"""Label values that exist only once they happen (no series up front)."""
+
+
+def families(registry: RecordingRegistry) -> list[Family]:
+    values: dict[str, set[str]] = {}
+    for metric in registry.collect():
+        for sample in metric.samples:
+            for label in ENUMERATED_LABELS:
+                if label in sample.labels:
+                    values.setdefault(metric.name, set()).add(sample.labels[label])
+    found = []
+    for collector in registry.collectors:
+        assert isinstance(collector, MetricWrapperBase), collector
+        for described in collector.describe():
+            exposed = described.name + ("_total" if described.type == "counter" else "")
+            wanted = values.get(described.name, set()) | EXTRA_VALUES.get(exposed, set())
+            found.append(Family(exposed, tuple(collector._labelnames), frozenset(wanted)))
+    return found
+
+
+def sidecar_families() -> list[Family]:
+    registry = RecordingRegistry()
+    SidecarMetrics("model", "version", registry)
+    return families(registry)
+
+
+def gateway_families() -> list[Family]:
+    registry = RecordingRegistry()
+    GatewayMetrics(registry)
+    return families(registry)
+
+
+def metric_problems(component: list[Family], readme: Path, design: Path = DESIGN) -> list[str]:
+    problems = []
+    for family in component:
+        rows = [line for line in prose_lines(design) if quoted(family.name) in line]
+        wanted = [quoted(w) for w in (*family.labels, *sorted(family.values))]
+        if not rows:
+            problems.append(f"{family.name} has no row in {relative(design)}")
+        elif not any(all(w in row for w in wanted) for row in rows):
+            problems.append(
+                f"{family.name}: its row in {relative(design)} must name " + ", ".join(wanted)
+            )
+        if not any(mentions(line, family.name) for line in prose_lines(readme)):
+            problems.append(f"{family.name} is not listed in {relative(readme)}")
+    return problems
+
+
+@pytest.mark.parametrize(
+    ("families_of", "readme"),
+    [(sidecar_families, SIDECAR_README), (gateway_families, GATEWAY_README)],
+    ids=["sidecar", "gateway"],
+)
+def test_every_metric_is_documented_with_its_labels(
+    families_of: Callable[[], list[Family]], readme: Path
+) -> None:
+    component = families_of()
+    assert len(component) >= 5, "fewer metrics than expected: is the registry read right?"
+    problems = metric_problems(component, readme)
+    assert not problems, "\n  ".join(["metrics:", *problems])
+
+
+def test_the_metric_check_finds_what_is_missing(tmp_path: Path) -> None:
+    design = tmp_path / "design.md"
+    design.write_text(
+        "\n".join(
+            line
+            for line in DESIGN.read_text().splitlines()
+            if "`modelroll_batches_total`" not in line
+        )
+    )
+    problems = metric_problems(sidecar_families(), SIDECAR_README, design)
+    assert problems == [f"modelroll_batches_total has no row in {design}"]
+    wrong = tmp_path / "wrong.md"
+    wrong.write_text(DESIGN.read_text().replace("`timeout`, `tokens`, `drain`", "`tokens`"))
+    problems = metric_problems(sidecar_families(), SIDECAR_README, wrong)
+    assert problems == [
+        f"modelroll_batches_total: its row in {wrong} must name "
+        "`model`, `version`, `reason`, `drain`, `full`, `timeout`, `tokens`"
+    ]
+
+
+# -- the CRD ---------------------------------------------------------------------------------
+
+
+def crd_fields(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every field under `schema` as (path, its schema); array items as `path[]`."""
+    for name, child in (schema.get("properties") or {}).items():
+        field_path = f"{path}.{name}"
+        yield field_path, child
+        yield from crd_fields(child, field_path)
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        yield from crd_fields(items, f"{path}[]")
+
+
+def crd_field_table() -> dict[str, Mapping[str, Any]]:
+    crd = yaml.safe_load(CRD.read_text())
+    table: dict[str, Mapping[str, Any]] = {}
+    for version in crd["spec"]["versions"]:
+        root = version["schema"]["openAPIV3Schema"]["properties"]
+        for top in ("spec", "status"):
+            table.update(crd_fields(root[top], top))
+    return table
+
+
+def crd_problems(design: Path = DESIGN) -> list[str]:
+    lines = prose_lines(design)
+    problems = []
+    for path, schema in crd_field_table().items():
+        rows = [line for line in lines if quoted(path) in line]
+        if not rows:
+            problems.append(f"{path} has no row in {relative(design)}")
+            continue
+        default = schema.get("default")
+        if isinstance(default, bool | int | float | str):
+            shown = quoted(str(default).lower() if isinstance(default, bool) else str(default))
+            if not any(shown in row for row in rows):
+                problems.append(
+                    f"{path}: its row in {relative(design)} must show the default {shown}"
+                )
+    return problems
+
+
+def test_every_crd_field_is_in_the_design() -> None:
+    table = crd_field_table()
+    assert "spec.batching.maxWaitMs" in table
+    assert "spec.server.env[].name" in table
+    problems = crd_problems()
+    assert not problems, "\n  ".join(["crds/modelversion.yaml:", *problems])
+
+
+def test_the_crd_check_finds_what_is_missing(tmp_path: Path) -> None:
+    design = tmp_path / "design.md"
+    text = DESIGN.read_text()
+    design.write_text(
+        "\n".join(line for line in text.splitlines() if "`spec.batching.maxWaitMs`" not in line)
+    )
+    assert crd_problems(design) == [f"spec.batching.maxWaitMs has no row in {design}"]
+    port_row = "| `spec.server.port` | integer | `8080` |"
+    design.write_text(text.replace(port_row, "| `spec.server.port` | integer | |"))
+    assert crd_problems(design) == [
+        f"spec.server.port: its row in {design} must show the default `8080`"
+    ]
+
+
+# -- links -----------------------------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown file."""
+    seen: dict[str, int] = {}
+    found = set()
+    for line in prose_lines(path):
+        match = HEADING.match(line)
+        if match is None:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+@pytest.mark.parametrize("document", LINKED_DOCUMENTS, ids=relative)
+def test_relative_links_point_into_the_repository(document: Path) -> None:
+    problems = []
+    for line in prose_lines(document):
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            path_part, _, anchor = target.partition("#")
+            resolved = (document.parent / path_part).resolve() if path_part else document
+            if not resolved.is_relative_to(ROOT):
+                problems.append(f"{target}: outside the repository (a dead link in a clone)")
+            elif not resolved.exists():
+                problems.append(f"{target}: no such file")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                problems.append(f"{target}: {relative(resolved)} has no heading #{anchor}")
+    assert not problems, f"{relative(document)}:\n  " + "\n  ".join(problems)
