@@ -58,7 +58,7 @@ test-unit: venv ## Unit and component tests (real processes on loopback, no clus
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: test-integration
-test-integration: venv cluster-bins ## Tests against a real kube-apiserver + etcd + kube-controller-manager.
+test-integration: venv cluster-bins $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm).
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 .PHONY: test
