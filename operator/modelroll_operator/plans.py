@@ -333,7 +333,8 @@ def plan_promote(target: Version, siblings: Sequence[Version], force: bool, at: 
 
 
 def plan_rollback(target: Version, siblings: Sequence[Version], force: bool) -> Plan:
-    """The remembered weights of the others first, then the target to 0 (forgetting)."""
+    """The remembered weights of the others first, then the target's own (0 without a memory),
+    forgetting the memory."""
     ns = f"-n {target.namespace} " if target.namespace else ""
     if target.memory_error is not None:
         raise PluginError(
@@ -397,7 +398,9 @@ def plan_rollback(target: Version, siblings: Sequence[Version], force: bool) -> 
         if forget:  # no traffic moves: only the used-up memory goes
             plan.changes.append(Change(target.name, 0, 0, forget=forget))
         return plan
-    plan.changes.extend([*restore, Change(target.name, target.weight, 0, forget=forget)])
+    # With a memory: exactly the weights from before the promote, the target's own included.
+    back = memory.weights.get(target.name, 0) if memory is not None else 0
+    plan.changes.extend([*restore, Change(target.name, target.weight, back, forget=forget)])
     source = (
         f"the weights remembered by {target.name}'s promote give none to a Ready version"
         if memory is not None

@@ -14,9 +14,9 @@ weights into routes and the gateway follows within a second.
   ``modelroll.io/before-promote`` annotation; the promote removes that annotation (usable or
   not) from the model's other versions, so a model remembers one promote: the last one. A
   promote that changes nothing (VERSION has all the traffic already) remembers nothing.
-- ``rollback VERSION``: take VERSION's traffic away (weight 0) and, when VERSION holds the
-  memory of the last promote, give the other versions back the weights they had right before it,
-  then remove the memory. A version that no longer exists is skipped; a version created after
+- ``rollback VERSION``: when VERSION holds the memory of the last promote, give every version
+  back the weight it had right before it (VERSION's own included: promote then rollback of a
+  canary is 90/10 again), then remove the memory. A version that no longer exists is skipped; a version created after
   the promote (not in the memory) keeps its weight; a version whose weight is no longer the 0 the
   promote left it at was changed since (set-weight, kubectl patch) and keeps its weight too (an
   explicit weight wins, as it always has). Each skip is printed. Rolling back a version that

@@ -113,9 +113,10 @@ def test_promote_moves_all_traffic_and_rollback_restores_it(
     assert back.returncode == 0, back.stderr
     assert back.stdout.splitlines()[:2] == [
         "modelversion/stable-v1 weight 0 -> 9",
-        "modelversion/canary-v2 weight 10 -> 0",
+        "modelversion/canary-v2 weight 10 -> 1",
     ]
-    assert versions.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}
+    # Exactly the weights from before the promote: 9 and 1 again.
+    assert versions.weights("sentiment") == {"canary-v2": 1, "stable-v1": 9}
     assert BEFORE_PROMOTE not in annotations_of(cluster, namespace, "canary-v2")
 
 

@@ -110,6 +110,7 @@ def test_the_managed_examples_run_as_written_and_their_promote_comment_works(
         assert all(infer(story)["version"] == CANARY for _ in range(10))
         back = kubectl_modelroll(story, "rollback", CANARY)
         assert back.returncode == 0, back.stderr
+        # Rollback gives back exactly the weights from before the promote, the canary's too.
         eventually(lambda: gateway_weights(story) == {STABLE: 90, CANARY: 10}, "90/10 again", 30)
     finally:
         story.kubectl("delete", "-f", str(EXAMPLES), "--ignore-not-found", "--timeout=120s",

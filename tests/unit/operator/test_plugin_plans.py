@@ -179,16 +179,16 @@ def test_rollback_after_two_promotes_restores_the_state_right_before_the_last_on
         plan_rollback(*model.split("v2"), force=False)
 
 
-def test_rollback_restores_the_weights_from_before_the_promote_then_drops_the_version() -> None:
+def test_rollback_restores_exactly_the_weights_from_before_the_promote() -> None:
     plan = plan_rollback(
         mv("canary", 10, remembers={"canary": 1, "stable": 9}), [mv("stable", 0)], force=False
     )
     assert plan.changes == [
         Change("stable", 0, 9),
-        Change("canary", 10, 0, forget=(BEFORE,)),
+        Change("canary", 10, 1, forget=(BEFORE,)),  # its own weight too: 90/10 again
     ]
     assert plan.changes[1].patch() == {
-        "spec": {"weight": 0},
+        "spec": {"weight": 1},
         "metadata": {"annotations": {BEFORE: None}},
     }
 
@@ -217,7 +217,7 @@ def test_rollback_leaves_versions_created_deleted_or_changed_since_the_promote_a
     canary = mv("canary", 10, remembers={"canary": 1, "stable": 9, "old": 3, "other": 2})
     siblings = [mv("stable", 0), mv("other", 4), mv("new", 2)]  # "old" was deleted
     plan = plan_rollback(canary, siblings, force=False)
-    assert [(c.version, c.after) for c in plan.changes] == [("stable", 9), ("canary", 0)]
+    assert [(c.version, c.after) for c in plan.changes] == [("stable", 9), ("canary", 1)]
     assert plan.notes == [
         "old (weight 3 before the promote) no longer exists: skipped",
         "other keeps weight 4: it was changed after the promote of canary (it had 2 before it)",
