@@ -16,11 +16,11 @@ weights into routes and the gateway follows within a second.
   promote that changes nothing (VERSION has all the traffic already) remembers nothing.
 - ``rollback VERSION``: when VERSION holds the memory of the last promote, give every version
   back the weight it had right before it (VERSION's own included: promote then rollback of a
-  canary is 90/10 again), then remove the memory. A version that no longer exists is skipped; a version created after
-  the promote (not in the memory) keeps its weight; a version whose weight is no longer the 0 the
-  promote left it at was changed since (set-weight, kubectl patch) and keeps its weight too (an
-  explicit weight wins, as it always has). Each skip is printed. Rolling back a version that
-  holds no memory only takes its traffic away.
+  canary is 90/10 again), then remove the memory. A version that no longer exists is skipped;
+  a version created after the promote (not in the memory) keeps its weight; a version whose
+  weight is no longer the 0 the promote left it at was changed since (set-weight, kubectl patch)
+  and keeps its weight too (an explicit weight wins, as it always has). Each skip is printed.
+  Rolling back a version that holds no memory only takes its traffic away (weight 0).
 
 Before the first patch, the whole plan is checked, so a command makes all of its patches or
 none: every remembered weight must be an integer in 0..1000, and the API server validates every
