@@ -13,6 +13,11 @@
    so both arms measure one server process on one core. CPU time per request (from /proc) is
    reported beside the rates.
 Every gateway event loop given is measured in the same rounds; targets are judged on the first.
+
+``--baseline-python`` adds one more gateway arm to both parts, on the first event loop: the
+gateway of another checkout (say, the last release, in a ``git worktree`` with its own
+``make venv``), run by that checkout's interpreter, so a change is judged before and after in the
+same rounds, as paired ratios.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +42,8 @@ from .loadgen import json_bodies, open_loop
 from .servers import Server, finish, serve_module
 
 MODEL = "bench"
+BASELINE = "baseline"
+"""The label of the other checkout's gateway (``--baseline-python``)."""
 PAYLOAD = "a short review of a good film"
 
 
@@ -53,6 +61,8 @@ class Setup:
     event_loops: tuple[str, ...] = ("uvloop", "asyncio")
     """Gateway event loops to measure, each against an echo ceiling on the same loop; the targets
     are judged on the first (uvloop, the gateway's default)."""
+    baseline_python: str | None = None
+    """The interpreter of another checkout whose gateway is measured beside this one's."""
 
 
 def _cpu(cpu: int | None, setup: Setup) -> int | None:
@@ -62,9 +72,10 @@ def _cpu(cpu: int | None, setup: Setup) -> int | None:
 
 @contextlib.asynccontextmanager
 async def gateway_to(
-    upstream: str, setup: Setup, event_loop: str, cpu: int | None
+    upstream: str, setup: Setup, event_loop: str, cpu: int | None, python: str = sys.executable
 ) -> AsyncIterator[Server]:
-    """A gateway on `event_loop` whose one model routes every request to `upstream`."""
+    """A gateway on `event_loop` whose one model routes every request to `upstream`; `python`
+    runs it (another checkout's, for the baseline)."""
     with tempfile.TemporaryDirectory(prefix="modelroll-bench-") as tmp:
         routes = Path(tmp, "routes.json")
         version = {"name": "v1", "weight": 1, "endpoint": upstream}
@@ -74,8 +85,19 @@ async def gateway_to(
         port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(port), "--routes-file", str(routes)]
         args += ["--event-loop", event_loop, "--log-level", "WARNING"]
-        async with serve_module("modelroll_gateway", args, port, _cpu(cpu, setup)) as server:
+        async with serve_module(
+            "modelroll_gateway", args, port, _cpu(cpu, setup), python
+        ) as server:
             yield server
+
+
+def _gateways(setup: Setup) -> list[tuple[str, str, str]]:
+    """The gateway arms: label, event loop and interpreter (the baseline's last)."""
+    arms = [(f"gateway/{loop}", loop, sys.executable) for loop in setup.event_loops]
+    if setup.baseline_python is not None:
+        loop = setup.event_loops[0]
+        arms.append((f"{BASELINE}/{loop}", loop, setup.baseline_python))
+    return arms
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -98,9 +120,11 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             serve_module("modelroll_sidecar", sidecar_args, sport)
         )
         arms = {"direct": sidecar.url + "/v1/infer"}
-        for loop in setup.event_loops:
-            gateway = await stack.enter_async_context(gateway_to(sidecar.url, setup, loop, None))
-            arms[f"gateway/{loop}"] = gateway.url + f"/v1/models/{MODEL}/infer"
+        for label, loop, python in _gateways(setup):
+            gateway = await stack.enter_async_context(
+                gateway_to(sidecar.url, setup, loop, None, python)
+            )
+            arms[label] = gateway.url + f"/v1/models/{MODEL}/infer"
         for url in arms.values():
             await open_loop(url, bodies, setup.rate, 2, label="warm-up")
         for r in range(setup.rounds):
@@ -113,22 +137,22 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             direct = row["direct"]
             line = [f"  latency round {r + 1}: direct p50 {direct['p50_ms']:.2f} "
                     f"p99 {direct['p99_ms']:.2f} ms"]  # fmt: skip
-            for loop in setup.event_loops:
-                through = row[f"gateway/{loop}"]
+            for label, _, _ in _gateways(setup):
+                through = row[label]
                 through["added_p50_ms"] = round(through["p50_ms"] - direct["p50_ms"], 3)
                 through["added_p99_ms"] = round(through["p99_ms"] - direct["p99_ms"], 3)
                 line.append(
-                    f"{loop}: added p50 {through['added_p50_ms']:+.2f} "
+                    f"{label}: added p50 {through['added_p50_ms']:+.2f} "
                     f"p99 {through['added_p99_ms']:+.2f} ms, errors {through['errors'] or 0}"
                 )
             rounds.append(row)
             print(" | ".join(line), flush=True)
     added = {
-        loop: {
-            "added_p50_ms": _spread([row[f"gateway/{loop}"]["added_p50_ms"] for row in rounds]),
-            "added_p99_ms": _spread([row[f"gateway/{loop}"]["added_p99_ms"] for row in rounds]),
+        label.removeprefix("gateway/"): {
+            "added_p50_ms": _spread([row[label]["added_p50_ms"] for row in rounds]),
+            "added_p99_ms": _spread([row[label]["added_p99_ms"] for row in rounds]),
         }
-        for loop in setup.event_loops
+        for label, _, _ in _gateways(setup)
     }
     return {"rate_rps": setup.rate, "rounds": rounds, "added": added}
 
@@ -142,7 +166,9 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
     """
     body = json.dumps({"payload": PAYLOAD})
     loops = setup.event_loops
-    labels = [f"{arm}/{loop}" for loop in loops for arm in ("echo", "gateway")]
+    gateways = _gateways(setup)
+    ceiling = {label: f"echo/{loop}" for label, loop, _ in gateways}
+    labels = [*(f"echo/{loop}" for loop in loops), *ceiling]
     runs: dict[str, list[float]] = {label: [] for label in labels}
     cpu_us: dict[str, list[float]] = {label: [] for label in labels}
     failures: dict[str, int] = dict.fromkeys(labels, 0)
@@ -159,8 +185,11 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
         for loop in loops:
             echo = await echo_on(loop, 0)
             arms[f"echo/{loop}"] = (echo.url + "/v1/infer", echo)
-            gateway = await stack.enter_async_context(gateway_to(upstream.url, setup, loop, 0))
-            arms[f"gateway/{loop}"] = (gateway.url + f"/v1/models/{MODEL}/infer", gateway)
+        for label, loop, python in gateways:
+            gateway = await stack.enter_async_context(
+                gateway_to(upstream.url, setup, loop, 0, python)
+            )
+            arms[label] = (gateway.url + f"/v1/models/{MODEL}/infer", gateway)
         for r in range(setup.rounds):
             for label, (url, server) in arms.items():
                 cpu_before = server.cpu_seconds()
@@ -183,15 +212,13 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
                     f"socket errors {result.socket_errors}",
                     flush=True,
                 )
-    gateways = [f"gateway/{loop}" for loop in loops]
-    ceiling = {f"gateway/{loop}": f"echo/{loop}" for loop in loops}
     ratios = {
-        label: [round(g / e, 3) for g, e in zip(runs[label], runs[ceiling[label]], strict=True)]
-        for label in gateways
+        label: [round(g / e, 3) for g, e in zip(runs[label], runs[echo], strict=True)]
+        for label, echo in ceiling.items()
     }
     medians = {label: statistics.median(values) for label, values in runs.items()}
     cpu_medians = {label: statistics.median(values) for label, values in cpu_us.items()}
-    return {
+    report: dict[str, Any] = {
         "runs_rps": runs,
         "cpu_us_per_request": cpu_us,
         "failures": failures,
@@ -199,20 +226,33 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
         "median_cpu_us_per_request": cpu_medians,
         "ceiling": ceiling,
         "ratio_of_echo": {
-            label: round(medians[label] / medians[ceiling[label]], 3) for label in gateways
+            label: round(medians[label] / medians[echo], 3) for label, echo in ceiling.items()
         },
         "paired_ratio_of_echo": {
             label: statistics.median(values) for label, values in ratios.items()
         },
         "cpu_ratio_of_echo": {
-            label: round(cpu_medians[ceiling[label]] / cpu_medians[label], 3) for label in gateways
+            label: round(cpu_medians[echo] / cpu_medians[label], 3)
+            for label, echo in ceiling.items()
         },
         "round_ratios": ratios,
     }
+    if setup.baseline_python is not None:
+        this, baseline = gateways[0][0], gateways[-1][0]
+        report["vs_baseline"] = {
+            "rate_ratios": [
+                round(a / b, 3) for a, b in zip(runs[this], runs[baseline], strict=True)
+            ],
+            "cpu_ratios": [
+                round(b / a, 3) for a, b in zip(cpu_us[this], cpu_us[baseline], strict=True)
+            ],
+        }
+    return report
 
 
 def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]:
-    """The issue's targets, judged on the gateway running on the `judged` event loop."""
+    """The issue's targets, judged on the gateway running on the `judged` event loop; with a
+    baseline, also that this gateway is not slower than the baseline's."""
     lat, rate = report["latency"], report["rate"]
     label, echo = f"gateway/{judged}", f"echo/{judged}"
     p50, p99 = lat["added"][judged]["added_p50_ms"], lat["added"][judged]["added_p99_ms"]
@@ -235,6 +275,25 @@ def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]
             f"({rate['median_cpu_us_per_request'][echo]:.0f} against "
             f"{rate['median_cpu_us_per_request'][label]:.0f} us)",
         ),
+        *_baseline(rate),
+    ]
+
+
+def _baseline(rate: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """This gateway's rate against the baseline's, paired by round (none without a baseline)."""
+    paired = rate.get("vs_baseline")
+    if paired is None:
+        return []
+    rates, cpus = paired["rate_ratios"], paired["cpu_ratios"]
+    median, cpu = statistics.median(rates), statistics.median(cpus)
+    return [
+        (
+            "this gateway's rate >= the baseline's (same rounds)",
+            median >= 1.0,
+            f"median of paired rounds {median:.1%} of the baseline's rate "
+            f"(rounds {min(rates):.1%}..{max(rates):.1%}); by CPU per request {cpu:.1%} "
+            f"(rounds {min(cpus):.1%}..{max(cpus):.1%})",
+        )
     ]
 
 
@@ -268,6 +327,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-pin", dest="pin", action="store_false", help="do not pin processes to CPUs"
     )
+    parser.add_argument(
+        "--baseline-python",
+        help="the python of another checkout's virtualenv (e.g. ../before/.venv/bin/python): "
+        "its gateway is measured in the same rounds, on the first event loop",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/gateway.json"))
     args = parser.parse_args(argv)
     pin = args.pin and len(os.sched_getaffinity(0)) >= 2
@@ -279,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         rounds=args.rounds,
         pin=pin,
         event_loops=tuple(args.event_loops.split(",")),
+        baseline_python=args.baseline_python,
     )
     report = asyncio.run(run(setup))
     finish(report, verdicts(report, setup.event_loops[0]), args.out)

@@ -34,12 +34,16 @@ class Server:
 
 @contextlib.asynccontextmanager
 async def serve_module(
-    module: str, args: Sequence[str], port: int, cpu: int | None = None
+    module: str,
+    args: Sequence[str],
+    port: int,
+    cpu: int | None = None,
+    python: str = sys.executable,
 ) -> AsyncIterator[Server]:
     """Run ``python -m module args`` on 127.0.0.1:``port`` until the block ends, optionally
-    pinned to one CPU."""
+    pinned to one CPU; ``python``: another interpreter (another checkout's virtualenv)."""
     url = f"http://127.0.0.1:{port}"
-    async with process([module, *args], url + "/readyz") as proc:
+    async with process([module, *args], url + "/readyz", python) as proc:
         if cpu is not None:
             os.sched_setaffinity(proc.pid, {cpu})
         yield Server(url, proc.pid)

@@ -19,10 +19,12 @@ __all__ = ["free_port", "process"]
 
 
 @contextlib.asynccontextmanager
-async def process(args: list[str], ready_url: str) -> AsyncIterator[subprocess.Popen[bytes]]:
+async def process(
+    args: list[str], ready_url: str, python: str = sys.executable
+) -> AsyncIterator[subprocess.Popen[bytes]]:
     """``python -m <args>`` running until the block ends, once ``ready_url`` answers 200."""
     proc = subprocess.Popen(  # noqa: ASYNC220 (spawning does not block; waiting is polled)
-        [sys.executable, "-m", *args], stderr=subprocess.DEVNULL
+        [python, "-m", *args], stderr=subprocess.DEVNULL
     )
     try:
         async with aiohttp.ClientSession() as session:
