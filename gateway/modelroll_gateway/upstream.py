@@ -51,6 +51,10 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 _VALUE = re.compile(rb"[\x20-\x7e\t]*")
 """A header value passed back to the client: visible ASCII, space and tab."""
 _KEPT_HEADERS = {b"content-type": "content-type", b"retry-after": "retry-after"}
+_WATCHED_LENGTHS = frozenset(
+    len(n) for n in (b"content-length", b"transfer-encoding", *_KEPT_HEADERS)
+)
+"""The lengths of the names on_header looks at: any other name is passed over at once."""
 
 
 class UpstreamError(Exception):
@@ -117,7 +121,7 @@ class _Connection(asyncio.Protocol):
     def _start_answer(self) -> None:
         self._status = 0
         self._headers: dict[str, str] = {}
-        self._body = bytearray()
+        self._body: bytes | bytearray = b""
         self._head_bytes = 0
         self._header_count = 0
         self._interim = 0
@@ -193,8 +197,8 @@ class _Connection(asyncio.Protocol):
         if count > MAX_HEADERS or size > MAX_HEAD_BYTES:
             raise self._refuse("the answer's head or trailers are too large")
         self._stalled = 0
-        if self._head_done:
-            return  # a trailer: bounded, not used
+        if len(name) not in _WATCHED_LENGTHS or self._head_done:
+            return  # not a header the gateway reads (most are not: Date, Server), or a trailer
         key = name.lower()
         if key == b"content-length":
             self._length_given = True  # the parser checked its digits and that it is alone
@@ -236,7 +240,12 @@ class _Connection(asyncio.Protocol):
         self._stalled = 0
         if len(self._body) + len(body) > MAX_BODY_BYTES:
             raise self._refuse("the answer is too large")
-        self._body += body
+        if not self._body:  # the usual answer comes in one piece: kept as it is, not copied
+            self._body = body
+        elif isinstance(self._body, bytearray):
+            self._body += body
+        else:
+            self._body = bytearray(self._body) + body
 
     def on_message_complete(self) -> None:
         if self._head_done:  # else an interim answer ended
@@ -297,7 +306,10 @@ class _Connection(asyncio.Protocol):
         waiter = self.waiter
         assert waiter is not None
         if not waiter.done():
-            waiter.set_result(UpstreamResponse(self._status, self._headers, bytes(self._body)))
+            body = self._body
+            waiter.set_result(
+                UpstreamResponse(self._status, self._headers, bytes(body) if body else b"")
+            )
 
 
 #: Seconds between attempts to connect to an endpoint that refuses: 1.5 s in all.
