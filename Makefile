@@ -84,6 +84,10 @@ bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain ba
 bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
 	$(PY) -m modelroll_bench.gateway $(ARGS)
 
+.PHONY: bench-analysis
+bench-analysis: venv ## Canary analysis against Flagger's rule on simulated traffic: false rollbacks, time to detect.
+	$(VENV)/bin/modelroll-bench analysis $(ARGS)
+
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and .bin).
 	rm -rf .mypy_cache .ruff_cache .pytest_cache bench/results

@@ -5,6 +5,7 @@ modelroll-bench limit --lengths lognormal:3,0.7 --fixed-ms 10 --per-token-ms 0.0
 modelroll-bench compare            (make bench)
 modelroll-bench sweep --slo-ms 150 (make bench-sweep)
 modelroll-bench rollback           (make bench-rollback)
+modelroll-bench analysis           (make bench-analysis)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import compare, lengths, rollback, sweep
+from . import canary, compare, lengths, rollback, sweep
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("compare", compare, "make bench: every batcher, as ratios"),
         ("sweep", sweep, "max batch x max-wait grid; the knee; a recommendation"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
+        ("analysis", canary, "canary analysis vs Flagger's rule, on simulated traffic"),
     ):
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)

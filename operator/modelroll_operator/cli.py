@@ -11,13 +11,15 @@ from pathlib import Path
 
 import kopf
 
-from modelroll_common.flags import EnvArgumentParser, positive_int, show_default
+from modelroll_common.flags import EnvArgumentParser, port_number, positive_int, show_default
 from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
 from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig, served_namespaces
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
+DEFAULT_METRICS_PORT = 8082
+"""Next to the liveness probe's 8081 (the gateway listens on 8080)."""
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
@@ -71,6 +73,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         default=DEFAULT_LIVENESS,
         metavar="URL",
         help="serve the liveness probe at this URL, '' for none",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help="serve Prometheus metrics (the canary analyses') at http://0.0.0.0:PORT/metrics; "
+        "0 for none",
     )
     peering = p.add_mutually_exclusive_group()
     show_default(
@@ -130,6 +140,7 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
         drain_timeout_s=args.drain_timeout_s,
         kubeconfig=args.kubeconfig,
         workers=args.workers,
+        metrics_port=args.metrics_port,
         peering=peering,
         priority=int(priority),
     )

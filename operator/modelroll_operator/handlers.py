@@ -9,17 +9,23 @@ is garbage-collected.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import kopf
 from kubernetes.client import ApiClient
 from kubernetes.config import kube_config
+from prometheus_client import CollectorRegistry
 
 from modelroll_common.kube import connect
 from modelroll_gateway.routes import CONFIGMAP_NAME
 
+from .analysis_metrics import AnalysisMetrics, serve
+from .canary import Canaries
+from .canary_metrics import MetricsReader
 from .kube import Api
 from .reconcile import TRANSIENT, Reconciler, VersionIndex, WorkloadIndex
 from .settings import OperatorConfig, configure
@@ -38,15 +44,31 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     """
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     configure(settings, config)
+    if memo.get("analysis_metrics") is None:  # not on a retry of this handler
+        registry = CollectorRegistry()
+        memo.analysis_metrics = AnalysisMetrics(registry)
+        if config.metrics_port:
+            try:
+                memo.metrics_server = serve(registry, config.metrics_port)
+            except OSError as exc:
+                msg = f"Cannot serve metrics on port {config.metrics_port}: {exc}"
+                raise kopf.PermanentError(msg) from exc
     versions: VersionIndex = kwargs["versions_by_model"]
     deployments: WorkloadIndex = kwargs["deployments_by_version"]
     services: WorkloadIndex = kwargs["services_by_version"]
     client: ApiClient | None = memo.get("client")
     if client is None:
         memo.client = client = connect(config.kubeconfig).client
-    reconciler = Reconciler(Api(client), config, versions, deployments, services)
+    api = Api(client)
+    reconciler = Reconciler(api, config, versions, deployments, services)
     reconciler.start()
     memo.reconciler = reconciler
+    memo.canaries = Canaries(
+        api,
+        lambda key: list(versions.get(key) or ()),
+        MetricsReader(api),
+        memo.analysis_metrics,
+    )
     mode = f"peering {config.peering!r}" if config.peering else "standalone"
     log.info("Started the modelroll operator (%s, sidecar image %s)", mode, config.sidecar_image)
 
@@ -67,6 +89,13 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     reconciler: Reconciler | None = memo.get("reconciler")
     if reconciler is not None:
         await reconciler.stop()
+    canaries: Canaries | None = memo.get("canaries")
+    if canaries is not None:
+        await canaries.reader.close()
+    server: WSGIServer | None = memo.get("metrics_server")
+    if server is not None:
+        await asyncio.to_thread(server.shutdown)  # waits for its loop (at most 0.5 s)
+        server.server_close()
     client: ApiClient | None = memo.get("client")
     if client is not None:
         client.close()  # type: ignore[no-untyped-call]
@@ -175,3 +204,25 @@ async def unroute_deleted_version(
         why = "; ".join(result.problems) or "the routes were not updated"
         raise kopf.TemporaryError(f"{name} is still in the routes of model {model}: {why}", delay=2)
     log.info("Removed ModelVersion %s/%s from the routes of model %s", namespace, name, model)
+
+
+# -- canary analyses --------------------------------------------------------------------------
+
+
+def _has_analysis(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(spec.get("analysis"))
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, when=_has_analysis, cancellation_timeout=10.0)
+async def analyse(namespace: str | None, name: str | None, memo: kopf.Memo,
+                  stopped: kopf.DaemonStopped, **_: Any) -> None:  # fmt: skip
+    """A canary's analysis (canary.py), for as long as it has one and it is not finished."""
+    if not namespace or not name:
+        return
+
+    async def sleep(seconds: float) -> bool:
+        await stopped.wait(seconds)
+        return bool(stopped)
+
+    canaries: Canaries = memo.canaries
+    await canaries.run(namespace, name, sleep)

@@ -21,6 +21,7 @@ weights into routes and the gateway follows within a second.
   weight is no longer the 0 the promote left it at was changed since (set-weight, kubectl patch)
   and keeps its weight too (an explicit weight wins, as it always has). Each skip is printed.
   Rolling back a version that holds no memory only takes its traffic away (weight 0).
+- ``analysis status|resume|abort|skip VERSION``: a canary's analysis (plugin_analysis.py).
 
 Before the first patch, the whole plan is checked, so a command makes all of its patches or
 none: every remembered weight must be an integer in 0..1000, and the API server validates every
@@ -59,6 +60,7 @@ from kubernetes.config import ConfigException
 
 from modelroll_common.kube import KubeConfigError, connect
 
+from . import plugin_analysis
 from .kube import UNREACHABLE, Api, KubeApiError, mv_path
 from .plans import (
     Change,
@@ -260,6 +262,22 @@ def build_parser() -> argparse.ArgumentParser:
     weight.add_argument("weight", type=int, help="the new weight")
     mutating("promote", "give a version all of its model's traffic (others to weight 0)")
     mutating("rollback", "take a version's traffic away and restore the weights before promote")
+    analysis = commands.add_parser(
+        "analysis",
+        parents=[common],
+        help="a canary's analysis: status, or resume, abort (roll back), skip (a step)",
+        description="A canary's analysis (spec.analysis): show it, resume it after a pause, "
+        "abort it (roll back), or skip the current step.",
+    )
+    analysis.add_argument("action", choices=plugin_analysis.VERBS)
+    analysis.add_argument("version", help="the canary's ModelVersion")
+    analysis.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long for the operator to act; 0: do not wait (30)",
+    )
     return p
 
 
@@ -276,6 +294,14 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
                 plugin.promote(args.version, args.force, args.wait)
             case "rollback":
                 plugin.rollback(args.version, args.force, args.wait)
+            case "analysis":
+                api, where = plugin.api, plugin.namespace
+                if args.action == "status":
+                    body = api.call("GET", mv_path(where, args.version))
+                    out.write(plugin_analysis.render(body) + "\n")
+                else:
+                    text = plugin_analysis.command(api, where, args.version, args.action, args.wait)
+                    out.write(text + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

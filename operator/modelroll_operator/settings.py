@@ -38,6 +38,9 @@ class OperatorConfig:
     kubeconfig: Path | None = None
     workers: int = 4
     """Models reconciled at the same time (one model is never reconciled twice at once)."""
+    metrics_port: int = 0
+    """Where /metrics is served (on every address); 0: not at all (the command's default is
+    8082)."""
     retry_initial_s: float = 0.5
     retry_max_s: float = 30.0
     peering: str | None = None

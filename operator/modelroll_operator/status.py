@@ -18,6 +18,12 @@ from .routing import placement, share_of
 
 READY = "Ready"
 ROUTED = "Routed"
+PROGRESSING = "Progressing"
+ANALYSIS_HEALTHY = "AnalysisHealthy"
+PROMOTED = "Promoted"
+ROLLED_BACK = "RolledBack"
+_UNHEALTHY = ("CanaryWorse", "GuardrailBreached")
+_UNKNOWN_HEALTH = ("WarmingUp", "InsufficientData", "MetricsUnavailable", "NoBaseline")
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,33 @@ def routed_condition(
     }
 
 
+def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
+    """A canary's conditions from its ``status.analysis`` (canary.py writes that; the conditions
+    are written here only, so that the two writers never overwrite each other's list)."""
+    phase = str(analysis.get("phase") or "")
+    if not phase:
+        return []
+    reason = str(analysis.get("reason") or phase)
+    message = str(analysis.get("message") or "")
+    finished = phase in (PROMOTED, ROLLED_BACK)
+    progressing = phase == "Progressing"
+    if reason in _UNHEALTHY:
+        health = "False"
+    elif reason in _UNKNOWN_HEALTH or (reason == "Inconclusive" and not finished):
+        health = "Unknown"
+    else:
+        health = "True"
+    return [
+        {"type": PROGRESSING, "status": "True" if progressing else "False",
+         "reason": phase if not progressing else reason, "message": message},
+        {"type": ANALYSIS_HEALTHY, "status": health, "reason": reason, "message": message},
+        {"type": PROMOTED, "status": "True" if phase == PROMOTED else "False",
+         "reason": phase, "message": message if phase == PROMOTED else ""},
+        {"type": ROLLED_BACK, "status": "True" if phase == ROLLED_BACK else "False",
+         "reason": phase, "message": message if phase == ROLLED_BACK else ""},
+    ]  # fmt: skip
+
+
 def desired_status(
     *,
     name: str,
@@ -108,7 +141,9 @@ def desired_status(
     previous = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
     conditions = []
     routed = routed_condition(name, model, readiness, route, route_problem)
-    for cond in (ready_condition(readiness), routed):
+    analysis = current.get("analysis")
+    canary = analysis_conditions(analysis) if isinstance(analysis, Mapping) else []
+    for cond in (ready_condition(readiness), routed, *canary):
         old = previous.get(cond["type"])
         same = old is not None and old.get("status") == cond["status"]
         transition = old.get("lastTransitionTime") if same and old else None
@@ -127,6 +162,8 @@ def desired_status(
         status["readyReplicas"] = readiness.ready_replicas or 0
     if readiness.selector:
         status["selector"] = readiness.selector
+    if analysis is not None:
+        status["analysis"] = analysis  # canary.py's: kept as it is
     return status
 
 

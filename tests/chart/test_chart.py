@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
+from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
 from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
 from tests.chart.conftest import (
     CHART,
@@ -33,6 +35,7 @@ from tests.chart.conftest import (
 MONITORING_ON = (
     "--set",
     "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,"
+    "monitoring.operatorPodMonitor.enabled=true,"
     "monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
 )
 
@@ -421,7 +424,10 @@ def test_operator_rbac_covers_exactly_what_it_uses(helm: Helm) -> None:
         ("apps", "deployments"),
         ("", "services"),
         ("", "events"),
+        ("", "pods"),
     }
+    # Canary analyses list the gateway pods to read their /metrics: list, nothing else.
+    assert {v for _, r, v in namespaced if r == "pods"} == {"list"}
     # It patches keys; it deletes only the routes ConfigMap, to replace one made immutable.
     deletable = [
         rule
@@ -487,15 +493,18 @@ def test_more_than_one_operator_without_peering_is_refused_naming_the_fix(
 
 def test_monitoring_is_opt_in_and_labelled_for_kube_prometheus_stack(helm: Helm) -> None:
     docs = helm.template(*MONITORING_ON)
-    for kind in ("PodMonitor", "ServiceMonitor", "PrometheusRule"):
-        labels = one(docs, kind)["metadata"]["labels"]
+    monitors = [("PodMonitor", "-sidecars"), ("PodMonitor", "-operator"),
+                ("ServiceMonitor", ""), ("PrometheusRule", "")]  # fmt: skip
+    for kind, suffix in monitors:
+        labels = one(docs, kind, suffix)["metadata"]["labels"]
         assert labels["release"] == "kube-prometheus-stack", kind
     relabelled = helm.template(*MONITORING_ON, "--set", "monitoring.additionalLabels.release=prom")
-    assert one(relabelled, "PodMonitor")["metadata"]["labels"]["release"] == "prom"
+    for monitor in by_kind(relabelled, "PodMonitor"):
+        assert monitor["metadata"]["labels"]["release"] == "prom"
 
 
 def test_podmonitor_selects_sidecars_by_the_modelroll_labels(helm: Helm) -> None:
-    spec = one(helm.template(*MONITORING_ON), "PodMonitor")["spec"]
+    spec = one(helm.template(*MONITORING_ON), "PodMonitor", "-sidecars")["spec"]
     keys = {e["key"] for e in spec["selector"]["matchExpressions"]}
     assert keys == {"modelroll.io/model", "modelroll.io/version"}
     assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "modelroll-operator"}
@@ -503,7 +512,38 @@ def test_podmonitor_selects_sidecars_by_the_modelroll_labels(helm: Helm) -> None
     assert spec["podMetricsEndpoints"][0]["port"] == "http"
     assert spec["podMetricsEndpoints"][0]["path"] == "/metrics"
     limited = helm.template(*MONITORING_ON, "--set", "operator.watchNamespaces={models}")
-    assert one(limited, "PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["models"]}
+    assert one(limited, "PodMonitor", "-sidecars")["spec"]["namespaceSelector"] == {
+        "matchNames": ["models"]
+    }
+
+
+def test_the_operator_serves_metrics_on_a_port_its_podmonitor_scrapes(helm: Helm) -> None:
+    docs = helm.template(*MONITORING_ON)
+    deployment = one(docs, "Deployment", "-operator")
+    pod = deployment["spec"]["template"]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert ports == {"health": 8081, "metrics": 8082}
+    assert "--metrics-port=8082" in operator_args(docs)
+    monitor = one(docs, "PodMonitor", "-operator")
+    assert monitor["metadata"]["namespace"] == "models"
+    spec = monitor["spec"]
+    assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    assert spec["namespaceSelector"] == {"matchNames": ["models"]}
+    [endpoint] = spec["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    # The series name the canary's namespace: it must not become exported_namespace.
+    assert endpoint["honorLabels"] is True
+    # Off by default, and with no operator to scrape; the port follows operator.metricsPort.
+    assert not by_kind(helm.template(), "PodMonitor")
+    no_operator = helm.template(*MONITORING_ON, "--set", "operator.enabled=false")
+    assert [m["metadata"]["name"] for m in by_kind(no_operator, "PodMonitor")] == [
+        "modelroll-sidecars"
+    ]
+    moved = helm.template(*MONITORING_ON, "--set", "operator.metricsPort=9102")
+    assert "--metrics-port=9102" in operator_args(moved)
+    container = one(moved, "Deployment", "-operator")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 9102, "protocol": "TCP"} in container["ports"]
 
 
 def test_servicemonitor_selects_the_gateway_service(helm: Helm) -> None:
@@ -606,6 +646,7 @@ def test_dashboard_covers_the_per_version_panels() -> None:
         "modelroll_gateway_upstream_errors_total",
         "modelroll_gateway_upstream_connections",
         "modelroll_gateway_upstream_waiting",
+        *analysis_metric_names(),
     ):
         assert metric in exprs, f"no panel shows {metric}"
     for quantile in ("0.5", "0.95", "0.99"):
@@ -624,6 +665,40 @@ def test_dashboard_covers_the_per_version_panels() -> None:
             for y in range(pos["y"], pos["y"] + pos["h"]):
                 assert (x, y) not in cells, f"{panel['title']} overlaps another panel"
                 cells.add((x, y))
+
+
+def analysis_metric_names() -> list[str]:
+    """Every series name of the operator's analysis metrics, as Prometheus stores it."""
+    registry = CollectorRegistry()
+    AnalysisMetrics(registry)
+    return [m.name + ("_total" if m.type == "counter" else "") for m in registry.collect()]
+
+
+def test_the_canary_analyses_row_shows_each_canary_apart() -> None:
+    board = dashboard()
+    titles = [p["title"] for p in board["panels"]]
+    assert "Canary analyses" in titles
+    row = titles.index("Canary analyses")
+    assert board["panels"][row]["type"] == "row"
+    below = board["panels"][row + 1 :]
+    assert below, "the row is empty"
+    assert all(p["type"] != "row" for p in below), "the canary row is not the last one"
+    exprs = [t["expr"] for p in below for t in p["targets"]]
+    assert all("modelroll_operator_analysis_" in e for e in exprs)
+    for panel in below:
+        for target in panel["targets"]:
+            assert re.search(r"by \(version\b", target["expr"]), panel["title"]
+            # A check's series are per check (and per arm): the legend says which.
+            if "check" in target["expr"] and panel["type"] == "timeseries":
+                assert "{{check}}" in target["legendFormat"], panel["title"]
+    # The phase timeline maps every phase the operator exports to its name.
+    [timeline] = [p for p in below if p["type"] == "state-timeline"]
+    mapped = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert sorted(o["text"] for o in mapped.values()) == sorted(PHASES)
+    expr = timeline["targets"][0]["expr"]
+    for value, option in mapped.items():
+        if value != "0":  # the first phase is what the sum of the others leaves
+            assert f'phase="{option["text"]}"}}) * {value}' in expr, option
 
 
 def test_dashboard_and_alerts_count_the_same_codes_as_errors() -> None:
@@ -662,6 +737,7 @@ def test_the_operator_and_the_gateway_accept_the_rendered_arguments(
     operator_pod = one(docs, "Deployment", "-operator")["spec"]["template"]["spec"]
     health = {p["name"]: p["containerPort"] for p in operator_pod["containers"][0]["ports"]}
     assert urllib.parse.urlsplit(operator.liveness).port == health["health"]
+    assert config.metrics_port == health["metrics"]
     if values:
         assert config.peering == "modelroll"
         assert operator.namespace == ["models", "models-staging"]

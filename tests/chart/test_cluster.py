@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 MONITORING_ON = (
     "--set",
     "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,"
+    "monitoring.operatorPodMonitor.enabled=true,"
     "monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
 )
 
@@ -116,6 +117,12 @@ def test_the_examples_are_valid_model_versions(crds: Cluster, namespace: str) ->
             "modelversion.modelroll.io/sentiment-canary created (server dry run)",
             "modelversion.modelroll.io/sentiment-stable created (server dry run)",
         ], result.stdout
+    result = crds.kubectl(
+        "apply", "--dry-run=server", "-f", str(EXAMPLES / "analysis"), namespace=namespace
+    )
+    assert result.stdout.strip() == (
+        "modelversion.modelroll.io/sentiment-canary created (server dry run)"
+    )
 
 
 def can_i(cluster: Cluster, account: str, namespace: str, verb: str, *what: str) -> bool:
@@ -156,6 +163,7 @@ def test_helm_install_creates_the_release_and_prints_the_next_commands(
         ("deployment", f"{fullname}-gateway"),
         ("service", f"{fullname}-gateway"),
         ("podmonitor", f"{fullname}-sidecars"),
+        ("podmonitor", f"{fullname}-operator"),
         ("servicemonitor", f"{fullname}-gateway"),
         ("prometheusrule", fullname),
         ("configmap", f"{fullname}-dashboard"),
@@ -200,6 +208,7 @@ def test_the_operator_may_do_what_it_needs_and_no_more(
         ("create", "events"),
         ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
         ("list", "namespaces"),
+        ("list", "pods"),  # canary analyses find the gateway pods
     ]
     for verb, *what in allowed:
         assert can_i(crds, account, namespace, verb, *what), f"operator may not {verb} {what}"
@@ -212,6 +221,8 @@ def test_the_operator_may_do_what_it_needs_and_no_more(
         ("create", "modelversions.modelroll.io"),
         ("get", "secrets"),
         ("create", "pods"),
+        ("get", "pods"),
+        ("create", "pods/exec"),
         ("list", "nodes"),
         ("create", "clusterroles.rbac.authorization.k8s.io"),
         ("delete", "namespaces"),
@@ -308,9 +319,10 @@ def test_the_operator_runs_with_nothing_but_the_charts_rbac(
     )
     args = rendered_operator_args(helm, crds, release, namespace)
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    # On this machine, not in a pod: no metrics port that other tests' operators could hold.
     operator = spawn(
         "modelroll-operator", *args, f"--kubeconfig={kubeconfig}", f"--liveness={liveness}",
-        ready=liveness,
+        "--metrics-port=0", ready=liveness,
     )  # fmt: skip
     try:
         crds.kubectl("apply", "-f", str(EXAMPLES / "external"), namespace=namespace)

@@ -2,10 +2,12 @@
 
 A gateway (routes from a file) splits load between two versions of one model, `stable` and
 `canary`, each a sidecar in front of a demo model; the canary's model fails a share of its items.
-Prometheus (the Debian package) scrapes all three on loopback every second and evaluates the
-chart's PrometheusRule. Then every query of the Grafana dashboard, with its template variables
-substituted the way Grafana does, and every rule expression must parse and return series for both
-versions; the canary's error ratio must show and the stable's must be zero.
+The operator's metrics of the canary's analysis (analysis_metrics.py, fed a judged state) are
+served next to them. Prometheus (the Debian package) scrapes all four on loopback every second
+and evaluates the chart's PrometheusRule. Then every query of the Grafana dashboard, with its
+template variables substituted the way Grafana does, and every rule expression must parse and
+return series for both versions (the analysis queries: for the canary alone); the canary's error
+ratio must show and the stable's must be zero.
 """
 
 from __future__ import annotations
@@ -18,16 +20,21 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from modelroll_devcluster import MissingBinaryError
 from modelroll_devcluster.prometheus import Prometheus as PrometheusServer
 from modelroll_devcluster.prometheus import PrometheusError, Series, find_tool, static_job
+from modelroll_operator import judge, rollout
+from modelroll_operator.analysis_metrics import PREFIX as ANALYSIS_PREFIX
+from modelroll_operator.analysis_metrics import AnalysisMetrics, serve
+from modelroll_operator.analysis_spec import parse_analysis
 from tests.chart.conftest import CHART, Helm, one
 from tests.conftest import VENV_BIN, Proc, free_port, wait_http
 
@@ -36,6 +43,8 @@ MODEL = "sentiment"
 VERSIONS = ("stable", "canary")
 WEIGHTS = {"stable": 3, "canary": 1}
 CANARY_ERROR_RATE = 0.3
+ANALYSED = {"canary"}
+"""The versions with an analysis: the operator exports series for them alone."""
 SCRAPE_INTERVAL = "1s"
 # What Grafana substitutes: $__rate_interval is at least four scrape intervals; a multi-value
 # variable with several values selected becomes a regex group.
@@ -209,6 +218,29 @@ def every_version(result: Series) -> bool:
     return versions_of(result) >= set(VERSIONS)
 
 
+def expected_versions(expr: str) -> set[str]:
+    """Whose series a dashboard query shows: the analysed versions' for the operator's metrics."""
+    return ANALYSED if ANALYSIS_PREFIX in expr else set(VERSIONS)
+
+
+def analysed_state() -> rollout.AnalysisState:
+    """The canary's analysis as the operator exports it mid-step: both checks judged, their
+    ratios known."""
+    spec = parse_analysis({"steps": [{"weight": 25}, {"weight": 50}]})
+    assert spec is not None
+    state = rollout.start(spec, "stable", WEIGHTS["stable"], time.time(), "h").state
+    checks = {}
+    for name, (canary, baseline, verdict) in {
+        "errors": ((100, 30), (300, 3), judge.FAIL),
+        "latency": ((100, 2), (300, 5), judge.INCONCLUSIVE),
+    }.items():
+        evidence = judge.update(
+            judge.new_evidence(), 1.5, judge.Counts(*canary), judge.Counts(*baseline)
+        )
+        checks[name] = rollout.CheckState(evidence, verdict)
+    return replace(state, reason=rollout.INSUFFICIENT_DATA, checks=checks)
+
+
 @dataclass
 class Stack:
     prometheus: Prometheus
@@ -233,6 +265,7 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
     tmp = tmp_path_factory.mktemp("promql")
     procs: list[Proc] = []
     server: PrometheusServer | None = None
+    operator_server = None
     try:
         routes: list[dict[str, Any]] = []
         sidecars: list[str] = []
@@ -263,13 +296,22 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
             f"--routes-file={routes_file}",
         ], tmp, procs)  # fmt: skip
         wait_http(f"http://127.0.0.1:{gateway_port}/readyz", gateway)
+        # The operator's series of the canary's analysis, served as the operator serves them.
+        operator_registry = CollectorRegistry()
+        analyses = AnalysisMetrics(operator_registry)
+        analyses.observe(NAMESPACE, MODEL, "canary", analysed_state())
+        analyses.decided(NAMESPACE, MODEL, "canary", "step")
+        operator_port = free_port()
+        operator_server = serve(operator_registry, operator_port, "127.0.0.1")
 
-        # `namespace` is what the PodMonitor/ServiceMonitor add in a cluster.
+        # `namespace` is what the PodMonitor/ServiceMonitor add in a cluster; the operator's
+        # series carry their own (its PodMonitor honors them).
         server = PrometheusServer(
             tmp / "prometheus",
             [
                 static_job("modelroll-sidecars", sidecars, namespace=NAMESPACE),
                 static_job("modelroll-gateway", [f"127.0.0.1:{gateway_port}"], namespace=NAMESPACE),
+                static_job("modelroll-operator", [f"127.0.0.1:{operator_port}"]),
             ],
             rule_files=[write_rules(helm, tmp)],
             scrape_interval=SCRAPE_INTERVAL,
@@ -283,6 +325,9 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
     finally:
         if server is not None:
             server.stop()
+        if operator_server is not None:
+            operator_server.shutdown()
+            operator_server.server_close()
         for proc in reversed(procs):
             proc.stop()
 
@@ -403,9 +448,11 @@ def test_dashboard_variables_list_what_was_scraped(
 
 @pytest.mark.parametrize("query", dashboard_queries(), ids=lambda q: q.id)
 def test_every_dashboard_query_returns_series_for_both_versions(stack: Stack, query: Query) -> None:
+    """Both versions; a query of the operator's analysis metrics, the canary alone."""
     expr = substitute(query.expr)
-    result = stack.prometheus.until(expr, every_version)
-    assert versions_of(result) == set(VERSIONS), result
+    expected = expected_versions(query.expr)
+    result = stack.prometheus.until(expr, lambda r: versions_of(r) >= expected)
+    assert versions_of(result) == expected, result
     # The legend names every series: each label it uses is on every series.
     for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", query.legend):
         assert all(label in s["metric"] for s in result), f"legend {{{{{label}}}}} is empty"
@@ -475,9 +522,10 @@ def test_the_error_ratio_alert_is_pending_for_the_canary_alone(helm: Helm, stack
 
 
 def test_prometheus_scraped_every_target(stack: Stack) -> None:
-    result = stack.prometheus.until("up", lambda r: len(r) == 3)
+    result = stack.prometheus.until("up", lambda r: len(r) == 4)
     assert {s["metric"]["job"]: s["value"][1] for s in result} == {
         "modelroll-sidecars": "1",
         "modelroll-gateway": "1",
+        "modelroll-operator": "1",
     }
     assert {s["value"][1] for s in result} == {"1"}

@@ -11,9 +11,10 @@ the chart installed in that cluster instead (see incluster.py).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -23,6 +24,7 @@ from modelroll_devcluster.stack import Stack
 from tests.e2e.incluster import InCluster
 
 FAILED = pytest.StashKey[bool]()
+T = TypeVar("T")
 
 
 class Rollout(Protocol):
@@ -52,6 +54,18 @@ class Rollout(Protocol):
     def prometheus_api(self) -> PrometheusAPI: ...
 
     def log_tails(self) -> str: ...
+
+
+def eventually(check: Callable[[], T | None], what: str, within: float) -> T:
+    """Poll ``check`` every 50 ms until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {within:g}s; last saw: {value!r}")
+        time.sleep(0.05)
 
 
 class LocalRollout(Stack):

@@ -14,18 +14,16 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import pytest
 
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traffic import Response, Traffic, by_version, rounds, whole_rounds
-from tests.e2e.conftest import Rollout
+from tests.e2e.conftest import Rollout, eventually
 
 pytestmark = pytest.mark.e2e
 
-T = TypeVar("T")
 MODEL = "sentiment"
 STABLE, CANARY = "stable-v1", "canary-v2"
 WINDOW = 10
@@ -34,18 +32,6 @@ PROPAGATION_BOUND_S = 1.0
 #: How long each step watches the traffic after its change.
 OBSERVE_S = 3.0
 PROM_WINDOW = "30s"
-
-
-def eventually(check: Callable[[], T | None], what: str, within: float) -> T:
-    """Poll ``check`` every 50 ms until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {within:g}s; last saw: {value!r}")
-        time.sleep(0.05)
 
 
 def gateway_weights(rollout: Rollout) -> dict[str, int]:

@@ -63,6 +63,7 @@ def start_operator(
             f"--namespace={namespace}",
             f"--kubeconfig={cluster.kubeconfig}",
             f"--liveness={liveness}",
+            "--metrics-port=0",  # several operators may run at once on this machine
             "--sidecar-image=registry.local/modelroll-sidecar:test",
             *flags,
             ready=liveness,

@@ -29,6 +29,10 @@ def ns(cluster: Cluster, crd: None) -> Iterator[str]:
     cluster.delete_namespace(name)
 
 
+def canary(analysis: dict[str, Any]) -> dict[str, Any]:
+    return model_version("canary", "sentiment", endpoint="http://s:8000", analysis=analysis)
+
+
 def dry_run(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
     """Create ``manifest`` with a server-side dry run: full validation and defaulting."""
     result = cluster.kubectl(
@@ -112,6 +116,60 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             'unknown field "spec.batching.maxBatchSise"',
             id="misspelt-field",
         ),
+        pytest.param(
+            canary({"steps": []}),
+            "spec.analysis.steps: Invalid value: 0: spec.analysis.steps in body should have at "
+            "least 1 items",
+            id="analysis-without-steps",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 100}]}),
+            "spec.analysis.steps[0].weight in body should be less than or equal to 99",
+            id="analysis-step-of-100",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 10}], "minSeconds": 60, "maxSeconds": 30}),
+            "spec.analysis.minSeconds must not exceed spec.analysis.maxSeconds",
+            id="analysis-min-above-max",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 10}], "onInconclusive": "Retry"}),
+            'spec.analysis.onInconclusive: Unsupported value: "Retry"',
+            id="analysis-unknown-policy",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 10}], "checks": {"errors": {"maxRatio": 0.5}}}),
+            "spec.analysis.checks.errors.maxRatio must be within 1..100",
+            id="analysis-ratio-below-1",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 10}], "checks": {"errors": {"codes": ["5XX"]}}}),
+            "spec.analysis.checks.errors.codes[0]",
+            id="analysis-bad-code",
+        ),
+        pytest.param(
+            canary(
+                {
+                    "steps": [{"weight": 10}],
+                    "metrics": {
+                        "gateway": {"url": "http://gw:8080/metrics"},
+                        "prometheus": {"url": "http://prom:9090"},
+                    },
+                }
+            ),
+            "spec.analysis.metrics takes one of gateway and prometheus",
+            id="analysis-two-sources",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 10}], "metrics": {"prometheus": {"url": "prom:9090"}}}),
+            "spec.analysis.metrics.prometheus.url must be an http(s) URL",
+            id="analysis-prometheus-not-a-url",
+        ),
+        pytest.param(
+            canary({"steps": [{"weight": 10}], "falseRollbackBudget": 0.6}),
+            "spec.analysis.falseRollbackBudget must be above 0 and below 0.5",
+            id="analysis-budget-too-large",
+        ),
     ],
 )
 def test_an_invalid_model_version_is_rejected_with_a_message_naming_the_problem(
@@ -139,6 +197,22 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
     # The DESIGN example's `endpoint: ""` next to a server is managed mode, not a conflict.
     example = model_version("stable-v1", "sentiment", endpoint="", server=SERVER, weight=9)
     assert dry_run(cluster, ns, example)["spec"]["weight"] == 9
+
+
+def test_the_api_server_fills_in_the_analysis_defaults(cluster: Cluster, ns: str) -> None:
+    made = dry_run(cluster, ns, canary({"steps": [{"weight": 10}], "checks": {"errors": {}}}))
+    assert made["spec"]["analysis"] == {
+        "steps": [{"weight": 10, "pause": False}],
+        "intervalSeconds": 3,
+        "warmupSeconds": 5,
+        "warmupRequests": 0,
+        "minSeconds": 30,
+        "minRequests": 100,
+        "maxSeconds": 600,
+        "onInconclusive": "Hold",
+        "falseRollbackBudget": 0.01,
+        "checks": {"errors": {"maxRatio": 1.5, "dryRun": False}},
+    }
 
 
 def test_the_model_of_a_version_cannot_change(cluster: Cluster, ns: str) -> None:
@@ -173,11 +247,13 @@ def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> Non
 def test_kubectl_get_shows_the_columns_people_scan(cluster: Cluster, ns: str) -> None:
     cluster.apply(model_version("stable-v1", "sentiment", weight=9, endpoint="http://s:8000"), ns)
     header, row = cluster.kubectl("get", "mv", "stable-v1", namespace=ns).stdout.splitlines()
-    assert header.split() == ["NAME", "MODEL", "WEIGHT", "SHARE", "READY", "AGE"]
+    assert header.split() == ["NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP",
+                              "AGE"]  # fmt: skip
     assert row.split()[:3] == ["stable-v1", "sentiment", "9"]
     wide = cluster.kubectl("get", "modelversions", "stable-v1", "-o", "wide", namespace=ns).stdout
     assert wide.splitlines()[0].split() == [
-        "NAME", "MODEL", "WEIGHT", "SHARE", "READY", "AGE", "ROUTED", "REPLICAS", "ENDPOINT",
+        "NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP", "AGE", "ROUTED",
+        "REPLICAS", "ENDPOINT",
     ]  # fmt: skip
     # The category lists ModelVersions along with anything else modelroll adds later.
     assert (

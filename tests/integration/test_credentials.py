@@ -71,7 +71,8 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
         gateway = spawn(
             "modelroll-gateway", f"--port={port}", ready=f"http://127.0.0.1:{port}/readyz", **in_pod
         )
-        flags = [f"--namespace={namespace}", f"--liveness={liveness}", "--sidecar-image=s:test"]
+        flags = [f"--namespace={namespace}", f"--liveness={liveness}", "--metrics-port=0",
+                 "--sidecar-image=s:test"]  # fmt: skip
         operator = OperatorProcess(
             spawn("modelroll-operator", *flags, ready=liveness, **in_pod), liveness
         )

@@ -41,6 +41,7 @@ from modelroll_gateway import cli as gateway_cli
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 from modelroll_operator import cli as operator_cli
 from modelroll_operator import plugin
+from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
 from modelroll_sidecar import config as sidecar_config
 from modelroll_sidecar import demo_model
 from modelroll_sidecar.metrics import SidecarMetrics
@@ -287,7 +288,10 @@ class Family:
 
 
 ENUMERATED_LABELS = ("reason", "phase")
-EXTRA_VALUES = {"modelroll_gateway_upstream_errors_total": frozenset(UPSTREAM_ERROR_REASONS)}
+EXTRA_VALUES = {
+    "modelroll_gateway_upstream_errors_total": frozenset(UPSTREAM_ERROR_REASONS),
+    "modelroll_operator_analysis_phase": frozenset(PHASES),
+}
 """Label values that exist only once they happen (no series up front)."""
 
 
@@ -320,6 +324,12 @@ def gateway_families() -> list[Family]:
     return families(registry)
 
 
+def operator_families() -> list[Family]:
+    registry = RecordingRegistry()
+    AnalysisMetrics(registry)
+    return families(registry)
+
+
 def metric_problems(component: list[Family], readme: Path, design: Path = DESIGN) -> list[str]:
     problems = []
     for family in component:
@@ -338,8 +348,12 @@ def metric_problems(component: list[Family], readme: Path, design: Path = DESIGN
 
 @pytest.mark.parametrize(
     ("families_of", "readme"),
-    [(sidecar_families, SIDECAR_README), (gateway_families, GATEWAY_README)],
-    ids=["sidecar", "gateway"],
+    [
+        (sidecar_families, SIDECAR_README),
+        (gateway_families, GATEWAY_README),
+        (operator_families, OPERATOR_README),
+    ],
+    ids=["sidecar", "gateway", "operator"],
 )
 def test_every_metric_is_documented_with_its_labels(
     families_of: Callable[[], list[Family]], readme: Path

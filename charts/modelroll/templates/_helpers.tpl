@@ -163,6 +163,11 @@ deleted when a version leaves managed mode), and core Events.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# Canary analyses find the gateway pods by label and read their /metrics (list only: no
+# get, watch or anything that reaches into a pod).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
 {{- if .Values.operator.peering }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

@@ -197,7 +197,7 @@ class Prometheus(PrometheusAPI):
         }
         config_file = self.run_dir / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.port = free_port()
+        self.port = self.port or free_port()  # started again: the same address
         self.url = f"http://127.0.0.1:{self.port}"
         self.component = Component(
             "prometheus",

@@ -288,7 +288,7 @@ class Stack:
         argv = [
             venv_script("modelroll-operator"), f"--namespace={self.namespace}",
             f"--kubeconfig={self._cluster().kubeconfig}", f"--liveness={liveness}",
-            "--log-format=full",
+            "--metrics-port=0", "--log-format=full",
         ]  # fmt: skip
         if self.operator is not None:  # a restart: same log file, new process
             self._components.remove(self.operator)
@@ -343,10 +343,12 @@ class Stack:
         return self.cluster
 
     def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
         """kubectl in the stack's namespace; raises KubectlError on failure if ``check``."""
-        return self._cluster().kubectl(*args, namespace=self.namespace, input=input, check=check)
+        return self._cluster().kubectl(
+            *args, namespace=self.namespace, input=input, check=check, timeout=timeout
+        )
 
     def prometheus_api(self) -> PrometheusAPI:
         """The Prometheus scraping this stack; raises StackError when none runs."""

@@ -71,6 +71,11 @@ def parsed(*argv: str, **environ: str) -> argparse.Namespace:
         ([], {"MODELROLL_WORKERS": "abc"}, "MODELROLL_WORKERS=abc: invalid positive integer"),
         ([], {"MODELROLL_PRIORITY": "high"}, "MODELROLL_PRIORITY=high: invalid integer"),
         (
+            ["--metrics-port=70000"],
+            {},
+            "--metrics-port 70000: invalid port number (0 to 65535)",
+        ),
+        (
             [],
             {"MODELROLL_LOG_FORMAT": "xml"},
             "MODELROLL_LOG_FORMAT=xml: must be one of json, plain, full",
@@ -94,6 +99,14 @@ def test_a_bad_value_names_the_flag_or_variable_it_came_from(
         parsed(*argv, **environ)
     assert exited.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"modelroll-operator: error: {error}"
+
+
+def test_metrics_are_served_next_to_the_liveness_probe_unless_turned_off() -> None:
+    assert config().metrics_port == 8082
+    assert config("--metrics-port=0").metrics_port == 0
+    assert parse_config(parsed(MODELROLL_METRICS_PORT="9102")).metrics_port == 9102
+    # A library user's configuration serves nothing unless asked.
+    assert OperatorConfig().metrics_port == 0
 
 
 def test_a_flag_replaces_its_variable() -> None:
@@ -125,6 +138,7 @@ DEFAULTS = {
     "--drain-timeout-s": "30",
     "--kubeconfig": "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     "--liveness": "http://0.0.0.0:8081/healthz",
+    "--metrics-port": "8082",
     "--peering": "none: standalone",
     "--standalone": "off",
     "--priority": "a random number when peering, else 0",

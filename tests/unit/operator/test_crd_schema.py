@@ -62,7 +62,7 @@ def test_printer_columns_are_the_documented_ones_with_extras_for_wide() -> None:
     columns = version["additionalPrinterColumns"]
     default = [c["name"] for c in columns if not c.get("priority")]
     wide = [c["name"] for c in columns if c.get("priority") == 1]
-    assert default == ["Model", "Weight", "Share", "Ready", "Age"]
+    assert default == ["Model", "Weight", "Share", "Ready", "Analysis", "Step", "Age"]
     assert wide == ["Routed", "Replicas", "Endpoint"]
 
 

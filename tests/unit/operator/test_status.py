@@ -86,3 +86,32 @@ def test_a_patch_nulls_fields_that_no_longer_apply() -> None:
         "readyReplicas": None,
         "selector": None,
     }
+
+
+def test_a_canary_has_its_analysis_conditions_and_keeps_its_analysis() -> None:
+    analysis = {"phase": "RolledBack", "reason": "CanaryWorse", "message": "errors: canary 6/30"}
+    current = {"analysis": analysis}
+    doc = status(READY, weight=0, current=current)
+    found = conditions(doc)
+    assert found["RolledBack"]["status"] == "True"
+    assert found["RolledBack"]["message"] == "errors: canary 6/30"
+    assert found["Promoted"]["status"] == "False"
+    assert found["AnalysisHealthy"]["status"] == "False"
+    assert found["AnalysisHealthy"]["reason"] == "CanaryWorse"
+    assert found["Progressing"]["status"] == "False"
+    # The reconciler's patch never touches status.analysis (the analysis task's own field).
+    patch = status_patch(current, doc)
+    assert patch is not None
+    assert "analysis" not in patch
+
+
+def test_an_analysis_waiting_for_data_is_neither_healthy_nor_unhealthy() -> None:
+    waiting = {"phase": "Progressing", "reason": "InsufficientData"}
+    doc = status(READY, weight=1, current={"analysis": waiting})
+    found = conditions(doc)
+    assert found["Progressing"]["status"] == "True"
+    assert found["AnalysisHealthy"]["status"] == "Unknown"
+
+
+def test_a_version_without_analysis_has_only_ready_and_routed() -> None:
+    assert set(conditions(status(READY, weight=1))) == {"Ready", "Routed"}

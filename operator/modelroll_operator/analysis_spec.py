@@ -1,0 +1,246 @@
+"""spec.analysis of a ModelVersion: the canary analysis that moves its weight step by step.
+
+A ModelVersion with ``spec.analysis`` is a canary. The operator sets its weight to each step's
+in turn (its baseline gets the rest of 100), judges it against the baseline on the gateway's
+per-version metrics, and promotes it (canary 100, baseline 0) or rolls it back (canary 0, the
+baseline's weight from before the analysis). The CRD validates and defaults every field (CEL);
+parsing here applies the same defaults to an object stored before a default existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .spec import SpecError
+
+HOLD = "Hold"
+ROLLBACK = "Rollback"
+PROMOTE = "Promote"
+INCONCLUSIVE_POLICIES = (HOLD, ROLLBACK, PROMOTE)
+"""What to do when a step ends (maxSeconds) without a verdict, or metrics cannot be read."""
+
+DEFAULT_GATEWAY_SELECTOR = {
+    "app.kubernetes.io/name": "modelroll",
+    "app.kubernetes.io/component": "gateway",
+}
+"""The labels of the chart's gateway pods."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: the canary's weight (the baseline gets 100 - weight), and whether the analysis
+    waits for ``kubectl modelroll analysis resume`` once the step has passed."""
+
+    weight: int
+    pause: bool = False
+
+
+@dataclass(frozen=True)
+class RatioCheck:
+    """A check of the canary against the baseline: "bad" requests (errors, or slower than the
+    baseline's quantile) may be at most ``max_ratio`` times as frequent in the canary."""
+
+    max_ratio: float
+    dry_run: bool = False
+
+
+DEFAULT_ERROR_CODES = ("5xx", "422", "429")
+"""What a version's own failure looks like at the gateway: a server error, the model failing
+an item (the sidecar's 422), the version overloaded (its queue full: 429). Other 4xx are the
+client's doing and the same for every version."""
+
+
+@dataclass(frozen=True)
+class ErrorCheck(RatioCheck):
+    codes: tuple[str, ...] = DEFAULT_ERROR_CODES
+    """Status codes that count as errors: "5xx"-style classes or exact codes ("429")."""
+
+    def is_error(self, code: str) -> bool:
+        return any(
+            code == c or (len(c) == 3 and c.endswith("xx") and code[:1] == c[:1])
+            for c in self.codes
+        )
+
+
+@dataclass(frozen=True)
+class LatencyCheck(RatioCheck):
+    quantile: float = 0.95
+    """The bound is the baseline's latency at this quantile, in the same window."""
+
+
+@dataclass(frozen=True)
+class Guardrail:
+    """An absolute limit: a canary error ratio above ``max_error_ratio`` (after ``min_requests``
+    judged requests) rolls back at once, without waiting for the comparison."""
+
+    max_error_ratio: float
+    min_requests: int = 20
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class MetricsSource:
+    """Where the per-version counters come from: the gateway pods' /metrics (default, found by
+    label selector, or a fixed URL), or a Prometheus server."""
+
+    selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GATEWAY_SELECTOR))
+    namespace: str | None = None
+    """The gateway pods' namespace (default: the ModelVersion's)."""
+    port: int = 8080
+    url: str | None = None
+    """A fixed /metrics URL of the gateway (a gateway outside the cluster, say)."""
+    prometheus_url: str | None = None
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    steps: tuple[Step, ...]
+    baseline: str | None = None
+    """The baseline version; default: the model's highest-weight Ready version but this one."""
+    interval_seconds: int = 3
+    warmup_seconds: int = 5
+    warmup_requests: int = 0
+    min_seconds: int = 30
+    min_requests: int = 100
+    max_seconds: int = 600
+    errors: ErrorCheck | None = field(default_factory=lambda: ErrorCheck(max_ratio=1.5))
+    latency: LatencyCheck | None = field(default_factory=lambda: LatencyCheck(max_ratio=1.5))
+    guardrail: Guardrail | None = None
+    false_rollback_budget: float = 0.01
+    """The chance, over the whole analysis, that a canary as good as its baseline is rolled back;
+    split evenly over the checks and the steps (docs/analysis.md)."""
+    false_promotion_budget: float | None = None
+    """With it, a check passes only on evidence: a canary worse than 1.25 x maxRatio passes a
+    check of a step with at most this chance. Without it, a check passes when the data do not
+    favour a regression (docs/analysis.md, Verdicts)."""
+    on_inconclusive: str = HOLD
+    metrics: MetricsSource = field(default_factory=MetricsSource)
+
+    def checks(self) -> dict[str, RatioCheck]:
+        """The comparison checks in use, by name ("errors", "latency")."""
+        found: dict[str, RatioCheck] = {}
+        if self.errors is not None:
+            found["errors"] = self.errors
+        if self.latency is not None:
+            found["latency"] = self.latency
+        return found
+
+
+def _number(raw: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{where}.{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _int(raw: Mapping[str, Any], key: str, where: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _block(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}.{key} must be an object")
+    return value
+
+
+def _checks(
+    raw: Mapping[str, Any], where: str
+) -> tuple[ErrorCheck | None, LatencyCheck | None, Guardrail | None]:
+    errors = latency = guardrail = None
+    if (e := _block(raw, "errors", where)) is not None:
+        codes = e.get("codes") or list(DEFAULT_ERROR_CODES)
+        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
+            raise SpecError(f"{where}.errors.codes must be a list of strings")
+        errors = ErrorCheck(
+            max_ratio=_number(e, "maxRatio", f"{where}.errors", 1.5),
+            dry_run=bool(e.get("dryRun", False)),
+            codes=tuple(codes),
+        )
+    if (lat := _block(raw, "latency", where)) is not None:
+        latency = LatencyCheck(
+            max_ratio=_number(lat, "maxRatio", f"{where}.latency", 1.5),
+            dry_run=bool(lat.get("dryRun", False)),
+            quantile=_number(lat, "quantile", f"{where}.latency", 0.95),
+        )
+    if (g := _block(raw, "guardrail", where)) is not None:
+        guardrail = Guardrail(
+            max_error_ratio=_number(g, "maxErrorRatio", f"{where}.guardrail", 0.5),
+            min_requests=_int(g, "minRequests", f"{where}.guardrail", 20),
+            dry_run=bool(g.get("dryRun", False)),
+        )
+    return errors, latency, guardrail
+
+
+def _metrics(raw: Mapping[str, Any] | None, where: str) -> MetricsSource:
+    if raw is None:
+        return MetricsSource()
+    prometheus = _block(raw, "prometheus", where)
+    gateway = _block(raw, "gateway", where) or {}
+    selector = gateway.get("selector") or DEFAULT_GATEWAY_SELECTOR
+    if not isinstance(selector, Mapping):
+        raise SpecError(f"{where}.gateway.selector must be an object of labels")
+    return MetricsSource(
+        selector={str(k): str(v) for k, v in selector.items()},
+        namespace=gateway.get("namespace") or None,
+        port=_int(gateway, "port", f"{where}.gateway", 8080),
+        url=gateway.get("url") or None,
+        prometheus_url=(prometheus or {}).get("url") or None,
+    )
+
+
+def parse_analysis(raw: object) -> AnalysisSpec | None:
+    """spec.analysis, or None when the version is no canary."""
+    if raw is None:
+        return None
+    where = "spec.analysis"
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where} must be an object")
+    steps = []
+    for i, item in enumerate(raw.get("steps") or []):
+        if not isinstance(item, Mapping):
+            raise SpecError(f"{where}.steps[{i}] must be an object")
+        weight = _int(item, "weight", f"{where}.steps[{i}]", 0)
+        if not 1 <= weight <= 99:
+            raise SpecError(f"{where}.steps[{i}].weight must be within 1..99, got {weight}")
+        steps.append(Step(weight=weight, pause=bool(item.get("pause", False))))
+    if not steps:
+        raise SpecError(f"{where}.steps must list at least one step")
+    checks = _block(raw, "checks", where)
+    errors: ErrorCheck | None = ErrorCheck(max_ratio=1.5)
+    latency: LatencyCheck | None = LatencyCheck(max_ratio=1.5)
+    guardrail = None
+    if checks is not None:
+        errors, latency, guardrail = _checks(checks, f"{where}.checks")
+    policy = raw.get("onInconclusive", HOLD)
+    if policy not in INCONCLUSIVE_POLICIES:
+        raise SpecError(f"{where}.onInconclusive must be one of {', '.join(INCONCLUSIVE_POLICIES)}")
+    baseline = raw.get("baseline") or None
+    return AnalysisSpec(
+        steps=tuple(steps),
+        baseline=str(baseline) if baseline else None,
+        interval_seconds=max(1, _int(raw, "intervalSeconds", where, 3)),
+        warmup_seconds=_int(raw, "warmupSeconds", where, 5),
+        warmup_requests=_int(raw, "warmupRequests", where, 0),
+        min_seconds=_int(raw, "minSeconds", where, 30),
+        min_requests=_int(raw, "minRequests", where, 100),
+        max_seconds=_int(raw, "maxSeconds", where, 600),
+        errors=errors,
+        latency=latency,
+        guardrail=guardrail,
+        false_rollback_budget=_number(raw, "falseRollbackBudget", where, 0.01),
+        false_promotion_budget=(
+            _number(raw, "falsePromotionBudget", where, 0.0)
+            if raw.get("falsePromotionBudget") is not None
+            else None
+        ),
+        on_inconclusive=str(policy),
+        metrics=_metrics(_block(raw, "metrics", where), f"{where}.metrics"),
+    )

@@ -1,0 +1,290 @@
+"""The operator's side of canary analyses: one task per canary (a kopf daemon) that reads the
+counters, asks rollout.py what to do, and writes the weights and ``status.analysis``.
+
+Writes are ordered so that a restart never repeats or loses a step: the new state is saved first
+(with ``applied: false``), then the weights (canary first), then ``applied: true``. An operator
+that finds ``applied: false`` writes those weights again; weights are absolute, so writing them
+twice is the same as once. Weights in the spec that differ from the ones the analysis wrote last
+were set by hand: the analysis pauses and says so.
+
+Commands come as an annotation, ``modelroll.io/analysis-command: <verb>:<nonce>`` (``kubectl
+modelroll analysis resume|abort|skip``); the state records the last one handled, so each is done
+once, whatever restarts happen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from . import rollout
+from .analysis_metrics import AnalysisMetrics
+from .analysis_spec import AnalysisSpec, parse_analysis
+from .canary_metrics import MetricsReader, MetricsUnavailable
+from .kube import Api, KubeApiError, mv_path
+from .rollout import AnalysisState, Decision
+from .spec import PREFIX, SpecError
+from .state import ModelKey, VersionInfo
+
+log = logging.getLogger("modelroll_operator")
+
+ANNOTATION_COMMAND = f"{PREFIX}/analysis-command"
+"""``<verb>:<nonce>``, verb one of COMMANDS; set by ``kubectl modelroll analysis``."""
+COMMANDS = ("resume", "abort", "skip")
+RETRY_S = 2.0
+"""Seconds before a tick that failed on the API server is tried again."""
+FINISHED_CHECK_S = 10.0
+"""Seconds between two looks at a canary whose analysis is over."""
+PENDING = "Pending"
+"""status.analysis.phase while no analysis can start (no baseline yet)."""
+
+VersionLookup = Callable[[ModelKey], list[VersionInfo]]
+
+
+def spec_hash(raw: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _ready(version: VersionInfo) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in version.status.get("conditions") or []
+        if isinstance(c, Mapping)
+    )
+
+
+def choose_baseline(
+    versions: list[VersionInfo], canary: str, named: str | None
+) -> tuple[VersionInfo | None, str]:
+    """The baseline: the one named, else the model's highest-weight Ready version other than
+    the canary (ties: by name). None, with why, when there is none."""
+    others = [v for v in versions if v.name != canary and not v.deleting and v.spec is not None]
+    if named is not None:
+        found = next((v for v in others if v.name == named), None)
+        return found, "" if found else f"the baseline {named} is not a version of this model"
+    ready = [v for v in others if _ready(v) and v.spec is not None and v.spec.weight > 0]
+    if not ready:
+        return None, "no other version of this model is Ready with a weight above 0"
+    ready.sort(key=lambda v: (-(v.spec.weight if v.spec else 0), v.name))
+    return ready[0], ""
+
+
+class Canaries:
+    """Runs the analyses of one operator."""
+
+    def __init__(
+        self,
+        api: Api,
+        versions: VersionLookup,
+        reader: MetricsReader,
+        metrics: AnalysisMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.versions = versions
+        self.reader = reader
+        self.metrics = metrics or AnalysisMetrics(CollectorRegistry())
+        self.clock = clock
+
+    async def run(
+        self, namespace: str, name: str, sleep: Callable[[float], Awaitable[bool]]
+    ) -> None:
+        """Tick until the canary has no analysis left to run; ``sleep(seconds)`` returns True
+        when the daemon is asked to stop."""
+        try:
+            while True:
+                try:
+                    delay = await self.tick(namespace, name)
+                except (KubeApiError, OSError) as exc:
+                    log.warning("Analysis of %s/%s: %s; trying again", namespace, name, exc)
+                    delay = RETRY_S
+                if delay is None or await sleep(delay):
+                    return
+        finally:  # gone, no longer a canary, or another replica runs it now
+            self.metrics.forget(namespace, name)
+
+    async def tick(self, namespace: str, name: str) -> float | None:
+        """One look at the canary; the seconds until the next, or None when there is nothing to
+        run (the canary or its analysis is gone)."""
+        body = await self.api.get(mv_path(namespace, name))
+        if body is None:
+            return None
+        info = VersionInfo.from_body(body)
+        raw = (body.get("spec") or {}).get("analysis")
+        if info is None or not isinstance(raw, Mapping):
+            return None
+        try:
+            spec = parse_analysis(raw)
+        except SpecError as exc:
+            log.warning("The analysis of %s/%s cannot run: %s", namespace, name, exc)
+            return 30.0
+        assert spec is not None
+        digest = spec_hash(raw)
+        current = (body.get("status") or {}).get("analysis") or {}
+        state = AnalysisState.from_dict(current)
+        if state is None or state.spec_hash != digest:
+            return await self._start(info, spec, digest, current)
+        if not state.applied:
+            weights = rollout.Weights(state.canary_weight, state.baseline_step_weight)
+            state = await self._apply(info, state, weights)
+        decision = await self._next(info, body, spec, state)
+        await self._save(info, state, decision)
+        # A finished analysis is looked at now and then: a new spec.analysis starts another.
+        return FINISHED_CHECK_S if decision.state.finished else float(spec.interval_seconds)
+
+    async def _next(
+        self, info: VersionInfo, body: Mapping[str, Any], spec: AnalysisSpec, state: AnalysisState
+    ) -> Decision:
+        now = self.clock()
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        command = str(annotations.get(ANNOTATION_COMMAND) or "")
+        if command and command != state.last_command:
+            state = replace(state, last_command=command)
+            verb = command.split(":", 1)[0]
+            log.info("Analysis of %s/%s: command %s", info.namespace, info.name, verb)
+            if verb == "resume":
+                return rollout.resume(spec, state, now)
+            if verb == "abort":
+                return rollout.abort(state)
+            if verb == "skip":
+                return rollout.skip(spec, state, now)
+            return Decision(state)
+        if state.finished or state.phase == rollout.PAUSED:
+            return Decision(state)
+        changed = await self._changed_by_hand(info, state)
+        if changed:
+            return rollout.pause(
+                state,
+                rollout.MANUAL_WEIGHT,
+                f"Paused: {changed}, not what the analysis set; `kubectl modelroll analysis "
+                "resume` starts this step again with its weights, `abort` rolls back",
+            )
+        assert info.spec is not None
+        try:
+            snapshot = await self.reader.read(
+                spec.metrics, info.namespace, info.model, info.name, state.baseline, now
+            )
+        except MetricsUnavailable as exc:
+            self.metrics.source_error(info.namespace, info.model, info.name)
+            return rollout.evaluate(spec, state, None, now, str(exc))
+        return rollout.evaluate(spec, state, snapshot, now)
+
+    async def _changed_by_hand(self, info: VersionInfo, state: AnalysisState) -> str:
+        """Which weight someone else changed ("" if none)."""
+        assert info.spec is not None
+        if info.spec.weight != state.canary_weight:
+            return f"the canary's weight is {info.spec.weight}"
+        baseline = await self.api.get(mv_path(info.namespace, state.baseline))
+        if baseline is None:
+            return f"the baseline {state.baseline} was deleted"
+        weight = (baseline.get("spec") or {}).get("weight", 0)
+        if weight != state.baseline_step_weight:
+            return f"the baseline {state.baseline}'s weight is {weight}"
+        return ""
+
+    async def _start(
+        self, info: VersionInfo, spec: AnalysisSpec, digest: str, current: Mapping[str, Any]
+    ) -> float:
+        versions = self.versions(info.model_key)
+        baseline, why = choose_baseline(versions, info.name, spec.baseline)
+        if baseline is None or baseline.spec is None:
+            message = f"Waiting for a baseline: {why}"
+            pending: dict[str, Any] = {
+                "phase": PENDING,
+                "reason": rollout.NO_BASELINE,
+                "message": message,
+                "specHash": digest,
+            }
+            if any(current.get(k) != v for k, v in pending.items()):
+                # a merge patch: null whatever an earlier analysis left
+                pending = {**dict.fromkeys(current), **pending}
+                await self._write_status(info, pending)
+                await self._event(info, rollout.NO_BASELINE, message, warning=True)
+            return float(spec.interval_seconds)
+        decision = rollout.start(spec, baseline.name, baseline.spec.weight, self.clock(), digest)
+        await self._save(info, None, decision)
+        return float(spec.interval_seconds)
+
+    async def _save(
+        self, info: VersionInfo, before: AnalysisState | None, decision: Decision
+    ) -> None:
+        state = decision.state
+        if decision.weights is not None:
+            state = replace(state, applied=False)
+            await self._write_status(info, state.to_dict())
+            state = await self._apply(info, state, decision.weights)
+        elif before is None or state != before:
+            await self._write_status(info, state.to_dict())
+        self.metrics.observe(info.namespace, info.model, info.name, state)
+        if (what := _decision_kind(before, decision)) is not None:
+            self.metrics.decided(info.namespace, info.model, info.name, what)
+        if decision.event:
+            await self._event(info, _event_reason(state), decision.event, decision.warning)
+
+    async def _apply(
+        self, info: VersionInfo, state: AnalysisState, weights: rollout.Weights
+    ) -> AnalysisState:
+        """Write the weights (canary first), then record that they are written."""
+        await self._weight(info.namespace, info.name, weights.canary)
+        await self._weight(info.namespace, state.baseline, weights.baseline)
+        state = replace(state, applied=True)
+        await self._write_status(info, state.to_dict())
+        log.info(
+            "Analysis of %s/%s: weights %s=%d, %s=%d", info.namespace, info.name,
+            info.name, weights.canary, state.baseline, weights.baseline,
+        )  # fmt: skip
+        return state
+
+    async def _weight(self, namespace: str, name: str, weight: int) -> None:
+        try:
+            await self.api.merge_patch(mv_path(namespace, name), {"spec": {"weight": weight}})
+        except KubeApiError as exc:
+            if exc.status != 404:  # a baseline deleted meanwhile has no weight to set
+                raise
+
+    async def _write_status(self, info: VersionInfo, analysis: Mapping[str, Any]) -> None:
+        # A merge patch of status.analysis alone: the reconciler owns every other status field
+        # (the conditions included, which it derives from status.analysis).
+        await self.api.merge_patch(
+            mv_path(info.namespace, info.name, "status"), {"status": {"analysis": analysis}}
+        )
+
+    async def _event(self, info: VersionInfo, reason: str, message: str, warning: bool) -> None:
+        try:
+            await self.api.post_event(
+                info.owner_body(), reason, message, kind="Warning" if warning else "Normal"
+            )
+        except (KubeApiError, OSError) as exc:
+            log.debug("Could not post an event for %s: %s", info.name, exc)
+
+
+def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | None:
+    """What the decision did, for modelroll_operator_analysis_decisions_total (None: nothing)."""
+    after = decision.state
+    if after.phase == rollout.PROMOTED and (before is None or before.phase != rollout.PROMOTED):
+        return "promote"
+    if after.phase == rollout.ROLLED_BACK and (before is None or not before.finished):
+        return "rollback"
+    if decision.weights is not None:
+        return "step"
+    if before is not None and after.phase != before.phase:
+        if after.phase == rollout.PAUSED:
+            return "pause"
+        if after.phase == rollout.HOLDING:
+            return "hold"
+    return None
+
+
+def _event_reason(state: AnalysisState) -> str:
+    if state.finished:
+        return state.phase
+    if state.phase in (rollout.PAUSED, rollout.HOLDING):
+        return state.reason
+    return "AnalysisStep"

@@ -1,0 +1,182 @@
+"""Where a canary analysis reads its counters: the gateway pods' /metrics, or Prometheus.
+
+By default the operator lists the gateway pods by label selector and reads every Ready pod's
+/metrics itself, summing over replicas: no Prometheus needed, and no scrape delay. A pod that
+cannot be read makes the whole reading fail (a partial sum would look like a counter reset);
+the analysis then holds. With ``metrics.prometheus.url`` the same sums come from Prometheus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from .analysis_spec import MetricsSource
+from .kube import UNREACHABLE, Api, KubeApiError, core_path
+from .rollout import Snapshot, VersionCounts
+
+REQUESTS = "modelroll_gateway_requests_total"
+BUCKETS = "modelroll_gateway_request_duration_seconds_bucket"
+READ_TIMEOUT_S = 2.0
+MAX_METRICS_BYTES = 16 << 20
+
+
+class MetricsUnavailable(Exception):
+    """The counters could not be read; the message says where and why."""
+
+
+class _Sums:
+    """Per version: requests by code, and histogram buckets by le, summed over sources."""
+
+    def __init__(self) -> None:
+        self.codes: defaultdict[str, defaultdict[str, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self.buckets: defaultdict[str, defaultdict[float, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )  # fmt: skip
+
+    def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        version = labels.get("version", "")
+        if name == REQUESTS:
+            self.codes[version][labels.get("code", "")] += value
+        elif name == BUCKETS:
+            self.buckets[version][float(labels.get("le", "+Inf"))] += value
+
+    def counts(self, version: str) -> VersionCounts:
+        buckets: Mapping[float, float] = self.buckets.get(version) or {}
+        ordered = tuple(sorted(buckets.items()))
+        if ordered and not math.isinf(ordered[-1][0]):
+            ordered = (*ordered, (math.inf, ordered[-1][1]))
+        return VersionCounts(codes=dict(self.codes.get(version) or {}), buckets=ordered)
+
+    def snapshot(self, at: float, canary: str, baseline: str) -> Snapshot:
+        return Snapshot(at, self.counts(canary), self.counts(baseline))
+
+
+def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) -> None:
+    """Add one gateway's /metrics (Prometheus text format) for ``versions`` of ``model``."""
+    wanted = set(versions)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if (
+                    sample.name in (REQUESTS, BUCKETS)
+                    and sample.labels.get("model") == model
+                    and sample.labels.get("version") in wanted
+                ):
+                    sums.add(sample.name, sample.labels, sample.value)
+    except ValueError as exc:
+        raise MetricsUnavailable(f"the gateway's /metrics could not be parsed: {exc}") from exc
+
+
+class MetricsReader:
+    """Reads both versions' counters for the analyses of one operator (one HTTP session)."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=READ_TIMEOUT_S),
+                headers={"User-Agent": "modelroll-operator"},
+            )
+        return self._session
+
+    async def read(
+        self,
+        source: MetricsSource,
+        namespace: str,
+        model: str,
+        canary: str,
+        baseline: str,
+        now: float,
+    ) -> Snapshot:
+        """Both versions' counters now; raises MetricsUnavailable."""
+        sums = _Sums()
+        if source.prometheus_url:
+            await self._prometheus(sums, source.prometheus_url, model, (canary, baseline))
+        else:
+            urls = [source.url] if source.url else await self._gateway_urls(source, namespace)
+            texts = await asyncio.gather(*(self._get_text(u) for u in urls))
+            for text in texts:
+                add_exposition(sums, text, model, (canary, baseline))
+        return sums.snapshot(now, canary, baseline)
+
+    async def _gateway_urls(self, source: MetricsSource, namespace: str) -> list[str]:
+        where = source.namespace or namespace
+        selector = ",".join(f"{k}={v}" for k, v in sorted(source.selector.items()))
+        try:
+            pods = await self.api.send(
+                "GET", core_path(where, "pods"), params={"labelSelector": selector}
+            )
+        except (KubeApiError, *UNREACHABLE) as exc:
+            raise MetricsUnavailable(f"cannot list the gateway pods: {exc}") from exc
+        urls = [
+            f"http://{_host(ip)}:{source.port}/metrics"
+            for pod in pods.get("items") or []
+            if _ready(pod) and (ip := (pod.get("status") or {}).get("podIP"))
+        ]
+        if not urls:
+            raise MetricsUnavailable(f"no Ready gateway pod in {where} matches {selector}")
+        return urls
+
+    async def _get_text(self, url: str) -> str:
+        try:
+            async with self._client().get(url) as response:
+                if response.status != 200:
+                    raise MetricsUnavailable(f"{url} answered {response.status}")
+                body = await response.content.read(MAX_METRICS_BYTES + 1)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise MetricsUnavailable(f"cannot read {url}: {exc or type(exc).__name__}") from exc
+        if len(body) > MAX_METRICS_BYTES:
+            raise MetricsUnavailable(f"{url} is larger than {MAX_METRICS_BYTES} bytes")
+        return body.decode("utf-8", "replace")
+
+    async def _prometheus(
+        self, sums: _Sums, base: str, model: str, versions: tuple[str, str]
+    ) -> None:
+        match = f'model="{model}",version=~"{"|".join(versions)}"'
+        queries = {
+            REQUESTS: f"sum by (version, code) ({REQUESTS}{{{match}}})",
+            BUCKETS: f"sum by (version, le) ({BUCKETS}{{{match}}})",
+        }
+        url = base.rstrip("/") + "/api/v1/query"
+        for name, query in queries.items():
+            try:
+                async with self._client().get(url, params={"query": query}) as response:
+                    doc: Any = await response.json(content_type=None)
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                raise MetricsUnavailable(f"cannot query Prometheus at {base}: {exc}") from exc
+            if not isinstance(doc, dict) or doc.get("status") != "success":
+                error = doc.get("error") if isinstance(doc, dict) else doc
+                raise MetricsUnavailable(f"Prometheus at {base} refused the query: {error}")
+            for item in (doc.get("data") or {}).get("result") or []:
+                sums.add(name, item.get("metric") or {}, float(item["value"][1]))
+
+
+def _host(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip else ip
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )

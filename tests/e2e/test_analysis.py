@@ -1,0 +1,275 @@
+"""Canary analyses end to end, each on the whole local stack under load: the operator, the
+gateway, a stable and a canary version (demo model behind its own sidecar), and for one test
+Prometheus. The operator reads the gateway's /metrics (or Prometheus) and moves the weights by
+itself; the tests watch what a user would: conditions, weights, and the answers clients got.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modelroll_devcluster import Cluster
+from modelroll_devcluster.pytest_plugin import Figures
+from modelroll_devcluster.stack import Stack, VersionSpec
+from modelroll_devcluster.traffic import Traffic
+from tests.e2e.conftest import FAILED, eventually
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "sentiment"
+STABLE, CANARY = "stable-v1", "canary-v2"
+FAST = {"intervalSeconds": 1, "warmupSeconds": 2, "minSeconds": 4, "minRequests": 20}
+"""Quick steps for tests; the 20%-error test keeps the defaults (interval 3 s, warm-up 5 s)."""
+
+
+StartStack = Callable[..., Stack]
+
+
+@pytest.fixture
+def start_stack(
+    cluster: Cluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[StartStack]:
+    """Start a local stack with a stable version at weight 100 and a canary at 0."""
+    if not cluster.is_local:
+        pytest.skip("the analysis scenarios start their own versions: local control plane only")
+    stacks: list[Stack] = []
+
+    def start(
+        canary: VersionSpec | None = None,
+        prometheus: bool = False,
+        stable: VersionSpec | None = None,
+    ) -> Stack:
+        versions = (stable or VersionSpec(STABLE, 100), canary or VersionSpec(CANARY, 0))
+        stack = Stack(
+            tmp_path / "stack",
+            cluster=cluster,
+            namespace=namespace,
+            versions=versions,
+            prometheus="required" if prometheus else "off",
+        )
+        stacks.append(stack)
+        stack.start()
+        stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(stack.manifest(STABLE)))
+        eventually(lambda: weights(stack).get(STABLE) == 100, "stable-v1 routed", 30)
+        return stack
+
+    yield start
+    for stack in stacks:
+        if request.node.stash.get(FAILED, False):
+            print(f"--- component logs ---\n{stack.log_tails()}")
+        stack.stop()
+
+
+def weights(stack: Stack) -> dict[str, int]:
+    model = stack.routes().get(MODEL) or {"versions": []}
+    return {v["name"]: v["weight"] for v in model["versions"]}
+
+
+def canary_manifest(stack: Stack, analysis: dict[str, Any]) -> str:
+    manifest = stack.manifest(CANARY, weight=0)
+    metrics = {"gateway": {"url": f"{stack.gateway_url}/metrics"}}
+    manifest["spec"]["analysis"] = {"metrics": metrics, **analysis}
+    return yaml.safe_dump(manifest)
+
+
+def analysis(stack: Stack, name: str = CANARY) -> dict[str, Any]:
+    out = stack.kubectl("get", "mv", name, "-o", "json").stdout
+    status: dict[str, Any] = json.loads(out).get("status") or {}
+    found: dict[str, Any] = status.get("analysis") or {}
+    return found
+
+
+def condition(stack: Stack, kind: str) -> str:
+    out = stack.kubectl(
+        "get", "mv", CANARY, "-o", f"jsonpath={{.status.conditions[?(@.type=='{kind}')].status}}"
+    ).stdout
+    return out.strip()
+
+
+def wait_condition(stack: Stack, kind: str, within: float) -> None:
+    """kubectl wait, as a user would."""
+    result = stack.kubectl(
+        "wait", f"--for=condition={kind}", f"--timeout={within:g}s", f"mv/{CANARY}",
+        check=False, timeout=within + 30,
+    )  # fmt: skip
+    assert result.returncode == 0, f"{kind} not True: {analysis(stack)}\n{stack.log_tails()}"
+
+
+def test_a_canary_failing_a_fifth_of_its_items_is_rolled_back_without_failing_the_baseline(
+    start_stack: StartStack, figures: Figures
+) -> None:
+    """Default interval and warm-up; canary traffic about 10 req/s: the issue's 15 s target."""
+    stack = start_stack(VersionSpec(CANARY, 0, error_rate=0.2))
+    with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=10.0) as traffic:
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, {"steps": [{"weight": 10}]}))
+        wait_condition(stack, "RolledBack", 60)
+        first = eventually(
+            lambda: next((r for r in traffic.responses if r.version == CANARY), None),
+            "a canary answer",
+            5,
+        )
+        eventually(lambda: weights(stack).get(CANARY) == 0, "the canary at weight 0", 5)
+        rolled_back = time.monotonic()
+        time.sleep(1.0)
+    state = analysis(stack)
+    assert state["phase"] == "RolledBack"
+    assert state["reason"] == "CanaryWorse"
+    errors = next(c for c in state["checks"] if c["name"] == "errors")
+    assert errors["verdict"] == "Fail"
+    assert weights(stack) == {STABLE: 100, CANARY: 0}
+    stable = [r for r in traffic.responses if r.version == STABLE]
+    assert stable
+    assert all(r.status == 200 for r in stable), "the baseline failed requests"
+    after = [r for r in traffic.responses if r.version == CANARY and r.sent > rolled_back]
+    assert not after, "the canary still got traffic after the rollback"
+    took = rolled_back - first.sent
+    figures.add("analysis: 20% errors, first canary request to rollback in force", f"{took:.1f} s")
+    assert took <= 15.0 + 1.0  # the target, plus the time to see the weight at the gateway
+    events = stack.kubectl("get", "events", "--field-selector", f"involvedObject.name={CANARY}")
+    assert "errors: canary" in events.stdout
+
+
+def test_a_healthy_canary_is_promoted_through_every_step(start_stack: StartStack) -> None:
+    stack = start_stack()
+    steps = [{"weight": 10}, {"weight": 30}, {"weight": 60}]
+    seen: list[int] = []
+    with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=20.0) as traffic:
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, {**FAST, "steps": steps}))
+        deadline = time.monotonic() + 90
+        while condition(stack, "Promoted") != "True":
+            assert time.monotonic() < deadline, f"not promoted: {analysis(stack)}"
+            weight = weights(stack).get(CANARY)
+            if weight is not None and (not seen or seen[-1] != weight):
+                seen.append(weight)
+            time.sleep(0.2)
+    assert [w for w in seen if w] == [10, 30, 60]  # every step, in order, none skipped
+    assert weights(stack) == {STABLE: 0, CANARY: 100}  # the baseline stays, warm, at 0
+    assert all(r.status == 200 for r in traffic.responses)
+    assert condition(stack, "RolledBack") == "False"
+
+
+def test_a_canary_with_a_few_requests_a_minute_holds_and_is_not_rolled_back(
+    start_stack: StartStack,
+) -> None:
+    stack = start_stack()
+    spec = {**FAST, "steps": [{"weight": 1}], "maxSeconds": 8, "minRequests": 50}
+    with Traffic(stack.gateway_url, MODEL, window=1, rounds_per_second=2.0):
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, spec))
+        eventually(lambda: analysis(stack).get("phase") == "Holding", "Holding", 40)
+        time.sleep(4.0)
+    state = analysis(stack)
+    assert state["phase"] == "Holding"
+    assert state["reason"] == "InsufficientData"
+    assert weights(stack) == {STABLE: 99, CANARY: 1}
+    assert condition(stack, "RolledBack") == "False"
+    assert condition(stack, "AnalysisHealthy") == "Unknown"
+
+
+def test_an_unreadable_metrics_source_holds_then_the_analysis_resumes(
+    start_stack: StartStack,
+) -> None:
+    stack = start_stack(prometheus=True)
+    prometheus = stack.prometheus
+    assert prometheus is not None
+    spec = {**FAST, "steps": [{"weight": 20}], "minSeconds": 6}
+    with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=20.0):
+        manifest = yaml.safe_load(canary_manifest(stack, spec))
+        manifest["spec"]["analysis"]["metrics"] = {"prometheus": {"url": prometheus.url}}
+        stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+        eventually(lambda: analysis(stack).get("phase") == "Progressing", "Progressing", 30)
+        prometheus.stop()
+        held = eventually(
+            lambda: (a := analysis(stack)).get("reason") == "MetricsUnavailable" and a,
+            "Holding on MetricsUnavailable",
+            20,
+        )
+        assert held["phase"] == "Holding"
+        time.sleep(3.0)
+        assert analysis(stack)["phase"] == "Holding"
+        assert weights(stack) == {STABLE: 80, CANARY: 20}
+        prometheus.start()
+        wait_condition(stack, "Promoted", 60)
+    assert weights(stack) == {STABLE: 0, CANARY: 100}
+
+
+def test_an_operator_killed_mid_step_resumes_without_double_stepping(
+    start_stack: StartStack,
+) -> None:
+    stack = start_stack()
+    steps = [{"weight": 10}, {"weight": 30}, {"weight": 60}]
+    spec = {**FAST, "steps": steps, "minSeconds": 8}
+    with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=20.0):
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, spec))
+        at_two = eventually(
+            lambda: (a := analysis(stack)).get("step") == 2 and a.get("applied") and a,
+            "step 2",
+            60,
+        )
+        stack.kill_operator()
+        time.sleep(2.0)
+        stack.start_operator()
+        time.sleep(2.0)
+        state = analysis(stack)
+        assert state["step"] == 2, "the restarted operator moved on from step 2 at once"
+        assert state["stepStartedAt"] == at_two["stepStartedAt"]
+        assert weights(stack) == {STABLE: 70, CANARY: 30}
+        wait_condition(stack, "Promoted", 90)
+    events = stack.kubectl(
+        "get", "events", "--field-selector", f"involvedObject.name={CANARY},reason=AnalysisStep"
+    ).stdout
+    assert events.count("Step 3 of 3") == 1, events
+
+
+def test_a_canary_twice_as_slow_is_rolled_back_on_the_latency_check(
+    start_stack: StartStack,
+) -> None:
+    """The model's own time doubles (20 ms a batch, then 40): requests take about 1.6 times as
+    long through the gateway, where batching and queueing add their part."""
+    stack = start_stack(
+        VersionSpec(CANARY, 0, fixed_ms=40.0), stable=VersionSpec(STABLE, 100, fixed_ms=20.0)
+    )
+    with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=20.0) as traffic:
+        stack.kubectl(
+            "apply", "-f", "-", input=canary_manifest(stack, {**FAST, "steps": [{"weight": 30}]})
+        )
+        wait_condition(stack, "RolledBack", 60)
+    state = analysis(stack)
+    checks = {c["name"]: c for c in state["checks"]}
+    assert checks["latency"]["verdict"] == "Fail"
+    assert checks["errors"]["verdict"] != "Fail"
+    assert all(r.status == 200 for r in traffic.responses)
+
+
+def test_a_pause_step_is_resumed_with_the_plugin_and_a_hand_made_weight_pauses(
+    start_stack: StartStack,
+) -> None:
+    stack = start_stack()
+    steps = [{"weight": 10, "pause": True}, {"weight": 40}]
+    with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=20.0):
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, {**FAST, "steps": steps}))
+        eventually(lambda: analysis(stack).get("reason") == "PausedAtStep", "the pause", 60)
+        assert condition(stack, "Progressing") == "False"
+        shown = stack.plugin("analysis", "status", CANARY).stdout
+        assert "Paused" in shown
+        assert "errors" in shown
+        stack.plugin("analysis", "resume", CANARY)
+        eventually(lambda: weights(stack).get(CANARY) == 40, "step 2's weights", 10)
+        stack.kubectl("patch", "mv", CANARY, "--type=merge", "-p", '{"spec":{"weight":5}}')
+        paused = eventually(
+            lambda: (a := analysis(stack)).get("reason") == "ManualWeightChange" and a,
+            "a pause for the weight set by hand",
+            10,
+        )
+        assert "weight is 5" in paused["message"]
+        time.sleep(2.0)
+        assert weights(stack).get(CANARY) == 5  # the analysis leaves the user's weight alone
+        stack.plugin("analysis", "resume", CANARY)
+        wait_condition(stack, "Promoted", 60)
+    assert weights(stack) == {STABLE: 0, CANARY: 100}

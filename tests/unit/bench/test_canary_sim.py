@@ -1,0 +1,105 @@
+"""modelroll-bench analysis: the samplers, Prometheus's histogram_quantile, and a tiny run of the
+whole simulation (report keys, determinism, a sane ordering)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from typing import Any
+
+import pytest
+
+from modelroll_bench import canary
+from modelroll_bench.canary import JUDGES, Setup, Version
+
+
+@pytest.mark.parametrize("lam", [0.3, 4.0, 25.0, 600.0])
+def test_poisson_has_the_right_mean_and_variance(lam: float) -> None:
+    rng = random.Random(1)
+    xs = [canary.poisson(rng, lam) for _ in range(20_000)]
+    assert statistics.fmean(xs) == pytest.approx(lam, rel=0.03, abs=0.02)
+    assert statistics.pvariance(xs) == pytest.approx(lam, rel=0.06, abs=0.02)
+
+
+@pytest.mark.parametrize(("n", "p"), [(5, 0.3), (200, 0.01), (600, 0.2), (600, 0.917)])
+def test_binomial_has_the_right_mean_and_variance(n: int, p: float) -> None:
+    rng = random.Random(2)
+    xs = [canary.binomial(rng, n, p) for _ in range(20_000)]
+    assert statistics.fmean(xs) == pytest.approx(n * p, rel=0.03)
+    assert statistics.pvariance(xs) == pytest.approx(n * p * (1 - p), rel=0.06)
+    assert min(xs) >= 0
+    assert max(xs) <= n
+
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    counts = [0] * len(canary.LES)
+    i = canary.LES.index(0.1)
+    counts[i], counts[i + 1] = 90, 10  # 90 in (0.05, 0.1], 10 in (0.1, 0.25]
+    assert canary.histogram_quantile(0.5, counts) == pytest.approx(0.05 + 0.05 * 50 / 90)
+    assert canary.histogram_quantile(0.95, counts) == pytest.approx(0.1 + 0.15 * 5 / 10)
+    assert canary.histogram_quantile(0.95, [0] * len(canary.LES)) is None
+    counts[-1] = 1000  # most of it in +Inf: the largest finite bound
+    assert canary.histogram_quantile(0.95, counts) == 30.0
+
+
+def test_a_version_s_buckets_hold_its_lognormal() -> None:
+    probabilities = Version(median_s=0.05, sigma=0.5).bucket_probabilities()
+    assert len(probabilities) == len(canary.LES)
+    assert math.fsum(probabilities) == pytest.approx(1.0)
+    below_median = math.fsum(probabilities[: canary.LES.index(0.05) + 1])
+    assert below_median == pytest.approx(0.5)
+
+
+TINY = Setup(rollouts=12, detect_seeds=12, detect_weights=(25,))
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return canary.simulate(TINY)
+
+
+def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> None:
+    assert set(report) >= {"setup", "modelroll", "flagger", "aa", "detection", "fast"}
+    aa = report["aa"]
+    assert set(aa) == {"low", "high"}
+    for row in aa.values():
+        for name in JUDGES:
+            assert row[name]["runs"] == TINY.rollouts
+            assert row[name]["rolled_back"] + row[name]["promoted"] + row[name]["held"] == 12
+    detection = report["detection"]
+    assert set(detection) == {"errors 2x @ 25%", "errors 10x @ 25%", "latency 1.5x @ 25%"}
+    json.dumps(report, allow_nan=False)  # nothing JSON cannot hold
+    assert canary.table(report)
+    assert len(canary.targets(report)) == 2 * 2 + 1 + 3
+
+
+def test_bigger_regressions_are_caught_sooner(report: dict[str, Any]) -> None:
+    detection = report["detection"]
+
+    def median(cell: str) -> float:
+        value = detection[cell]["modelroll"]["median_s"]
+        return math.inf if value is None else float(value)
+
+    assert median("errors 10x @ 25%") < median("errors 2x @ 25%")
+    assert median("errors 10x @ 25%") <= 15
+    fast = report["fast"]
+    assert fast["modelroll"]["detected"] == TINY.detect_seeds
+    assert fast["modelroll"]["max_s"] <= 15
+    # Flagger needs threshold x interval at least: 5 failed checks, one a minute.
+    assert fast["flagger"]["median_s"] >= 300
+
+
+def test_identical_versions_are_not_rolled_back_by_modelroll(report: dict[str, Any]) -> None:
+    aa = report["aa"]
+    assert aa["high"]["modelroll"]["rolled_back"] == 0
+    assert aa["high"]["modelroll"]["promoted"] == TINY.rollouts
+    assert aa["low"]["modelroll"]["held"] == TINY.rollouts  # 0.05 req/s: never 100 requests
+
+
+def test_the_simulation_is_deterministic_given_its_seed() -> None:
+    small = Setup(rollouts=3, detect_seeds=3, detect_weights=(5,))
+    assert canary.simulate(small) == canary.simulate(small)
+    other = canary.simulate(Setup(seed=2, rollouts=3, detect_seeds=3, detect_weights=(5,)))
+    assert other != canary.simulate(small)
