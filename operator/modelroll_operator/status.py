@@ -106,6 +106,10 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
         return []
     reason = str(analysis.get("reason") or phase)
     message = str(analysis.get("message") or "")
+    if phase in (PROMOTED, ROLLED_BACK) and analysis.get("applied") is False:
+        # Decided, and saved, but the weights are not written yet: not Promoted (or RolledBack)
+        # until they are, so that `kubectl wait --for=condition=Promoted` means it.
+        phase, reason = "Progressing", phase
     finished = phase in (PROMOTED, ROLLED_BACK)
     progressing = phase == "Progressing"
     if reason in _UNHEALTHY:

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.conftest import eventually
 from tests.e2e.incluster import EXAMPLES, InCluster
-from tests.e2e.test_rollout import MODEL, eventually
+from tests.e2e.test_rollout import MODEL
 
 pytestmark = pytest.mark.node
 

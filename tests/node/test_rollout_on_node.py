@@ -22,6 +22,7 @@ import pytest
 
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traffic import Response, Traffic
+from tests.e2e.conftest import eventually
 from tests.e2e.incluster import STORY, InCluster, managed_manifest
 from tests.e2e.test_rollout import (
     CANARY,
@@ -30,7 +31,6 @@ from tests.e2e.test_rollout import (
     WINDOW,
     assert_nothing_failed,
     describe,
-    eventually,
     failed,
     gateway_weights,
     last_answer,
@@ -276,5 +276,32 @@ def test_rollout_story_with_pods(story: InCluster, figures: Figures) -> None:
             return f"new operator pod {new} reconciled a weight change"
 
         assert not steps.disruption("node: operator pod deleted", operator_replaced)
+
+        # 9. The canary analysis rolls the failing canary back by itself, reading the gateway
+        # pods' /metrics, found by the chart's labels (the default metrics source), from the
+        # operator's pod.
+        def analysis_rolls_back() -> str:
+            analysis = {
+                "steps": [{"weight": 20}],
+                "intervalSeconds": 2,
+                "warmupSeconds": 4,
+                "minSeconds": 10,
+                "minRequests": 20,
+            }
+            patch = json.dumps({"spec": {"analysis": analysis}})
+            applied = time.monotonic()
+            story.kubectl("patch", "mv", CANARY, "--type", "merge", "-p", patch)
+            story.kubectl("wait", "--for=condition=RolledBack", "--timeout=120s", f"mv/{CANARY}")
+            took = time.monotonic() - applied
+            state = story.cluster.kubectl_json("get", "mv", CANARY, namespace=ns)["status"]
+            assert state["analysis"]["reason"] == "CanaryWorse", state["analysis"]
+            eventually(
+                lambda: gateway_weights(story) == {STABLE: 9, CANARY: 0},
+                "the weights from before the analysis",
+                10,
+            )
+            return f"rolled back {took:.1f} s after spec.analysis was set"
+
+        assert not steps.disruption("node: canary analysis rolls back", analysis_rolls_back)
 
     assert_nothing_failed(figures, "node: failed requests", traffic.since(started))

@@ -104,10 +104,14 @@ def _cgroup_dirs(name: str) -> Iterator[Path]:
 
 
 def _cgroup_pids(root: Path) -> set[int]:
+    # os.walk, not Path.rglob: the kubelet removes pod cgroups while this walks them, and
+    # rglob raises for a directory gone between listing and scanning (os.walk skips it).
     pids: set[int] = set()
-    for procs in root.rglob("cgroup.procs"):
-        with contextlib.suppress(OSError, ValueError):
-            pids.update(int(line) for line in procs.read_text().split())
+    for directory, _, files in os.walk(root):
+        if "cgroup.procs" in files:
+            with contextlib.suppress(OSError, ValueError):
+                text = Path(directory, "cgroup.procs").read_text()
+                pids.update(int(line) for line in text.split())
     return pids
 
 

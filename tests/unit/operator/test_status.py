@@ -115,3 +115,15 @@ def test_an_analysis_waiting_for_data_is_neither_healthy_nor_unhealthy() -> None
 
 def test_a_version_without_analysis_has_only_ready_and_routed() -> None:
     assert set(conditions(status(READY, weight=1))) == {"Ready", "Routed"}
+
+
+def test_a_promotion_whose_weights_are_not_written_yet_is_not_promoted_yet() -> None:
+    saving = {"phase": "Promoted", "reason": "Promoted", "message": "m", "applied": False}
+    found = conditions(status(READY, weight=1, current={"analysis": saving}))
+    assert found["Promoted"]["status"] == "False"
+    assert found["Progressing"]["status"] == "True"
+    done = {**saving, "applied": True}
+    assert (
+        conditions(status(READY, weight=1, current={"analysis": done}))["Promoted"]["status"]
+        == "True"
+    )
