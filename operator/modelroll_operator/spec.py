@@ -58,7 +58,7 @@ class Setting:
 
 BATCHING_SETTINGS = (
     Setting("maxBatchSize", "max_batch_size", "--max-batch-size", 32, 1, 4096),
-    Setting("maxWaitMs", "max_wait_ms", "--max-wait-ms", 10, 1, 60000),
+    Setting("maxWaitMs", "max_wait_ms", "--max-wait-ms", 10, 0, 60000),
     Setting("maxQueueSize", "max_queue_size", "--max-queue-size", 1024, 1, 1000000),
     Setting("maxBatchTokens", "max_batch_tokens", "--max-batch-tokens", 0, 0, 100000000),
     Setting("timeoutMs", "timeout_ms", "--timeout-ms", 30000, 1, 3600000),

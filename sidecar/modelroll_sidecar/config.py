@@ -55,8 +55,12 @@ class SidecarConfig:
         for name in at_least_one:
             if getattr(self, name) < 1:
                 return f"{flag(name)} must be at least 1, got {getattr(self, name)}"
+        if self.max_wait_ms < 0:
+            return (
+                f"--max-wait-ms must be 0 (send what is queued at once) or more, "
+                f"got {self.max_wait_ms:g}"
+            )
         positive = (
-            "max_wait_ms",
             "timeout_ms",
             "read_timeout_ms",
             "upstream_timeout_ms",

@@ -194,6 +194,9 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
             "maxConcurrentBatches": 1,
         },
     }
+    # maxWaitMs 0 (send what is queued at once, Triton's default) is a legal setting.
+    eager = model_version("eager", "sentiment", server=SERVER, batching={"maxWaitMs": 0})
+    assert dry_run(cluster, ns, eager)["spec"]["batching"]["maxWaitMs"] == 0
     # The DESIGN example's `endpoint: ""` next to a server is managed mode, not a conflict.
     example = model_version("stable-v1", "sentiment", endpoint="", server=SERVER, weight=9)
     assert dry_run(cluster, ns, example)["spec"]["weight"] == 9

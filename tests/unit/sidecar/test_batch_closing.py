@@ -44,6 +44,27 @@ async def test_max_wait_wins_when_traffic_is_sparse(
     assert sidecar.sample("modelroll_batches_total", reason="full") == 0
 
 
+async def test_max_wait_zero_sends_at_once_and_batches_what_arrives_meanwhile(
+    start_model: StartModel, start_sidecar: StartSidecar
+) -> None:
+    """max-wait 0 (Triton's default): a lone request goes at once, and requests that arrive
+    while the model runs a batch go together in the next, not one by one."""
+    model = await start_model(fixed_ms=200, per_token_ms=0)
+    sidecar = await start_sidecar(model.url, max_batch_size=100, max_wait_ms=0)
+
+    started = time.monotonic()
+    status, _ = await sidecar.infer("alone")
+    assert status == 200
+    assert time.monotonic() - started < 0.4  # the model's 200 ms, no waiting for company
+
+    first = asyncio.ensure_future(sidecar.infer("first"))
+    await asyncio.sleep(0.05)  # the first batch is running now
+    rest = await burst(sidecar, [f"meanwhile {i}" for i in range(5)])
+    assert (await first)[0] == 200
+    assert [s for s, _ in rest] == [200] * 5
+    assert list(model.model.batch_sizes) == [1, 1, 5]
+
+
 async def test_max_wait_counts_from_the_oldest_request_not_the_newest(
     start_model: StartModel, start_sidecar: StartSidecar
 ) -> None:

@@ -31,6 +31,11 @@ from tests.unit.common.test_flags import help_entries
         ),
         ([], {"MODELROLL_PORT": "http"}, "MODELROLL_PORT=http: invalid integer"),
         ([], {"MODELROLL_MAX_WAIT_MS": "nan"}, "MODELROLL_MAX_WAIT_MS=nan: invalid number"),
+        (
+            ["--max-wait-ms=-1"],
+            {},
+            "--max-wait-ms must be 0 (send what is queued at once) or more, got -1",
+        ),
         (["--timeout-ms", "inf"], {}, "--timeout-ms inf: invalid number"),
     ],
 )
@@ -61,3 +66,7 @@ def test_help_shows_every_flags_default_and_variable(monkeypatch: pytest.MonkeyP
         default = getattr(defaults, field.name)
         shown = f"(default: {default}; env MODELROLL_{field.name.upper()})"
         assert shown in entries[flag(field.name)]
+
+
+def test_max_wait_zero_is_a_legal_setting() -> None:
+    assert parse_args(["--max-wait-ms=0"], environ={}).max_wait_ms == 0
