@@ -513,7 +513,7 @@ class UpstreamPool:
         self,
         *,
         connect_timeout: float,
-        idle_timeout: float = 30.0,
+        idle_timeout: float = 2.0,
         max_age: float = 10.0,
         max_connections: int = 100,
         ssl_context: ssl.SSLContext | None = None,
@@ -521,6 +521,11 @@ class UpstreamPool:
         self.loop = asyncio.get_running_loop()
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
+        """Seconds a kept-alive connection may idle and still be reused; older ones are closed
+        by the gateway, which races with nobody. Below the sidecar's --prestop-delay-ms (3 s):
+        a terminating sidecar closes its idle connections at the end of that delay, and only a
+        connection idle for all of it can still be open then, so the gateway never writes a
+        request on a connection at the moment the sidecar closes it."""
         self.max_age = max_age
         """Seconds a connection is reused for: a sidecar behind a Service is one of its pods,
         chosen when the connection opens, so only new connections reach new pods."""

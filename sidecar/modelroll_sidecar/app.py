@@ -73,19 +73,30 @@ class Sidecar:
 
     async def prestop(self) -> None:
         """The pod is terminating: while Kubernetes takes the pod out of its Services' endpoints,
-        keep serving, but turn unready and close every connection (idle ones now, busy ones after
-        their answer), so that clients reconnect, and reach other pods, before SIGTERM drains."""
+        keep serving, but turn unready and close every connection after its next answer, so that
+        clients reconnect, and reach other pods, before SIGTERM drains.
+
+        Idle keep-alive connections are closed only at the end of the delay: a client may be
+        writing a request on one at the very moment it is closed, and then cannot know whether
+        it was processed (the gateway answers that 502 and never resends). A client that used
+        the connection during the delay had "Connection: close" with its answer; the gateway
+        never reuses a connection idle for longer than the delay (UpstreamPool.idle_timeout),
+        so what is closed at the end is what nobody will write to."""
         if not self.closing:
             self.closing = True
-            closed = self.close_idle_connections()
             log.info(
-                "Closing %s/%s: unready, %d idle connections closed, serving for %g ms more",
+                "Closing %s/%s: unready, connections closed after their next answer, serving "
+                "for %g ms more",
                 self.config.model,
                 self.config.version,
-                closed,
                 self.config.prestop_delay_ms,
             )
-        await asyncio.sleep(self.config.prestop_delay_ms / 1000)
+            await asyncio.sleep(self.config.prestop_delay_ms / 1000)
+            closed = self.close_idle_connections()
+            log.info("Closed %d idle connections of %s/%s", closed, self.config.model,
+                     self.config.version)  # fmt: skip
+        else:
+            await asyncio.sleep(self.config.prestop_delay_ms / 1000)
 
     async def shutdown(self) -> None:
         """Turn unready, refuse new requests, flush the queue, finish in-flight batches.

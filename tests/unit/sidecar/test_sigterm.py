@@ -90,8 +90,10 @@ async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -
 
 async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -> None:
     """GET /prestop (the pod's preStop hook): for --prestop-delay-ms the sidecar still answers
-    requests, but turns unready, closes idle keep-alive connections at once and every other one
-    after its answer, so that a client behind a Service reconnects to another pod."""
+    requests, but turns unready and closes every connection after its next answer, so that a
+    client behind a Service reconnects to another pod. An idle keep-alive connection stays open
+    until the end of the delay: a client writing on it meanwhile gets its answer, not a closed
+    socket (which would cost it the request); one nobody used is closed at the end."""
     model_port, sidecar_port = free_port(), free_port()
     spawn(
         "modelroll-demo-model", "--port", str(model_port), "--fixed-ms", "1",
@@ -108,24 +110,37 @@ async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -
         b"POST /v1/infer HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
-    # A keep-alive connection that has had its answer and now waits, as a gateway's pool would.
-    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", sidecar_port)
-    idle_writer.write(request)
-    assert (await idle_reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 200")
+
+    async def kept_alive() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A keep-alive connection that has had its answer and now waits, as in a pool."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", sidecar_port)
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        return reader, writer
+
+    used_reader, used_writer = await kept_alive()
+    unused_reader, unused_writer = await kept_alive()
 
     async with aiohttp.ClientSession() as session:
         started = time.monotonic()
         prestop = asyncio.ensure_future(session.get(f"{base}/prestop"))
         await asyncio.sleep(0.3)
-        # The idle connection was closed by the sidecar: reading ends in EOF, long before the
-        # delay is over.
-        rest = await asyncio.wait_for(idle_reader.read(), 1.0)
-        assert rest.endswith(b"}") or rest == b""  # the rest of the first answer, then EOF
-        assert idle_reader.at_eof()
-        idle_writer.close()
         async with session.get(f"{base}/readyz") as ready:
             assert ready.status == 503
-        # Requests are still served meanwhile, each telling the client to close.
+        # The idle connection still takes a request; its answer tells the client to close.
+        used_writer.write(request)
+        head = await asyncio.wait_for(used_reader.readuntil(b"\r\n\r\n"), 1.0)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"connection: close" in head.lower()
+        await asyncio.wait_for(used_reader.read(), 1.0)  # the body, then the sidecar closes
+        assert used_reader.at_eof()
+        used_writer.close()
+        # The unused one is still open before the delay is over...
+        assert not unused_reader.at_eof()
+        # ...and requests on new connections are served meanwhile, each told to close.
         async with session.post(f"{base}/v1/infer", json={"payload": "still here"}) as resp:
             assert resp.status == 200
             assert resp.headers.get("Connection", "").lower() == "close"
@@ -134,5 +149,8 @@ async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -
         waited = time.monotonic() - started
         assert response.status == 200
         response.release()
+        # At the end of the delay the unused idle connection was closed.
+        assert await asyncio.wait_for(unused_reader.read(), 1.0) == b""
+        unused_writer.close()
     assert 1.4 < waited < 5.0, f"/prestop answered after {waited:.2f}s"
     assert "Closing default/v1" in sidecar.log()
