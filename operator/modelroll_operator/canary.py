@@ -52,14 +52,6 @@ def spec_hash(raw: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _ready(version: VersionInfo) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in version.status.get("conditions") or []
-        if isinstance(c, Mapping)
-    )
-
-
 def choose_baseline(
     versions: list[VersionInfo], canary: str, named: str | None
 ) -> tuple[VersionInfo | None, str]:
@@ -69,7 +61,7 @@ def choose_baseline(
     if named is not None:
         found = next((v for v in others if v.name == named), None)
         return found, "" if found else f"the baseline {named} is not a version of this model"
-    ready = [v for v in others if _ready(v) and v.spec is not None and v.spec.weight > 0]
+    ready = [v for v in others if v.ready and v.spec is not None and v.spec.weight > 0]
     if not ready:
         return None, "no other version of this model is Ready with a weight above 0"
     ready.sort(key=lambda v: (-(v.spec.weight if v.spec else 0), v.name))

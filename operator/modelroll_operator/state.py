@@ -72,6 +72,15 @@ class VersionInfo:
         return (self.namespace, self.name)
 
     @property
+    def ready(self) -> bool:
+        """Whether its status says it is Ready (the reconciler's condition)."""
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in self.status.get("conditions") or []
+            if isinstance(c, Mapping)
+        )
+
+    @property
     def model_key(self) -> ModelKey:
         return (self.namespace, self.model)
 
