@@ -86,7 +86,9 @@ def test_the_managed_examples_run_as_written_and_their_promote_comment_works(
     try:
         story.kubectl("apply", "-f", str(EXAMPLES))
         eventually(lambda: ready_and_routed(story), "both examples Ready and Routed", 300)
-        assert status_of(story, STABLE).get("readyReplicas") == 2
+        # Ready means "serves": one ready pod is enough for it, so the second replica may
+        # still be starting when both versions turn Ready.
+        eventually(lambda: status_of(story, STABLE).get("readyReplicas") == 2, "2 stable pods", 120)
         # The pods run the image the file names, which `make images` built.
         for name in (STABLE, CANARY):
             written = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
