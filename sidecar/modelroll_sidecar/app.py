@@ -47,6 +47,8 @@ class Sidecar:
             max_batch_tokens=config.max_batch_tokens,
             timeout_s=config.timeout_s,
             max_concurrent_batches=config.max_concurrent_batches,
+            batch_by=config.batch_by,
+            wait_policy=config.wait_policy,
         )
         self.model_ready = False
         self.closing = False

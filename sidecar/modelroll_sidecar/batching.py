@@ -2,11 +2,16 @@
 
 A batch closes on whichever comes first: it holds ``max_batch_size`` requests (``full``); its
 oldest request has waited ``max_wait`` since its own arrival (``timeout``); the next request would
-push size x longest length over ``max_batch_tokens`` (``tokens``); or shutdown drains the queue
-(``drain``). A batch is sent the moment it closes and one of ``max_concurrent_batches`` slots is
-free; while every slot is busy the open batch keeps filling, so a saturated model gets full
-batches. Every accepted request is answered exactly once: by the model, by its deadline (504, and
-the model never sees it), or by a shutdown that ran out of time (503).
+push size x longest length over ``max_batch_tokens`` (``tokens``); under the adaptive wait, a
+model slot is free and no arrival is expected soon enough to be worth waiting for (``idle``); or
+shutdown drains the queue (``drain``). A batch is sent the moment it closes and one of
+``max_concurrent_batches`` slots is free; while every slot is busy the open batch keeps filling,
+so a saturated model gets full batches. Every accepted request is answered exactly once: by the
+model, by its deadline (504, and the model never sees it), or by a shutdown that ran out of time
+(503).
+
+Which requests make up the batch: the oldest ones (``batch_by="arrival"``), or the oldest one and
+the queued requests nearest its length (``"length"``, :mod:`.forming`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from collections import deque
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
+from . import forming
+from .cost_model import ArrivalRate, CostModel, worth_waiting
 from .metrics import SidecarMetrics
-from .protocol import BatchResult, ModelError, ModelRejected, payload_length
+from .protocol import BatchResult, ModelError, ModelRejected, padded_tokens, payload_length
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +90,8 @@ class Batcher:
         max_batch_tokens: int,
         timeout_s: float,
         max_concurrent_batches: int,
+        batch_by: str = "arrival",
+        wait_policy: str = "fixed",
     ) -> None:
         self._model = model
         self._metrics = metrics
@@ -92,6 +101,10 @@ class Batcher:
         self._budget = max_batch_tokens
         self._timeout = timeout_s
         self._max_running = max_concurrent_batches
+        self._by_length = batch_by == "length"
+        self._adaptive = wait_policy == "adaptive"
+        self.cost = CostModel()
+        self.arrivals = ArrivalRate()
         self._queue: deque[Pending] = deque()
         self._live = 0  # queued requests still waiting (the deque may also hold finished ones)
         self._running = 0
@@ -178,13 +191,14 @@ class Batcher:
             self._metrics.rejected["queue_full"].inc()
             raise QueueFull(f"the queue is full ({self._max_queue} requests waiting)")
         now = loop.time()
-        length = payload_length(payload) if self._budget else 1
-        pending = Pending(payload, length, now, loop.create_future())
+        pending = Pending(payload, payload_length(payload), now, loop.create_future())
         self._queue.append(pending)
         self._live += 1
+        if self._adaptive:
+            self.arrivals.arrived(now)
         # Wake the former only when this arrival can change its decision.
         if self._running < self._max_running and (
-            self._live == 1 or self._live >= self._max_size or self._budget
+            self._live == 1 or self._live >= self._max_size or self._budget or self._adaptive
         ):
             self._wake()
         return pending
@@ -250,22 +264,43 @@ class Batcher:
                 return head
         return None
 
-    def _fit(self) -> tuple[int, bool]:
-        """How many queued requests the next batch takes, and whether the token budget (rather
-        than max_batch_size or the end of the queue) is what stopped it."""
-        if not self._budget:
-            return min(self._live, self._max_size), False
-        count = longest = 0
+    def _queued(self, limit: int) -> list[Pending]:
+        """Up to ``limit`` queued requests, oldest first."""
+        found: list[Pending] = []
         for pending in self._queue:
-            if pending.state is not State.QUEUED:
-                continue
-            if count == self._max_size:
-                return count, False
+            if pending.state is State.QUEUED:
+                found.append(pending)
+                if len(found) == limit:
+                    break
+        return found
+
+    def _choose(self) -> forming.Choice[Pending]:
+        """The batch that would go now, and whether the token budget (rather than the size
+        limit or the end of the queue) is what stopped it."""
+        if self._by_length:
+            cost = self.cost
+            return forming.by_length(
+                self._queued(forming.LOOKAHEAD * self._max_size),
+                self._max_size,
+                self._budget,
+                cost.fixed if cost.known else 0.0,
+                cost.per_token if cost.known else 0.0,
+            )
+        members = self._queued(self._max_size)
+        longest = 0
+        for count, pending in enumerate(members):
             longer = max(longest, pending.length)
-            if count and (count + 1) * longer > self._budget:
-                return count, True
-            count, longest = count + 1, longer
-        return count, False
+            if self._budget and count and (count + 1) * longer > self._budget:
+                return forming.Choice(members[:count], True, longest)
+            longest = longer
+        return forming.Choice(members, False, longest)
+
+    def _idle_slot(self, batch: forming.Choice[Pending], now: float) -> bool:
+        """Under the adaptive wait: send ``batch`` now rather than wait for more company."""
+        if self._running + 1 < self._max_running:
+            return True  # another slot stays free for whatever arrives next
+        rate = self.arrivals.per_second(now)
+        return not worth_waiting(self.cost, rate, len(batch.members), batch.longest)
 
     async def _form_batches(self) -> None:
         assert self._loop is not None
@@ -281,29 +316,26 @@ class Batcher:
             if self._running >= self._max_running:
                 await self._sleep(head.arrived + self._timeout)
                 continue
-            count, budget_hit = self._fit()
             oldest_due = head.arrived + self._max_wait
-            if count >= self._max_size:
+            full = self._live >= self._max_size
+            if not (full or self._budget or self._closing or self._adaptive or now >= oldest_due):
+                await self._sleep(oldest_due)  # nothing but the oldest's max-wait can close it
+                continue
+            batch = self._choose()
+            if full:
                 reason = "full"
-            elif budget_hit:
+            elif batch.budget_hit:
                 reason = "tokens"
             elif self._closing:
                 reason = "drain"
             elif now >= oldest_due:
                 reason = "timeout"
+            elif self._adaptive and self._idle_slot(batch, now):
+                reason = "idle"
             else:
                 await self._sleep(oldest_due)
                 continue
-            self._dispatch(self._take(count), reason)
-
-    def _take(self, count: int) -> list[Pending]:
-        batch: list[Pending] = []
-        queue = self._queue
-        while len(batch) < count:
-            pending = queue.popleft()
-            if pending.state is State.QUEUED:
-                batch.append(pending)
-        return batch
+            self._dispatch(batch.members, reason)
 
     def _dispatch(self, batch: list[Pending], reason: str) -> None:
         assert self._loop is not None
@@ -313,8 +345,7 @@ class Batcher:
             pending.state = State.RUNNING
             wait.observe(now - pending.arrived)
         self._live -= len(batch)
-        self._metrics.batch_size.observe(len(batch))
-        self._metrics.batches[reason].inc()
+        self._metrics.count_batch([p.length for p in batch], reason)
         self._running += 1
         task = self._loop.create_task(self._execute(batch))
         self._inflight.add(task)
@@ -326,6 +357,8 @@ class Batcher:
         try:
             try:
                 outcomes = await self._run(batch)
+                padded = padded_tokens([p.length for p in batch])
+                self.cost.observe(padded, self._loop.time() - started)
             finally:
                 self._metrics.batch_duration.observe(self._loop.time() - started)
                 self._running -= 1

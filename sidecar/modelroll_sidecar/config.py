@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from modelroll_common.flags import EnvArgumentParser, number
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+BATCH_BY = ("arrival", "length")
+WAIT_POLICIES = ("fixed", "adaptive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,8 @@ class SidecarConfig:
     max_batch_tokens: int = 0
     timeout_ms: float = 30000.0
     max_concurrent_batches: int = 1
+    batch_by: str = "arrival"
+    wait_policy: str = "fixed"
     max_body_bytes: int = 1 << 20
     read_timeout_ms: float = 30000.0
     upstream_timeout_ms: float = 60000.0
@@ -39,6 +43,9 @@ class SidecarConfig:
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:
+        # spec.batching spells these Arrival, Length, Fixed, Adaptive; the flags take any case.
+        object.__setattr__(self, "batch_by", self.batch_by.lower())
+        object.__setattr__(self, "wait_policy", self.wait_policy.lower())
         problem = self.problem()
         if problem is not None:
             raise ValueError(problem)
@@ -84,8 +91,12 @@ class SidecarConfig:
             return f"--port must be at most 65535, got {self.port}"
         if not self.upstream.startswith(("http://", "https://")):
             return f"--upstream must be an http(s) URL, got {self.upstream!r}"
-        if self.event_loop not in EVENT_LOOPS:
-            return f"--event-loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}"
+        choices = {"batch_by": BATCH_BY, "wait_policy": WAIT_POLICIES, "event_loop": EVENT_LOOPS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                return (
+                    f"{flag(name)} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
+                )
         for name in ("model", "version"):
             if not getattr(self, name):
                 return f"{flag(name)} must not be empty"
@@ -112,6 +123,11 @@ HELP = {
     "max_batch_tokens": "padded-token budget per batch (size x longest length); 0 disables it",
     "timeout_ms": "a request not sent to the model within this time gets 504",
     "max_concurrent_batches": "batches sent to the model at the same time",
+    "batch_by": "arrival: a batch takes the oldest requests (first in, first out); length: the "
+    "oldest request and the queued requests nearest its length, so less of the batch is padding",
+    "wait_policy": "fixed: a batch that is not full waits until its oldest request has waited "
+    "--max-wait-ms; adaptive: it goes as soon as a model slot is free and no arrival is expected "
+    "soon enough to be worth waiting for (never later than --max-wait-ms)",
     "max_body_bytes": "largest accepted request body; larger ones get 413",
     "read_timeout_ms": "a client must send its whole request within this time of its first "
     "byte (a new connection: of connecting), or it gets 408 and its connection closes",

@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from modelroll_common.server import PHASES
 
+from .protocol import padded_tokens
+
 # Sub-millisecond to tens of seconds: batching adds milliseconds, slow models take seconds.
 LATENCY_BUCKETS = (
     0.0005,
@@ -29,9 +31,11 @@ LATENCY_BUCKETS = (
     30.0,
 )
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+EFFICIENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 CODES = ("200", "400", "404", "408", "413", "415", "422", "429", "502", "503", "504")
-CLOSE_REASONS = ("full", "timeout", "tokens", "drain")
+CLOSE_REASONS = ("full", "timeout", "tokens", "idle", "drain")
+TOKEN_KINDS = ("useful", "padded")
 REJECT_REASONS = ("queue_full", "deadline", "disconnect", "shutting_down")
 
 
@@ -75,11 +79,26 @@ class SidecarMetrics:
         )
         batches = Counter(
             "modelroll_batches_total",
-            "Batches sent to the model, by what closed them: full, timeout, tokens or drain.",
+            "Batches sent to the model, by what closed them: full, timeout, tokens, idle or drain.",
             [*labels, "reason"],
             registry=registry,
         )
         self.batches = {r: batches.labels(model, version, r) for r in CLOSE_REASONS}
+        self.padding_efficiency = histogram(
+            "modelroll_batch_padding_efficiency",
+            "Per batch: useful tokens (the requests' lengths summed) over padded tokens (batch "
+            "size times its longest length).",
+            EFFICIENCY_BUCKETS,
+        )
+        tokens = Counter(
+            "modelroll_batch_tokens_total",
+            "Tokens sent to the model in batches: useful (the requests' own lengths) and padded "
+            "(batch size times longest length, what a padding model computes).",
+            [*labels, "kind"],
+            registry=registry,
+        )
+        self._useful_tokens = tokens.labels(model, version, "useful")
+        self._padded_tokens = tokens.labels(model, version, "padded")
         self.queue_depth = Gauge(
             "modelroll_queue_depth",
             "Requests waiting for a batch.",
@@ -101,6 +120,15 @@ class SidecarMetrics:
             registry=registry,
         )
         self.client_timeouts = {p: client_timeouts.labels(model, version, p) for p in PHASES}
+
+    def count_batch(self, lengths: list[int], reason: str) -> None:
+        """One batch sent: its size, what closed it, and its padding."""
+        useful, padded = sum(lengths), padded_tokens(lengths)
+        self.batch_size.observe(len(lengths))
+        self.batches[reason].inc()
+        self.padding_efficiency.observe(useful / padded)
+        self._useful_tokens.inc(useful)
+        self._padded_tokens.inc(padded)
 
     def count_client_timeout(self, phase: str) -> None:
         self.client_timeouts[phase].inc()

@@ -14,6 +14,7 @@ from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from modelroll_sidecar.app import SIDECAR, Sidecar, create_app
 from modelroll_sidecar.config import SidecarConfig
+from modelroll_sidecar.cost_model import MIN_BATCHES
 from modelroll_sidecar.demo_model import (
     DEMO_MODEL,
     DemoModel,
@@ -68,9 +69,32 @@ def start_model(aiohttp_server: AiohttpServer) -> StartModel:
     return start
 
 
+MODES = {
+    "arrival-fixed": {},
+    "length-fixed": {"batch_by": "length"},
+    "length-adaptive": {"batch_by": "length", "wait_policy": "adaptive"},
+}
+"""The batching modes a module runs its tests in when it overrides ``batching_mode`` with
+``every_mode`` (a parametrized fixture)."""
+
+
 @pytest.fixture
-def start_sidecar(aiohttp_client: AiohttpClient) -> StartSidecar:
-    """Serve a sidecar app (its cleanup_ctx entered) in front of ``upstream``."""
+def batching_mode() -> dict[str, str]:
+    """The sidecar's batch_by and wait_policy: the defaults, unless a module overrides this."""
+    return {}
+
+
+@pytest.fixture(params=list(MODES))
+def every_mode(request: pytest.FixtureRequest) -> dict[str, str]:
+    mode: dict[str, str] = MODES[request.param]
+    return mode
+
+
+@pytest.fixture
+def start_sidecar(aiohttp_client: AiohttpClient, batching_mode: dict[str, str]) -> StartSidecar:
+    """Serve a sidecar app (its cleanup_ctx entered) in front of ``upstream``, in the module's
+    batching mode. Under the adaptive wait, the cost model starts out as a sidecar's does after
+    a few batches of a 1 ms model, so the adaptive decisions are live from the first request."""
 
     async def start(upstream: str, **settings: Any) -> RunningSidecar:
         config = SidecarConfig(
@@ -78,11 +102,15 @@ def start_sidecar(aiohttp_client: AiohttpClient) -> StartSidecar:
             model="sentiment",
             version="v1",
             readiness_interval_ms=100,
-            **settings,
+            **{**batching_mode, **settings},
         )
         registry = CollectorRegistry()
         app = create_app(config, registry)
         client = await aiohttp_client(app)
-        return RunningSidecar(client, app[SIDECAR], registry)
+        running = RunningSidecar(client, app[SIDECAR], registry)
+        if config.wait_policy == "adaptive":
+            for tokens in range(1, 2 * MIN_BATCHES, 2):
+                running.sidecar.batcher.cost.observe(tokens, 0.001)
+        return running
 
     return start

@@ -17,6 +17,8 @@ SERIES = {
     "modelroll_batches_total": {"reason"},
     "modelroll_queue_depth": set(),
     "modelroll_rejected_total": {"reason"},
+    "modelroll_batch_padding_efficiency": set(),
+    "modelroll_batch_tokens_total": {"kind"},
 }
 
 
@@ -41,7 +43,7 @@ async def test_metrics_expose_every_series_with_model_and_version(
             assert sample.labels["version"] == "v1"
             assert extra <= set(sample.labels)
     reasons = {s.labels["reason"] for s in families["modelroll_batches"].samples}
-    assert reasons == {"full", "timeout", "tokens", "drain"}
+    assert reasons == {"full", "timeout", "tokens", "idle", "drain"}
     codes = {
         s.labels["code"]: s.value
         for s in families["modelroll_requests"].samples
@@ -55,3 +57,21 @@ async def test_metrics_expose_every_series_with_model_and_version(
         if s.name == "modelroll_batch_size_count"
     )
     assert batch_count == len(model.model.batch_sizes)
+
+
+async def test_padding_is_counted_per_batch_in_useful_and_padded_tokens(
+    start_model: StartModel, start_sidecar: StartSidecar
+) -> None:
+    """Two requests of 1 and 4 tokens in one batch: 5 useful tokens, 2 x 4 = 8 padded ones,
+    an efficiency of 0.625 for that batch."""
+    model = await start_model(fixed_ms=1)
+    sidecar = await start_sidecar(model.url, max_batch_size=2, max_wait_ms=5_000)
+    results = await asyncio.gather(sidecar.infer("short"), sidecar.infer("a longer one here"))
+
+    assert [status for status, _ in results] == [200, 200]
+    assert list(model.model.batch_sizes) == [2]
+    assert sidecar.sample("modelroll_batch_tokens_total", kind="useful") == 5
+    assert sidecar.sample("modelroll_batch_tokens_total", kind="padded") == 8
+    assert sidecar.sample("modelroll_batch_padding_efficiency_sum") == 0.625
+    assert sidecar.sample("modelroll_batch_padding_efficiency_bucket", le="0.6") == 0
+    assert sidecar.sample("modelroll_batch_padding_efficiency_bucket", le="0.7") == 1

@@ -7,12 +7,19 @@ import contextlib
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from tests.conftest import free_port
 
 from .conftest import StartModel, StartSidecar
+
+
+@pytest.fixture
+def batching_mode(every_mode: dict[str, str]) -> dict[str, str]:
+    """Every guarantee here holds in every batching mode (FIFO, by length, adaptive wait)."""
+    return every_mode
 
 
 async def test_deadline_answers_504_and_the_model_never_sees_the_request(

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 
 import aiohttp
+import pytest
 
 from tests.conftest import Spawn, free_port
 
@@ -33,7 +34,14 @@ async def queue_depth(session: aiohttp.ClientSession, base: str) -> float:
     return 0.0
 
 
-async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -> None:
+@pytest.mark.parametrize(
+    "mode",
+    [(), ("--batch-by", "length", "--wait-policy", "adaptive")],
+    ids=["arrival-fixed", "length-adaptive"],
+)
+async def test_sigterm_answers_every_accepted_request_then_exits(
+    spawn: Spawn, mode: tuple[str, ...]
+) -> None:
     model_port, sidecar_port = free_port(), free_port()
     model = spawn(
         "modelroll-demo-model",
@@ -45,7 +53,7 @@ async def test_sigterm_answers_every_accepted_request_then_exits(spawn: Spawn) -
         "modelroll-sidecar",
         "--port", str(sidecar_port), "--upstream", f"http://127.0.0.1:{model_port}",
         "--max-batch-size", "16", "--max-wait-ms", "20000", "--timeout-ms", "60000",
-        "--max-queue-size", "1000",
+        "--max-queue-size", "1000", *mode,
         ready=f"{base}/readyz",
     )  # fmt: skip
 
