@@ -1,5 +1,6 @@
 """The arithmetic behind the reports, kept free of I/O so it can be tested without timing
-anything: SLO checks, the goodput search, spread over rounds, and the sweep's recommendation."""
+anything: SLO checks, the goodput search, spread over rounds, the sweep's recommendation, and
+latency by length decile."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .loadgen import percentile
 
 MAX_ERROR_FRACTION = 0.001
 """A run meets the SLO only if at most this fraction of its requests failed."""
@@ -156,3 +159,104 @@ def recommend(points: Iterable[Point], slo_p99_ms: float) -> Recommendation | No
     tied = [p for p in best.values() if p.throughput_rps >= 0.98 * top]
     pick = min(tied, key=lambda p: (p.p99_ms, p.max_wait_ms, p.max_batch))
     return Recommendation(pick.max_batch, pick.max_wait_ms, pick.throughput_rps, pick.p99_ms)
+
+
+DECILES = 10
+
+
+def length_edges(lengths: Sequence[int], parts: int = DECILES) -> list[int]:
+    """The upper edges of the first ``parts - 1`` length quantiles (nearest rank) of ``lengths``:
+    for deciles, the 10th, 20th, ... 90th percentile of the lengths."""
+    ordered = [float(n) for n in sorted(lengths)]
+    return [int(percentile(ordered, k / parts)) for k in range(1, parts)] if ordered else []
+
+
+def decile_of(length: int, edges: Sequence[int]) -> int:
+    """Which decile (1..10) a length falls in: one more than the edges below it. A length equal to
+    an edge belongs to the lower decile; a decile whose edges coincide with the one before (many
+    requests of one length) stays empty rather than splitting equal lengths between deciles."""
+    return 1 + sum(1 for edge in edges if edge < length)
+
+
+def by_length_decile(
+    sent: Sequence[int], timed: Sequence[tuple[int, float]]
+) -> list[dict[str, Any]]:
+    """Latency by length decile. ``sent``: the length of every request the run sent (the deciles
+    are of these, so they do not depend on which requests failed); ``timed``: (length, latency in
+    seconds) of each answered one. One row per non-empty decile: its number, the range of lengths
+    in it, how many were sent and answered, and p50/p99 in ms of the answered (None if none)."""
+    edges = length_edges(sent)
+    rows: dict[int, dict[str, Any]] = {}
+    for length in sent:
+        row = rows.setdefault(
+            decile_of(length, edges),
+            {"lengths": [length, length], "sent": 0, "latencies": []},
+        )
+        row["sent"] += 1
+        row["lengths"] = [min(row["lengths"][0], length), max(row["lengths"][1], length)]
+    for length, latency in timed:
+        decile = decile_of(length, edges)
+        if decile in rows:
+            rows[decile]["latencies"].append(latency)
+    out = []
+    for decile, row in sorted(rows.items()):
+        ordered = sorted(row["latencies"])
+        out.append(
+            {
+                "decile": decile,
+                "lengths": row["lengths"],
+                "sent": row["sent"],
+                "ok": len(ordered),
+                "p50_ms": round(percentile(ordered, 0.50) * 1000, 2) if ordered else None,
+                "p99_ms": round(percentile(ordered, 0.99) * 1000, 2) if ordered else None,
+            }
+        )
+    return out
+
+
+def median_deciles(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per decile, the median over ``runs`` (rounds) of its p99, with the widest range of lengths
+    any run put in it: ``[{"decile", "lengths", "p99_ms", "low", "high", "rounds"}]``."""
+    found: dict[int, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        for row in run:
+            if row.get("p99_ms") is not None:
+                found.setdefault(row["decile"], []).append(row)
+    out = []
+    for decile, rows in sorted(found.items()):
+        p99 = [float(r["p99_ms"]) for r in rows]
+        out.append(
+            {
+                "decile": decile,
+                "lengths": [min(r["lengths"][0] for r in rows), max(r["lengths"][1] for r in rows)],
+                "p99_ms": round(statistics.median(p99), 2),
+                "low": min(p99),
+                "high": max(p99),
+                "rounds": len(p99),
+            }
+        )
+    return out
+
+
+def worst_decile_gap(
+    deciles: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The decile whose p99 exceeds the baseline's p99 of the same decile by the most (or falls
+    short of it by the least, when every decile is faster): ``{"decile", "lengths", "p99_ms",
+    "baseline_p99_ms", "gap_ms"}``; None when no decile has a p99 in both."""
+    theirs = {row["decile"]: row for row in baseline if row.get("p99_ms") is not None}
+    worst: dict[str, Any] | None = None
+    for row in deciles:
+        base = theirs.get(row["decile"])
+        if base is None or row.get("p99_ms") is None:
+            continue
+        gap = float(row["p99_ms"]) - float(base["p99_ms"])
+        if worst is None or gap > worst["gap_ms"]:
+            worst = {
+                "decile": row["decile"],
+                "lengths": row["lengths"],
+                "p99_ms": row["p99_ms"],
+                "baseline_p99_ms": base["p99_ms"],
+                "gap_ms": round(gap, 2),
+            }
+    return worst

@@ -2,7 +2,9 @@
 concurrency), and the summary every benchmark reports: p50/p95/p99, throughput, errors by status.
 
 Open-loop latency is measured from each request's *scheduled* arrival time, so a generator that
-falls behind still charges the wait to the system under test (no coordinated omission).
+falls behind still charges the wait to the system under test (no coordinated omission). Given
+each request's length, the open loop records it with the request's latency, so latency can be
+told by length (:func:`modelroll_bench.analysis.by_length_decile`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 import aiohttp
 
 Body = Callable[[int], bytes]
+Length = Callable[[int], int]
+"""The length of the ``i``-th request's body."""
 HEADERS = {"Content-Type": "application/json"}
 
 
@@ -40,13 +44,17 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 @dataclass
 class LoadResult:
-    """What one load run saw. Latencies are of successful (2xx) requests only."""
+    """What one load run saw. Latencies are of successful (2xx) requests only; when lengths are
+    recorded, ``lengths[i]`` is the length of the request that took ``latencies_s[i]``, and
+    ``sent_lengths`` holds the length of every request sent, answered or not."""
 
     label: str
     duration_s: float
     latencies_s: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     offered_rps: float | None = None
+    lengths: list[int] = field(default_factory=list)
+    sent_lengths: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> int:
@@ -56,10 +64,19 @@ class LoadResult:
     def throughput_rps(self) -> float:
         return self.ok / self.duration_s if self.duration_s else 0.0
 
-    def record(self, status: int, latency_s: float) -> None:
+    def record(self, status: int, latency_s: float, length: int | None = None) -> None:
         self.statuses[status] += 1
+        if length is not None:
+            self.sent_lengths.append(length)
         if 200 <= status < 300:
             self.latencies_s.append(latency_s)
+            if length is not None:
+                self.lengths.append(length)
+
+    def within_rps(self, slo_s: float) -> float:
+        """Successful requests answered within ``slo_s``, per second of the run."""
+        within = sum(1 for latency in self.latencies_s if latency <= slo_s)
+        return within / self.duration_s if self.duration_s else 0.0
 
     def summary(self) -> dict[str, Any]:
         ordered = sorted(self.latencies_s)
@@ -102,15 +119,19 @@ async def open_loop(
     seed: int = 1,
     label: str = "",
     progress: Callable[[float], None] | None = None,
+    length: Length | None = None,
 ) -> LoadResult:
-    """Poisson arrivals at ``rate`` per second for ``duration_s``; waits for every answer."""
+    """Poisson arrivals at ``rate`` per second for ``duration_s``; waits for every answer.
+    ``length``: the ``i``-th body's length, recorded with its latency."""
     rng = random.Random(seed)
     result = LoadResult(label, duration_s, offered_rps=rate)
     tasks: set[asyncio.Task[None]] = set()
     async with session() as http:
 
-        async def record(data: bytes, since: float) -> None:
-            result.record(await _send(http, url, data), time.perf_counter() - since)
+        async def record(i: int, since: float) -> None:
+            status = await _send(http, url, body(i))
+            latency = time.perf_counter() - since
+            result.record(status, latency, None if length is None else length(i))
 
         start = time.perf_counter()
         due, i = start, 0
@@ -121,7 +142,7 @@ async def open_loop(
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            task = asyncio.create_task(record(body(i), due))
+            task = asyncio.create_task(record(i, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             i += 1

@@ -2,7 +2,9 @@
 
 Two sources: the sidecar's Prometheus ``/metrics`` (``modelroll_batch_size`` and
 ``modelroll_batches_total{reason}``), and the demo model's ``/v1/stats`` (batches and items it
-ran), which sees every batcher the same way, whatever sits in front of the model.
+ran, and the useful and padded tokens in them), which sees every batcher the same way, whatever
+sits in front of the model: every benchmark takes its mean batch size and padding efficiency from
+there.
 """
 
 from __future__ import annotations
@@ -16,28 +18,55 @@ from prometheus_client.parser import text_string_to_metric_families
 
 @dataclass(frozen=True)
 class BatchCounters:
-    """Cumulative batch counters at one moment."""
+    """Cumulative batch counters at one moment. Tokens are the demo model's (0 from the sidecar's
+    metrics): useful = the sum of the items' lengths, padded = per batch, size x longest length."""
 
     batches: float = 0.0
     items: float = 0.0
     reasons: dict[str, float] = field(default_factory=dict)
+    useful_tokens: float = 0.0
+    padded_tokens: float = 0.0
 
     def __sub__(self, earlier: BatchCounters) -> BatchCounters:
         return BatchCounters(
             self.batches - earlier.batches,
             self.items - earlier.items,
             {r: n - earlier.reasons.get(r, 0.0) for r, n in self.reasons.items()},
+            self.useful_tokens - earlier.useful_tokens,
+            self.padded_tokens - earlier.padded_tokens,
+        )
+
+    def __add__(self, other: BatchCounters) -> BatchCounters:
+        reasons = dict(self.reasons)
+        for r, n in other.reasons.items():
+            reasons[r] = reasons.get(r, 0.0) + n
+        return BatchCounters(
+            self.batches + other.batches,
+            self.items + other.items,
+            reasons,
+            self.useful_tokens + other.useful_tokens,
+            self.padded_tokens + other.padded_tokens,
         )
 
     @property
     def mean_batch(self) -> float | None:
         return self.items / self.batches if self.batches > 0 else None
 
+    @property
+    def padding_efficiency(self) -> float | None:
+        """Useful tokens over padded tokens: 1 when no batch padded anything (every batch of one
+        is), lower the more of the model's work went on padding; None without token counts."""
+        return self.useful_tokens / self.padded_tokens if self.padded_tokens > 0 else None
+
     def summary(self) -> dict[str, Any]:
-        mean = self.mean_batch
+        mean, efficiency = self.mean_batch, self.padding_efficiency
         return {
             "batches": int(self.batches),
+            "items": int(self.items),
             "mean_batch": None if mean is None else round(mean, 2),
+            "useful_tokens": int(self.useful_tokens),
+            "padded_tokens": int(self.padded_tokens),
+            "padding_efficiency": None if efficiency is None else round(efficiency, 4),
             "closed_by": {r: int(n) for r, n in sorted(self.reasons.items())},
         }
 
@@ -59,8 +88,14 @@ def parse_sidecar_metrics(text: str) -> BatchCounters:
 
 
 def parse_model_stats(stats: dict[str, Any]) -> BatchCounters:
-    """Batch counters from the demo model's ``GET /v1/stats``."""
-    return BatchCounters(float(stats["batches"]), float(stats["items"]))
+    """Batch counters from the demo model's ``GET /v1/stats`` (a model too old to count tokens:
+    0 tokens, so no padding efficiency)."""
+    return BatchCounters(
+        float(stats["batches"]),
+        float(stats["items"]),
+        useful_tokens=float(stats.get("useful_tokens", 0)),
+        padded_tokens=float(stats.get("padded_tokens", 0)),
+    )
 
 
 async def scrape(http: aiohttp.ClientSession, url: str) -> BatchCounters:

@@ -27,7 +27,15 @@ def _log_ms(ax: Axes) -> None:
     ax.grid(True, which="major", axis="y", alpha=0.3)
 
 
-def _bars(ax: Axes, summary: dict[str, Any], key: str, title: str) -> None:
+def _bars(
+    ax: Axes,
+    summary: dict[str, Any],
+    key: str,
+    title: str,
+    ylabel: str = "req/s",
+    fmt: str = ".0f",
+    colours: dict[str, Any] | None = None,
+) -> None:
     labels = list(summary)
     medians, low, high = [], [], []
     for label in labels:
@@ -35,61 +43,125 @@ def _bars(ax: Axes, summary: dict[str, Any], key: str, title: str) -> None:
         medians.append(value["median"])
         low.append(value["median"] - value["low"])
         high.append(value["high"] - value["median"])
-    ax.bar(range(len(labels)), medians, yerr=[low, high], capsize=4, color="#4c72b0")
-    ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right")
-    ax.set_ylabel("req/s")
-    ax.set_title(title)
+    colour = [colours[label] for label in labels] if colours else "#4c72b0"
+    ax.bar(range(len(labels)), medians, yerr=[low, high], capsize=4, color=colour)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     for x, (m, up) in enumerate(zip(medians, high, strict=True)):
         ax.annotate(
-            f"{m:.0f}",
+            format(m, fmt),
             (x, m + up),
             xytext=(0, 2),
             textcoords="offset points",
             ha="center",
             va="bottom",
-            fontsize=8,
+            fontsize=7,
         )
 
 
-def compare(report: dict[str, Any], directory: Path) -> list[Path]:
-    """``bench-compare.png``: saturation, p99 against load, and goodput for every system."""
-    directory.mkdir(parents=True, exist_ok=True)
-    setup, summary = report["setup"], report["summary"]
-    limit = setup["model_limit_rps"]
-    fig, (sat, lat, good) = plt.subplots(1, 3, figsize=(16, 5.2), layout="constrained")
-    _bars(sat, summary, "saturation_rps", "Throughput at saturation (wrk)")
-    sat.axhline(limit, color="grey", linestyle="--", label=f"model's limit {limit:.0f} req/s")
-    sat.legend(loc="lower right", fontsize=8)
+def _colours(labels: list[str]) -> dict[str, Any]:
+    """One colour per system, the same in every panel and figure."""
+    cycle = plt.get_cmap("tab10")
+    return {label: cycle(i % 10) for i, label in enumerate(labels)}
+
+
+def _latency_lines(
+    ax: Axes, summary: dict[str, Any], shares: list[float], q: str, colours: dict[str, Any]
+) -> None:
     for label, entry in summary.items():
         xs, ys, lows, highs = [], [], [], []
-        for share in setup["shares"]:
-            value = entry[f"p99_at_{share:.0%}"]["value"]
+        for share in shares:
+            value = entry[f"{q}_at_{share:.0%}"]["value"]
             if value is not None:
                 xs.append(share * 100)
                 ys.append(value["median"])
                 lows.append(value["low"])
                 highs.append(value["high"])
         if xs:
-            (line,) = lat.plot(xs, ys, marker="o", label=label)
-            lat.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
-    lat.axhline(setup["slo_ms"], color="grey", linestyle="--", label=f"SLO {setup['slo_ms']:g} ms")
-    _log_ms(lat)
-    lat.set_xlabel("Poisson arrival rate, % of the model's limit")
-    lat.set_ylabel("p99 latency, ms (log)")
-    lat.set_title("p99 under open-loop load (median; band: range over rounds)")
-    lat.legend(fontsize=8)
-    _bars(good, summary, "goodput_rps", f"Goodput with p99 <= {setup['slo_ms']:g} ms")
-    scenario = setup["scenario"]
-    fig.suptitle(
+            colour = colours[label]
+            ax.plot(xs, ys, marker="o", label=label, color=colour)
+            ax.fill_between(xs, lows, highs, color=colour, alpha=0.15, linewidth=0)
+    _log_ms(ax)
+    ax.set_xlabel("Poisson arrival rate, % of the model's limit")
+
+
+def compare(report: dict[str, Any], directory: Path) -> list[Path]:
+    """Two figures, a row per length distribution: ``bench-compare.png`` (throughput at
+    saturation, goodput under the SLO, padding efficiency over each system's runs) and
+    ``bench-latency.png`` (p50 and p99 against load, a line per system; median over rounds, band:
+    range)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    setup, dists = report["setup"], report["distributions"]
+    colours = _colours(list(report["systems"]))
+    scenario, rows = setup["scenario"], max(1, len(dists))
+    caption = (
         f"Demo model {scenario['fixed_ms']:g} ms + {scenario['per_token_ms']:g} ms/padded token, "
-        f"lengths {scenario['lengths']}, max batch {setup['max_batch']}, "
-        f"max-wait {setup['max_wait_ms']:g} ms; bars: median, whiskers: range over "
-        f"{setup['rounds']} rounds"
+        f"max batch {setup['max_batch']}, max-wait {setup['max_wait_ms']:g} ms; median over "
+        f"{setup['rounds']} rounds, whiskers and bands: range"
     )
-    path = directory / "bench-compare.png"
-    fig.savefig(path, dpi=110)
+
+    fig, axes = plt.subplots(rows, 3, figsize=(17, 5.2 * rows), layout="constrained", squeeze=False)
+    for (sat, good, pad), dist in zip(axes, dists.values(), strict=False):
+        summary, limit, name = dist["summary"], dist["model_limit_rps"], dist["name"]
+        _bars(
+            sat,
+            summary,
+            "saturation_rps",
+            f"{name}: throughput at saturation (wrk)",
+            colours=colours,
+        )
+        sat.axhline(limit, color="grey", linestyle="--", label=f"model's limit {limit:.0f} req/s")
+        sat.legend(loc="lower right", fontsize=8)
+        _bars(
+            good,
+            summary,
+            "goodput_rps",
+            f"{name}: goodput with p99 <= {setup['slo_ms']:g} ms",
+            colours=colours,
+        )
+        _bars(
+            pad,
+            summary,
+            "padding_overall",
+            f"{name}: padding efficiency (useful / padded tokens, all runs)",
+            ylabel="useful / padded tokens",
+            fmt=".2f",
+            colours=colours,
+        )
+        pad.set_ylim(0, 1.1)
+    fig.suptitle(caption)
+    bars = directory / "bench-compare.png"
+    fig.savefig(bars, dpi=110)
     plt.close(fig)
-    return [path]
+
+    fig, axes = plt.subplots(rows, 2, figsize=(15, 5.5 * rows), layout="constrained", squeeze=False)
+    for (p50, p99), dist in zip(axes, dists.values(), strict=False):
+        summary, name = dist["summary"], dist["name"]
+        _latency_lines(p50, summary, setup["shares"], "p50", colours)
+        one = dist["batch_of_one"].get("measured_ms")
+        if one:
+            p50.axhline(
+                one["median"],
+                color="grey",
+                linestyle=":",
+                label=f"batch of one, {one['median']:.1f} ms",
+            )
+        p50.set_ylabel("p50 latency, ms (log)")
+        p50.set_title(f"{name} ({dist['lengths']}): p50 against load")
+        p50.legend(fontsize=7)
+        _latency_lines(p99, summary, setup["shares"], "p99", colours)
+        p99.axhline(
+            setup["slo_ms"], color="grey", linestyle="--", label=f"SLO {setup['slo_ms']:g} ms"
+        )
+        p99.set_ylabel("p99 latency, ms (log)")
+        p99.set_title(f"{name} ({dist['lengths']}): p99 against load")
+        p99.legend(fontsize=7)
+    fig.suptitle(caption)
+    lines = directory / "bench-latency.png"
+    fig.savefig(lines, dpi=110)
+    plt.close(fig)
+    return [bars, lines]
 
 
 def sweep(

@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import subprocess
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,10 +18,12 @@ from typing import Any
 
 import aiohttp
 
-from . import wrk
+from modelroll_sidecar.cost_model import MIN_BATCHES
+
+from . import analysis, wrk
 from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
-from .loadgen import Body, LoadResult, closed_loop, json_bodies, open_loop
+from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
 from .metrics import Watch, scrape
 
 Progress = Callable[[float], None]
@@ -47,6 +51,11 @@ class Workload:
 
     def body(self) -> Body:
         return json_bodies(list(self.payloads()))
+
+    def length(self) -> Length:
+        """The length of the ``i``-th body :meth:`body` gives."""
+        sample = self.sample()
+        return lambda i: sample[i % len(sample)]
 
 
 @dataclass(frozen=True)
@@ -77,11 +86,17 @@ class Scenario:
         )
 
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser, results: str) -> None:
-        """The scenario's flags, and where results and plots go (bench/results/RESULTS.json)."""
+    def add_arguments(
+        parser: argparse.ArgumentParser,
+        results: str,
+        lengths: str | None = None,
+        lengths_help: str = "length distribution",
+    ) -> None:
+        """The scenario's flags, and where results and plots go (bench/results/RESULTS.json);
+        ``lengths``: the default of --lengths, when not the scenario's own."""
         d = Scenario()
         parser.add_argument(
-            "--lengths", default=d.lengths, help="length distribution (%(default)s)"
+            "--lengths", default=lengths or d.lengths, help=f"{lengths_help} (%(default)s)"
         )
         parser.add_argument("--fixed-ms", type=float, default=d.fixed_ms, help="(%(default)s)")
         parser.add_argument(
@@ -123,11 +138,27 @@ async def open_run(
     label: str = "",
     stats_url: str | None = None,
     progress: Progress | None = None,
+    slo_ms: float | None = None,
 ) -> dict[str, Any]:
-    """Poisson arrivals at ``rate`` for ``duration_s``."""
-    body, target = workload.body(), url + "/v1/infer"
-    load = open_loop(target, body, rate, duration_s, seed=seed, label=label, progress=progress)
-    return await watched(stats_url, load)
+    """Poisson arrivals at ``rate`` for ``duration_s``; besides the summary, latency by length
+    decile, and with ``slo_ms`` the requests per second answered within it."""
+    async with Watch(stats_url) as watch:
+        result = await open_loop(
+            url + "/v1/infer",
+            workload.body(),
+            rate,
+            duration_s,
+            seed=seed,
+            label=label,
+            progress=progress,
+            length=workload.length(),
+        )
+    row = {**result.summary(), "batching": watch.delta and watch.delta.summary()}
+    if slo_ms is not None:
+        row["within_slo_rps"] = round(result.within_rps(slo_ms / 1000), 1)
+    timed = list(zip(result.lengths, result.latencies_s, strict=True))
+    row["by_length_decile"] = analysis.by_length_decile(result.sent_lengths, timed)
+    return row
 
 
 async def closed_run(
@@ -185,6 +216,37 @@ async def idle(stats_url: str, quiet_s: float = 0.3, timeout_s: float = 60.0) ->
                 last, still_since = now, loop.time()
             elif loop.time() - still_since >= quiet_s:
                 return
+
+
+async def sequential_ms(url: str, body: Any, calls: int = 40, warmup: int = 5) -> float:
+    """Median time of ``calls`` sequential POSTs of ``body`` to ``url`` over one keep-alive
+    connection, after ``warmup`` uncounted ones: what one lone request costs there."""
+    data = json.dumps(body).encode()
+    times: list[float] = []
+    async with aiohttp.ClientSession() as http:
+        for i in range(warmup + calls):
+            started = time.perf_counter()
+            async with http.post(url, data=data, headers=HEADERS) as resp:
+                await resp.read()
+                resp.raise_for_status()
+            if i >= warmup:
+                times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+async def batch_of_one_ms(model_url: str, length: int) -> float:
+    """The measured cost of a batch of one: one ``length``-token input sent straight to the
+    model's ``POST /v1/batch``, alone. The floor of any batcher's latency for one lone request of
+    that length: the model's cost plus one local HTTP round trip."""
+    return await sequential_ms(model_url + "/v1/batch", {"inputs": [make_payload(length)]})
+
+
+async def lone_request_ms(batcher_url: str, length: int) -> float:
+    """One lone ``length``-token request through a batcher (``POST /v1/infer``), nothing else in
+    flight: the batch of one plus the batcher's hop and whatever it waits for company."""
+    body = {"payload": make_payload(length)}
+    # The uncounted calls train the adaptive wait's cost fit, which it trusts after MIN_BATCHES.
+    return await sequential_ms(batcher_url + "/v1/infer", body, warmup=MIN_BATCHES + 2)
 
 
 def load_average() -> float:

@@ -66,6 +66,30 @@ BATCHING_SETTINGS = (
 )
 """spec.batching: how the sidecar forms batches (the CRD defaults every one of them)."""
 
+
+@dataclass(frozen=True)
+class Choice:
+    """A sidecar setting that takes one of a few words: its spec field, the sidecar flag it
+    becomes, its default and its values, spelt as the CRD's enum spells them (the sidecar takes
+    them lowercased, as its flags document them). Held to the CRD and the sidecar like Setting."""
+
+    key: str
+    attr: str
+    flag: str
+    default: str
+    values: tuple[str, ...]
+
+    def flag_for(self, value: str) -> str:
+        return f"{self.flag}={value.lower()}"
+
+
+BATCHING_CHOICES = (
+    Choice("batchBy", "batch_by", "--batch-by", "Arrival", ("Arrival", "Length")),
+    Choice("waitPolicy", "wait_policy", "--wait-policy", "Fixed", ("Fixed", "Adaptive")),
+)
+"""spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
+from their default, so adding them changed (rolled) no existing Deployment."""
+
 SIDECAR_SETTINGS = (
     Setting("upstreamTimeoutMs", "upstream_timeout_ms", "--upstream-timeout-ms", 60000, 1, 3600000),
     Setting("maxBodyBytes", "max_body_bytes", "--max-body-bytes", 1 << 20, 1, 64 << 20),
@@ -87,16 +111,23 @@ class Batching:
     max_batch_tokens: int = 0
     timeout_ms: int = 30000
     max_concurrent_batches: int = 1
+    batch_by: str = "Arrival"
+    wait_policy: str = "Fixed"
 
     def sidecar_flags(self) -> list[str]:
-        """The sidecar's command-line flags for these settings, in a fixed order."""
-        return [f"{s.flag}={getattr(self, s.attr)}" for s in BATCHING_SETTINGS]
+        """The sidecar's command-line flags for these settings, in a fixed order: every integer
+        setting, then the enum settings that differ from their defaults."""
+        return [f"{s.flag}={getattr(self, s.attr)}" for s in BATCHING_SETTINGS] + [
+            c.flag_for(value)
+            for c in BATCHING_CHOICES
+            if (value := getattr(self, c.attr)) != c.default
+        ]
 
     def changed(self) -> list[str]:
         """The fields set to something other than their default."""
         return [
             f"spec.batching.{s.key}"
-            for s in BATCHING_SETTINGS
+            for s in (*BATCHING_SETTINGS, *BATCHING_CHOICES)
             if getattr(self, s.attr) != s.default
         ]
 
@@ -190,8 +221,24 @@ def _settings(raw: object, where: str, settings: tuple[Setting, ...]) -> dict[st
     }
 
 
+def _choice(raw: Mapping[str, Any], choice: Choice, where: str) -> str:
+    value = raw.get(choice.key, choice.default)
+    if value not in choice.values:  # exact spelling, as the CRD's enum
+        raise SpecError(
+            f"{where}.{choice.key} must be one of {', '.join(choice.values)}, got {value!r}"
+        )
+    return str(value)
+
+
 def parse_batching(raw: object) -> Batching:
-    return Batching(**_settings(raw, "spec.batching", BATCHING_SETTINGS))
+    given: dict[str, Any] = _settings(raw, "spec.batching", BATCHING_SETTINGS)
+    if isinstance(raw, Mapping):  # else None (all defaults): _settings refuses anything else
+        given |= {
+            c.attr: _choice(raw, c, "spec.batching")
+            for c in BATCHING_CHOICES
+            if raw.get(c.key) is not None
+        }
+    return Batching(**given)
 
 
 def parse_sidecar(raw: object) -> SidecarSettings:

@@ -72,6 +72,8 @@ class DemoModel:
         self.batch_sizes: deque[int] = deque(maxlen=10_000)
         self.batches = 0
         self.items = 0
+        self.useful_tokens = 0
+        self.padded_tokens = 0
         self.busy = 0
         self.max_busy = 0
         self.ready_at = 0.0
@@ -81,7 +83,8 @@ class DemoModel:
         """Execute one batch. The cost clock starts when a slot is free, but no earlier than the
         request's arrival, so reading and parsing the request is part of the cost, not extra."""
         loop = asyncio.get_running_loop()
-        cost = self.config.batch_cost_s([payload_length(p) for p in inputs])
+        lengths = [payload_length(p) for p in inputs]
+        cost = self.config.batch_cost_s(lengths)
         async with self.slots:
             started = max(arrived, self.slot_freed_at)
             self.busy += 1
@@ -93,6 +96,8 @@ class DemoModel:
                 self.slot_freed_at = loop.time()
         self.batches += 1
         self.items += len(inputs)
+        self.useful_tokens += sum(lengths)
+        self.padded_tokens += padded_tokens(lengths)
         self.batch_sizes.append(len(inputs))
         outputs: list[Any] = []
         errors: list[str | None] = []
@@ -132,12 +137,18 @@ async def handle_readyz(request: web.Request) -> web.Response:
 
 
 async def handle_stats(request: web.Request) -> web.Response:
-    """How the model was called: batch count, item count, recent batch sizes, peak parallelism."""
+    """How the model was called, as counters since it started: batches run, items in them,
+    useful tokens (the sum of the items' lengths) and padded tokens (per batch: its size x its
+    longest length, what the cost is charged on); also recent batch sizes and peak parallelism.
+    A batch counts once it has finished. Useful over padded tokens between two reads is the
+    padding efficiency of the batches run meanwhile."""
     model = request.app[DEMO_MODEL]
     return web.json_response(
         {
             "batches": model.batches,
             "items": model.items,
+            "useful_tokens": model.useful_tokens,
+            "padded_tokens": model.padded_tokens,
             "batch_sizes": list(model.batch_sizes),
             "max_parallel_seen": model.max_busy,
         }

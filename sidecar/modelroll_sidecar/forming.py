@@ -7,8 +7,11 @@ taking whichever keeps the batch's cost per useful token lowest, within the size
 limits. Once the model's cost is known (``fixed + per_token x padded tokens``, learned by
 :class:`~modelroll_sidecar.cost_model.CostModel`), the batch also stops growing when one more
 request would raise that cost per useful token: a short request does not ride, padded, in a batch
-of long ones when a batch of short ones would carry it for less. Until then, the batch grows to
-its limits, padding as little as it can.
+of long ones when a batch of short ones would carry it for less. But when everything queued fits
+in one batch, the requests left out would need a second call of their own, so the batch takes
+them all whenever one call costs no more than the two (with a large fixed cost, at light load,
+that makes it a FIFO batch). Until the cost is known, the batch grows to its limits, padding as
+little as it can.
 """
 
 from __future__ import annotations
@@ -83,4 +86,12 @@ def by_length(
         useful += candidates[order[lo if side < 0 else hi - 1]].length
         budget_hit = False
     members = [candidates[i] for i in sorted(order[lo:hi])]
+    if cost_known and len(members) < len(candidates) <= max_size:
+        # The whole queue fits in this batch: what is left out needs a batch of its own.
+        everything = max(c.length for c in candidates)
+        if not budget or len(candidates) * everything <= budget:
+            rest = max(candidates[i].length for i in order[:lo] + order[hi:])
+            apart = 2 * weight + count * longest + (len(candidates) - count) * rest
+            if weight + len(candidates) * everything <= apart:
+                return Choice(list(candidates), False, everything)
     return Choice(members, budget_hit, longest)

@@ -20,6 +20,7 @@ from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
 from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
+from modelroll_sidecar.metrics import CLOSE_REASONS
 from tests.chart.conftest import (
     CHART,
     EXAMPLES,
@@ -638,6 +639,7 @@ def test_dashboard_covers_the_per_version_panels() -> None:
         "modelroll_batch_size_bucket",
         "modelroll_batch_size_sum",
         "modelroll_batches_total",
+        "modelroll_batch_tokens_total",
         "modelroll_queue_depth",
         "modelroll_rejected_total",
         "modelroll_client_timeouts_total",
@@ -699,6 +701,22 @@ def test_the_canary_analyses_row_shows_each_canary_apart() -> None:
     for value, option in mapped.items():
         if value != "0":  # the first phase is what the sum of the others leaves
             assert f'phase="{option["text"]}"}}) * {value}' in expr, option
+
+
+def test_the_batching_panels_show_padding_efficiency_and_every_close_reason() -> None:
+    panels = {p["title"]: p for p in dashboard()["panels"]}
+    padding = panels["Padding efficiency by version"]
+    defaults = padding["fieldConfig"]["defaults"]
+    assert (defaults["unit"], defaults["min"], defaults["max"]) == ("percentunit", 0, 1)
+    assert padding["description"]
+    (target,) = padding["targets"]
+    useful, padded = target["expr"].split("\n/\n")
+    assert 'kind="useful"' in useful
+    assert useful.replace('kind="useful"', 'kind="padded"') == padded
+    # The close reasons panel says what each reason the sidecar counts means.
+    described = panels["Batch close reasons: $version"]["description"]
+    for reason in CLOSE_REASONS:
+        assert re.search(rf"\b{reason} \(", described), reason
 
 
 def test_dashboard_and_alerts_count_the_same_codes_as_errors() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import re
 import subprocess
 import threading
@@ -476,6 +477,22 @@ def test_the_error_ratio_panel_shows_the_canary_failing_and_the_stable_at_zero(
     ratios = values_by_version(stack.prometheus.until(expr, settled))
     assert ratios["stable"] == 0.0
     assert 0.1 < ratios["canary"] < 0.5  # the demo model fails 30% of the canary's items
+
+
+def test_the_padding_efficiency_panel_shows_no_padding_for_requests_of_one_length(
+    stack: Stack,
+) -> None:
+    """Every request of the load has the same length: no batch pads, whatever its size."""
+    (query,) = [q for q in dashboard_queries() if q.panel.startswith("Padding efficiency")]
+    expr = substitute(query.expr)
+
+    def settled(result: Series) -> bool:
+        # 0/0 (NaN) until a version's first batch is inside the rate interval.
+        values = values_by_version(result).values()
+        return every_version(result) and not any(math.isnan(v) for v in values)
+
+    efficiency = values_by_version(stack.prometheus.until(expr, settled))
+    assert efficiency == {version: 1.0 for version in VERSIONS}
 
 
 def test_configured_weights_and_the_share_the_gateway_sent_agree(stack: Stack) -> None:

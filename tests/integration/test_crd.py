@@ -95,6 +95,24 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             "spec.batching.maxWaitMs must not exceed spec.batching.timeoutMs",
             id="wait-longer-than-timeout",
         ),
+        pytest.param(  # timeoutMs left out: its default, 30000, is what the rule compares with
+            model_version("v1", "sentiment", server=SERVER, batching={"maxWaitMs": 45000}),
+            "spec.batching: Invalid value: spec.batching.maxWaitMs must not exceed "
+            "spec.batching.timeoutMs: a request would time out before its batch could close",
+            id="wait-longer-than-the-default-timeout",
+        ),
+        pytest.param(
+            model_version("v1", "sentiment", server=SERVER, batching={"batchBy": "Sorted"}),
+            'spec.batching.batchBy: Unsupported value: "Sorted": supported values: "Arrival", '
+            '"Length"',
+            id="batch-by-unknown",
+        ),
+        pytest.param(  # the sidecar's flag takes any case; the resource takes the enum's spelling
+            model_version("v1", "sentiment", server=SERVER, batching={"waitPolicy": "adaptive"}),
+            'spec.batching.waitPolicy: Unsupported value: "adaptive": supported values: "Fixed", '
+            '"Adaptive"',
+            id="wait-policy-lowercase",
+        ),
         pytest.param(
             model_version("v1", "sentiment", endpoint="ftp://s"),
             "spec.endpoint must be an http:// or https:// URL",
@@ -192,6 +210,8 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
             "maxBatchTokens": 0,
             "timeoutMs": 30000,
             "maxConcurrentBatches": 1,
+            "batchBy": "Arrival",
+            "waitPolicy": "Fixed",
         },
     }
     # maxWaitMs 0 (send what is queued at once, Triton's default) is a legal setting.
@@ -200,6 +220,29 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
     # The DESIGN example's `endpoint: ""` next to a server is managed mode, not a conflict.
     example = model_version("stable-v1", "sentiment", endpoint="", server=SERVER, weight=9)
     assert dry_run(cluster, ns, example)["spec"]["weight"] == 9
+
+
+def test_length_aware_batching_with_an_adaptive_wait_is_accepted_with_the_other_defaults(
+    cluster: Cluster, ns: str
+) -> None:
+    tuned = model_version(
+        "tuned", "sentiment", server=SERVER,
+        batching={"batchBy": "Length", "waitPolicy": "Adaptive", "maxWaitMs": 25},
+    )  # fmt: skip
+    assert dry_run(cluster, ns, tuned)["spec"]["batching"] == {
+        "maxBatchSize": 32,
+        "maxWaitMs": 25,
+        "maxQueueSize": 1024,
+        "maxBatchTokens": 0,
+        "timeoutMs": 30000,
+        "maxConcurrentBatches": 1,
+        "batchBy": "Length",
+        "waitPolicy": "Adaptive",
+    }
+    # Each alone, too: the other keeps its default.
+    length = model_version("length", "sentiment", server=SERVER, batching={"batchBy": "Length"})
+    made = dry_run(cluster, ns, length)["spec"]["batching"]
+    assert (made["batchBy"], made["waitPolicy"]) == ("Length", "Fixed")
 
 
 def test_the_api_server_fills_in_the_analysis_defaults(cluster: Cluster, ns: str) -> None:
@@ -242,6 +285,15 @@ def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> Non
     for name, words in fields.items():
         assert f"  {name}\t<integer>" in text
         assert " ".join(words.split()) in " ".join(text.split())
+    policies = {
+        "batchBy": ("Arrival", "Length", "oldest request always goes in the next batch"),
+        "waitPolicy": ("Fixed", "Adaptive", "maxWaitMs stays the bound"),
+    }
+    for name, phrases in policies.items():
+        assert f"  {name}\t<string>" in text
+        explained = " ".join(cluster.kubectl("explain", f"mv.spec.batching.{name}").stdout.split())
+        for phrase in phrases:
+            assert phrase in explained, (name, phrase)
     spec = cluster.kubectl("explain", "mv.spec").stdout
     assert "model\t<string> -required-" in spec
     assert "Relative routing weight, 0 to 1000" in " ".join(spec.split())

@@ -91,7 +91,7 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
     cluster.apply(
         model_version(
             "canary-v2", "sentiment", weight=1, server=SERVER,
-            batching={"maxBatchSize": 16, "maxWaitMs": 5},
+            batching={"maxBatchSize": 16, "maxWaitMs": 5, "batchBy": "Length"},
         ),
         namespace,
     )  # fmt: skip
@@ -116,8 +116,11 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
         "--max-batch-size=16",
         "--max-wait-ms=5",
         "--max-queue-size=1024",
+        "--batch-by=length",
     ):
         assert flag in sidecar["args"]
+    # waitPolicy is at its default (the API server stored Fixed): no flag for it.
+    assert not any(a.startswith("--wait-policy") for a in sidecar["args"])
     assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert sidecar["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 30
@@ -163,7 +166,13 @@ def test_a_weight_change_leaves_the_deployment_alone_and_a_batching_change_rolls
     cluster.apply(model_version("canary-v2", "sentiment", weight=1, server=SERVER), namespace)
     eventually(lambda: mark_pods_ready(cluster, namespace, POD_SELECTOR), "a canary-v2 pod")
     eventually(lambda: routes.weights("sentiment") == {"canary-v2": 1}, "routed")
-    before = get(cluster, namespace, "deploy", "canary-v2")["metadata"]
+    deployment = get(cluster, namespace, "deploy", "canary-v2")
+    before = deployment["metadata"]
+    # The stored spec spells out batchBy: Arrival and waitPolicy: Fixed; neither becomes a flag.
+    batching = get(cluster, namespace, "mv", "canary-v2")["spec"]["batching"]
+    assert (batching["batchBy"], batching["waitPolicy"]) == ("Arrival", "Fixed")
+    args = containers(deployment)["sidecar"]["args"]
+    assert not any(a.startswith(("--batch-by", "--wait-policy")) for a in args), args
 
     patch_mv(cluster, namespace, "canary-v2", {"spec": {"weight": 7}})
     eventually(lambda: routes.weights("sentiment") == {"canary-v2": 7}, "the new weight routed")
@@ -179,11 +188,15 @@ def test_a_weight_change_leaves_the_deployment_alone_and_a_batching_change_rolls
         before["generation"], before["resourceVersion"],
     )  # fmt: skip
 
-    patch_mv(cluster, namespace, "canary-v2", {"spec": {"batching": {"maxBatchSize": 8}}})
+    patch_mv(
+        cluster, namespace, "canary-v2",
+        {"spec": {"batching": {"maxBatchSize": 8, "waitPolicy": "Adaptive"}}},
+    )  # fmt: skip
     rolled = eventually(
         lambda: deployment_after(cluster, namespace, before["generation"]), "a Deployment update"
     )
     assert "--max-batch-size=8" in containers(rolled)["sidecar"]["args"]
+    assert "--wait-policy=adaptive" in containers(rolled)["sidecar"]["args"]
     eventually(
         lambda: len(get(cluster, namespace, "rs", "-l", POD_SELECTOR)["items"]) == 2,
         "a second ReplicaSet (a rollout)",

@@ -376,11 +376,11 @@ def test_the_metric_check_finds_what_is_missing(tmp_path: Path) -> None:
     problems = metric_problems(sidecar_families(), SIDECAR_README, design)
     assert problems == [f"modelroll_batches_total has no row in {design}"]
     wrong = tmp_path / "wrong.md"
-    wrong.write_text(DESIGN.read_text().replace("`timeout`, `tokens`, `drain`", "`tokens`"))
+    wrong.write_text(DESIGN.read_text().replace("`tokens`, `idle`, `drain`", "`tokens`"))
     problems = metric_problems(sidecar_families(), SIDECAR_README, wrong)
     assert problems == [
         f"modelroll_batches_total: its row in {wrong} must name "
-        "`model`, `version`, `reason`, `drain`, `full`, `timeout`, `tokens`"
+        "`model`, `version`, `reason`, `drain`, `full`, `idle`, `timeout`, `tokens`"
     ]
 
 

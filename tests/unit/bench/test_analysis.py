@@ -130,7 +130,11 @@ modelroll_batches_total{model="m",version="v",reason="timeout"} 1.0
     delta = after - before
     assert delta.summary() == {
         "batches": 6,
+        "items": 60,
         "mean_batch": 10.0,
+        "useful_tokens": 0,
+        "padded_tokens": 0,
+        "padding_efficiency": None,
         "closed_by": {"full": 5, "timeout": 1},
     }
     stats = parse_model_stats(

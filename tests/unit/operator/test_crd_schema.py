@@ -5,9 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from modelroll_operator.spec import BATCHING_SETTINGS, SIDECAR_SETTINGS
+from modelroll_operator.spec import (
+    BATCHING_CHOICES,
+    BATCHING_SETTINGS,
+    SIDECAR_SETTINGS,
+    Batching,
+    parse_batching,
+)
+from modelroll_sidecar import config as sidecar_config
 from modelroll_sidecar.config import SidecarConfig
 
 CRD = Path(__file__).resolve().parents[3] / "crds" / "modelversion.yaml"
@@ -77,7 +85,8 @@ def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> 
         ("sidecar", SIDECAR_SETTINGS, False),
     ):
         fields = spec[block]["properties"]
-        assert set(fields) == {s.key for s in settings}, block
+        choices = BATCHING_CHOICES if block == "batching" else ()
+        assert set(fields) == {s.key for s in (*settings, *choices)}, block
         for s in settings:
             field = fields[s.key]
             assert (field["minimum"], field["maximum"]) == (s.low, s.high), s.key
@@ -89,7 +98,56 @@ def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> 
                 assert default in " ".join(field["description"].split()), s.key
 
 
+def test_the_crd_enums_and_defaults_of_batching_choices_are_the_operators_and_sidecars() -> None:
+    """spec.batching.batchBy and waitPolicy: the CRD's enum and default are the operator's
+    (spec.BATCHING_CHOICES), and, lowercased, the sidecar's choices and default."""
+    (version,) = load()["spec"]["versions"]
+    fields = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["batching"]
+    sidecar_choices = {
+        "batch_by": sidecar_config.BATCH_BY,
+        "wait_policy": sidecar_config.WAIT_POLICIES,
+    }
+    assert {c.attr for c in BATCHING_CHOICES} == set(sidecar_choices)
+    for c in BATCHING_CHOICES:
+        field = fields["properties"][c.key]
+        assert field["type"] == "string", c.key
+        assert field["enum"] == list(c.values), c.key
+        assert field["default"] == c.default, c.key
+        assert c.default in c.values, c.key
+        assert tuple(v.lower() for v in c.values) == sidecar_choices[c.attr], c.key
+        assert c.flag == sidecar_config.flag(c.attr), c.key
+        # kubectl explain says what each value does.
+        described = " ".join(field["description"].split())
+        for value in c.values:
+            assert f"{value}:" in described or f"{value} (the default):" in described, value
+
+
 def test_the_sidecars_defaults_are_the_operators() -> None:
     sidecar = SidecarConfig()
     for s in (*BATCHING_SETTINGS, *SIDECAR_SETTINGS):
         assert getattr(sidecar, s.attr) == s.default, s.key
+    for c in BATCHING_CHOICES:
+        assert getattr(sidecar, c.attr) == c.default.lower(), c.key
+
+
+def test_batching_defaults_are_the_tables() -> None:
+    """A spec without spec.batching, and the CRD's defaulted block, parse to the same Batching."""
+    defaults = Batching()
+    for s in (*BATCHING_SETTINGS, *BATCHING_CHOICES):
+        assert getattr(defaults, s.attr) == s.default, s.key
+    (version,) = load()["spec"]["versions"]
+    fields = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["batching"]
+    filled_in = {name: field["default"] for name, field in fields["properties"].items()}
+    assert parse_batching(filled_in) == defaults
+    assert parse_batching(None) == defaults
+
+
+def test_the_rule_on_max_wait_and_timeout_is_the_sidecars() -> None:
+    """The CRD refuses maxWaitMs above timeoutMs, which the sidecar refuses at start (a CR
+    with it would crash-loop its pods)."""
+    (version,) = load()["spec"]["versions"]
+    batching = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["batching"]
+    rules = [r["rule"] for r in batching["x-kubernetes-validations"]]
+    assert any("self.maxWaitMs <= self.timeoutMs" in r for r in rules)
+    with pytest.raises(ValueError, match=r"--max-wait-ms \(500\) must not exceed --timeout-ms"):
+        SidecarConfig(max_wait_ms=500, timeout_ms=100)

@@ -7,6 +7,7 @@ from typing import Any
 from modelroll_operator.settings import OperatorConfig
 from modelroll_operator.spec import ANNOTATION_SPEC_HASH
 from modelroll_operator.workload import deployment_manifest, service_endpoint, service_manifest
+from modelroll_sidecar.config import parse_args as parse_sidecar_args
 
 from .conftest import version
 
@@ -155,3 +156,36 @@ def test_spec_sidecar_settings_become_sidecar_flags_and_set_the_grace_period() -
         a.startswith(("--upstream-timeout", "--max-body", "--read-timeout")) for a in plain_args
     )
     assert plain["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 35
+
+
+def _policy_flags(manifest: dict[str, Any]) -> list[str]:
+    args: list[str] = containers(manifest)["sidecar"]["args"]
+    return [a for a in args if a.startswith(("--batch-by", "--wait-policy"))]
+
+
+def test_batch_by_length_and_adaptive_wait_reach_the_sidecar_and_defaults_add_no_flag() -> None:
+    plain = deployment_manifest(version(), CONFIG)
+    assert _policy_flags(plain) == []
+    # What the API server stores for a spec that leaves them out: the CRD's defaults, spelt out.
+    # The pod template, and so the Deployment, must be the one from before these fields existed.
+    defaulted = deployment_manifest(
+        version(batching={"batchBy": "Arrival", "waitPolicy": "Fixed"}), CONFIG
+    )
+    assert defaulted == plain
+    length = deployment_manifest(version(batching={"batchBy": "Length"}), CONFIG)
+    assert _policy_flags(length) == ["--batch-by=length"]
+    assert _hash(length) != _hash(plain)  # a change rolls the Deployment
+    both = version(batching={"batchBy": "Length", "waitPolicy": "Adaptive"})
+    args = containers(deployment_manifest(both, CONFIG))["sidecar"]["args"]
+    assert _policy_flags(deployment_manifest(both, CONFIG)) == [
+        "--batch-by=length",
+        "--wait-policy=adaptive",
+    ]
+    assert args[-1] == "--drain-timeout-s=20"
+    # The sidecar takes every flag the operator gives it.
+    config = parse_sidecar_args(args, environ={})
+    assert (config.batch_by, config.wait_policy) == ("length", "adaptive")
+    assert (config.model, config.version) == ("sentiment", "canary-v2")
+    assert parse_sidecar_args(containers(plain)["sidecar"]["args"], environ={}).batch_by == (
+        "arrival"
+    )

@@ -65,14 +65,29 @@ def test_the_token_budget_bounds_the_batch_and_says_so() -> None:
 
 
 def test_once_the_cost_is_known_a_short_request_does_not_ride_in_a_long_batch() -> None:
-    """5 ms fixed and 0.05 ms per padded token (the demo model's): a 5-token request padded to
-    200 costs 10 ms in the long batch, a fraction of that in a batch of short ones."""
-    queue = [Req(200), Req(5), Req(6), Req(190)]
+    """5 ms fixed and 0.05 ms per padded token: a 5-token request padded to 200 costs 10 ms in
+    the long batch, a fraction of that in a batch of the short ones queued behind it."""
+    queue = [Req(200), Req(5), Req(6), Req(190), Req(7)]
     unknown = by_length(queue, max_size=4, budget=0)
-    assert lengths(unknown.members) == [200, 5, 6, 190]  # no cost known: fill, pad least
+    assert lengths(unknown.members) == [200, 6, 190, 7]  # no cost known: fill, pad least
     known = by_length(queue, max_size=4, budget=0, fixed=0.005, per_token=0.00005)
     assert lengths(known.members) == [200, 190]
     assert not known.budget_hit
+
+
+def test_when_the_whole_queue_fits_one_call_or_two_whichever_costs_less() -> None:
+    """Everything queued fits in one batch, so a request left out needs a call of its own."""
+    queue = [Req(200), Req(5), Req(6), Req(190)]
+    # 5 ms fixed, 0.05 ms a token: one call pads to 4 x 200 (45 ms); two cost 5 + 20 + 5 + 0.6.
+    split = by_length(queue, max_size=4, budget=0, fixed=0.005, per_token=0.00005)
+    assert lengths(split.members) == [200, 190]
+    # 10 ms fixed, 0.02 ms a token (make bench's model): one call 26 ms, two 28 ms.
+    together = by_length(queue, max_size=4, budget=0, fixed=0.010, per_token=0.00002)
+    assert lengths(together.members) == [200, 5, 6, 190]
+    assert (together.longest, together.budget_hit) == (200, False)
+    # Not when the whole queue would break the token budget.
+    capped = by_length(queue, max_size=4, budget=600, fixed=0.010, per_token=0.00002)
+    assert lengths(capped.members) == [200, 190]
 
 
 def test_a_large_fixed_cost_fills_the_batch_anyway() -> None:
