@@ -8,7 +8,8 @@ Framing, as RFC 9112 asks: duplicate or conflicting Content-Length, Content-Leng
 Transfer-Encoding, a Transfer-Encoding other than exactly ``chunked``, numbers that are not plain
 digits, line ends without CR, a status outside 100-599 and a passed-back header value with
 anything but visible ASCII, space or tab are refused (502), and the connection is closed, never
-reused. So are bytes after the end of the answer. Heads, chunk-size lines and trailers, and the
+reused. Bytes after the end of a complete answer do not fail it, but its connection is closed
+too, so they never reach the next request. Heads, chunk-size lines and trailers, and the
 number of interim (1xx) answers are bounded. A body without a length ends with the connection,
 and counts only if the connection ended cleanly (FIN, not a reset).
 
