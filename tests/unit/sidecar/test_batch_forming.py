@@ -64,15 +64,15 @@ def test_the_token_budget_bounds_the_batch_and_says_so() -> None:
     assert alone.budget_hit
 
 
-def test_once_the_cost_is_known_a_short_request_does_not_ride_in_a_long_batch() -> None:
-    """5 ms fixed and 0.05 ms per padded token: a 5-token request padded to 200 costs 10 ms in
-    the long batch, a fraction of that in a batch of the short ones queued behind it."""
+def test_until_the_cost_is_known_the_queue_goes_in_as_few_batches_as_it_can() -> None:
+    """Two batches of 4 carry these five; of the splits into two, short three and long two pads
+    least, and the oldest (200) goes with the long one."""
     queue = [Req(200), Req(5), Req(6), Req(190), Req(7)]
     unknown = by_length(queue, max_size=4, budget=0)
-    assert lengths(unknown.members) == [200, 6, 190, 7]  # no cost known: fill, pad least
-    known = by_length(queue, max_size=4, budget=0, fixed=0.005, per_token=0.00005)
-    assert lengths(known.members) == [200, 190]
-    assert not known.budget_hit
+    assert lengths(unknown.members) == [200, 190]
+    assert not unknown.budget_hit
+    rest = by_length([Req(5), Req(6), Req(7)], max_size=4, budget=0)
+    assert lengths(rest.members) == [5, 6, 7]
 
 
 def test_when_the_whole_queue_fits_one_call_or_two_whichever_costs_less() -> None:
@@ -95,6 +95,43 @@ def test_a_large_fixed_cost_fills_the_batch_anyway() -> None:
     queue = [Req(200), Req(5), Req(6), Req(190)]
     choice = by_length(queue, max_size=4, budget=0, fixed=1.0, per_token=0.00005)
     assert lengths(choice.members) == [200, 5, 6, 190]
+
+
+def cheapest_split(lengths_left: list[int], max_size: int, call: float) -> float:
+    """By brute force over every way to split ``lengths_left`` into batches (not only runs of
+    neighbouring lengths): the least total cost, a call plus size x longest per batch."""
+    if not lengths_left:
+        return 0.0
+    first, rest = lengths_left[0], lengths_left[1:]
+    best = float("inf")
+    for mask in range(1 << len(rest)):
+        batch = [first] + [x for k, x in enumerate(rest) if mask >> k & 1]
+        if len(batch) > max_size:
+            continue
+        others = [x for k, x in enumerate(rest) if not mask >> k & 1]
+        cost = call + len(batch) * max(batch) + cheapest_split(others, max_size, call)
+        best = min(best, cost)
+    return best
+
+
+def test_the_batch_that_goes_belongs_to_a_cheapest_way_of_sending_the_whole_queue() -> None:
+    """Against brute force on random queues: sending the chosen batch and then the rest as
+    cheaply as possible costs no more than the cheapest way to send everything."""
+    rng = random.Random(3)
+    for _ in range(150):
+        queue = [Req(rng.choice([1, 2, 3, 8, 9, 20, 21, 60])) for _ in range(rng.randrange(1, 8))]
+        max_size = rng.randrange(1, 5)
+        fixed, per_token = rng.choice([(0.001, 0.0001), (0.01, 0.0001), (0.0001, 0.0001)])
+        call = fixed / per_token
+        choice = by_length(queue, max_size, budget=0, fixed=fixed, per_token=per_token)
+        assert queue[0] in choice.members
+        assert len(choice.members) <= max_size
+        left = list(queue)
+        for member in choice.members:
+            left.remove(member)
+        chosen = call + len(choice.members) * choice.longest
+        then = cheapest_split(lengths(left), max_size, call)
+        assert chosen + then == pytest.approx(cheapest_split(lengths(queue), max_size, call))
 
 
 def test_length_aware_batches_pad_far_less_than_fifo_on_lognormal_lengths() -> None:
