@@ -2,6 +2,8 @@
 
 `create_app(config)` builds a fresh app each call; its cleanup contexts open the upstream session
 and start the routes source (the ConfigMap watch, or the routes file), and close both on exit.
+Setting the app's `STOPPING_KEY` event begins its shutdown (cli.serve does it on SIGTERM): /readyz
+answers 503 and every inference answer closes its connection, while requests go on being served.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from modelroll_common.server import RequestTimedOut, read_body
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
 from .routesfile import RoutesFileWatcher
+from .streaming import OPENAI_PATHS, StreamingForwarder
 from .table import RouteTable, Target
 from .upstream import (
     UpstreamConnectError,
@@ -50,20 +53,57 @@ def _error(status: int, message: str, version: str = "") -> web.Response:
     )
 
 
+class _Pick:
+    """The version is picked by weight (once the request is known to be worth it)."""
+
+
+PICK = _Pick()
+
+
 class Proxy:
     """Picks a version for each inference request and forwards it to that version's sidecar."""
 
-    def __init__(self, config: GatewayConfig, table: RouteTable) -> None:
+    def __init__(self, config: GatewayConfig, table: RouteTable, stopping: asyncio.Event) -> None:
         self.config = config
         self.table = table
+        self.stopping = stopping
         self.pool: UpstreamPool | None = None
+        self.llm: StreamingForwarder | None = None
         self._warned: dict[tuple[str, str], float] = {}
 
     async def infer(self, request: web.Request) -> web.Response:
         """POST /v1/models/{model}/infer."""
+        response = await self._answer(request)
+        if self.stopping.is_set():
+            response.force_close()  # "Connection: close": the client's next request goes elsewhere
+        return response
+
+    async def _answer(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        table = self.table
         model = request.match_info["model"]
+        target = self._select(model, request.headers.get(VERSION_HEADER))
+        if isinstance(target, web.Response):
+            return target
+        body = await self._read(request, model)
+        if isinstance(body, web.Response):
+            return body
+        if isinstance(target, _Pick):
+            target = self.table.models[model].picker.pick()
+        request_headers = request.headers
+        forwarded = []
+        for name in _FORWARDED_REQUEST_HEADERS:
+            value = request_headers.get(name)
+            if value is not None:
+                forwarded.append(f"{name}: {value}\r\n")
+        headers = "".join(forwarded).encode("utf-8", "surrogateescape")
+        response = await self._forward(target, body, headers)
+        target.stats.record(response.status, time.perf_counter() - started)
+        return response
+
+    def _select(self, model: str, pinned: str | None) -> Target | web.Response | _Pick:
+        """The pinned version, PICK (pick by weight once the body is read), or the error: 404
+        for an unknown model or version, 503 for a model nothing can serve."""
+        table = self.table
         entry = table.models.get(model)
         if entry is None:
             reason = table.invalid_reason(model)
@@ -72,23 +112,25 @@ class Proxy:
                 return _error(503, f"model {model!r} has no valid routes: {reason}")
             table.unrouted_counter(None, 404).inc()
             return _error(404, f"unknown model {model!r}")
-        request_headers = request.headers
-        pinned = request_headers.get(VERSION_HEADER)
-        target: Target | None = None
         if pinned is not None:
             target = entry.targets.get(pinned)
             if target is None:
                 table.unrouted_counter(model, 404).inc()
                 return _error(404, f"unknown version {pinned!r} of model {model!r}")
-        elif not entry.picker:
+            return target
+        if not entry.picker:
             table.unrouted_counter(model, 503).inc()
             return _error(503, f"model {model!r} has no routable version (total weight is 0)")
+        return PICK
 
+    async def _read(self, request: web.Request, model: str | None) -> bytes | web.Response:
+        """The request's body, or the 413 or 408 that ends it."""
+        table = self.table
         try:
             # Raises past client_max_size (= max_body_bytes). A body already in full needs no
             # read timeout: read it directly (the common case, and the hot path).
             content = request.content
-            body = await (request.read() if content.is_eof() else read_body(request))
+            return await (request.read() if content.is_eof() else read_body(request))
         except web.HTTPRequestEntityTooLarge:
             table.unrouted_counter(model, 413).inc()
             return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
@@ -98,15 +140,33 @@ class Proxy:
             response.force_close()  # the rest of the body may still come: no next request
             return response
 
-        if target is None:
-            target = entry.picker.pick()
-        forwarded = []
-        for name in _FORWARDED_REQUEST_HEADERS:
-            value = request_headers.get(name)
-            if value is not None:
-                forwarded.append(f"{name}: {value}\r\n")
-        headers = "".join(forwarded).encode("utf-8", "surrogateescape")
-        response = await self._forward(target, body, headers)
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/chat/completions, /v1/completions, /v1/embeddings: routed by the body's
+        ``model`` (or the version header), streamed back as the version answers. The stream
+        stays on the version it started on, whatever the weights do meanwhile; a client that
+        goes away closes the connection to the version, so its engine stops generating."""
+        started = time.perf_counter()
+        body = await self._read(request, None)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            self.table.unrouted_counter(None, 400).inc()
+            return _error(400, "malformed JSON")
+        model = parsed.get("model") if isinstance(parsed, dict) else None
+        if not isinstance(model, str) or not model:
+            self.table.unrouted_counter(None, 400).inc()
+            return _error(400, 'the body needs a "model": the name of the model to route to')
+        target = self._select(model, request.headers.get(VERSION_HEADER))
+        if isinstance(target, web.Response):
+            return target
+        if isinstance(target, _Pick):
+            target = self.table.models[model].picker.pick()
+        assert self.llm is not None, "the streaming client opens with the app"
+        response = await self.llm.forward(request, target, body)
+        if self.stopping.is_set() and not response.prepared:  # a stream's headers are gone
+            response.force_close()
         target.stats.record(response.status, time.perf_counter() - started)
         return response
 
@@ -156,6 +216,10 @@ CONFIG_KEY = web.AppKey("config", GatewayConfig)
 METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
 TABLE_KEY = web.AppKey("table", RouteTable)
 PROXY_KEY = web.AppKey("proxy", Proxy)
+STOPPING_KEY = web.AppKey("stopping", asyncio.Event)
+"""Set when the gateway begins to stop: from then on /readyz answers 503, so that Kubernetes
+sends it nothing new, and every inference answer closes its connection, so that clients
+reconnect to another replica; requests still arrive meanwhile, and are all answered."""
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -173,8 +237,12 @@ async def _livez(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    """Ready once routes have been read (an empty or missing ConfigMap counts as read)."""
-    if request.app[TABLE_KEY].loaded:
+    """Ready once routes have been read (an empty or missing ConfigMap counts as read), and
+    unready again from the first moment of shutdown."""
+    app = request.app
+    if app[STOPPING_KEY].is_set():
+        return web.json_response({"error": "the gateway is shutting down"}, status=503)
+    if app[TABLE_KEY].loaded:
         return web.json_response({"status": "ready"})
     return web.json_response({"error": "routes not loaded yet"}, status=503)
 
@@ -184,6 +252,7 @@ _KNOWN = {
     "/metrics": "GET",
     "/livez": "GET",
     "/readyz": "GET",
+    **dict.fromkeys(OPENAI_PATHS, "POST"),
 }
 
 
@@ -209,8 +278,11 @@ async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
         max_age=config.upstream_connection_max_age,
         max_connections=config.upstream_max_connections,
     )
-    app[PROXY_KEY].pool = pool
+    proxy = app[PROXY_KEY]
+    proxy.pool = pool
+    proxy.llm = StreamingForwarder(app[METRICS_KEY], config.upstream_timeout, VERSION_HEADER)
     yield
+    await proxy.llm.close()
     await pool.close()
 
 
@@ -281,9 +353,13 @@ def create_app(
     app[CONFIG_KEY] = config
     app[METRICS_KEY] = metrics
     app[TABLE_KEY] = table
-    proxy = Proxy(config, table)
+    stopping = asyncio.Event()
+    app[STOPPING_KEY] = stopping
+    proxy = Proxy(config, table, stopping)
     app[PROXY_KEY] = proxy
     app.router.add_post("/v1/models/{model}/infer", proxy.infer)
+    for path in OPENAI_PATHS:
+        app.router.add_post(path, proxy.openai)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/livez", _livez)

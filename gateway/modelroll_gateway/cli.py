@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -21,12 +21,29 @@ from modelroll_common.flags import (
 from modelroll_common.kube import Connection, KubeConfigError, connect
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
-from .app import METRICS_KEY, create_app
+from .app import METRICS_KEY, STOPPING_KEY, create_app
 from .config import GatewayConfig
 from .routes import CONFIGMAP_NAME
 
 log = logging.getLogger("modelroll_gateway")
 PROGRAM = "modelroll-gateway"
+UNREADY_SECONDS = 3.0
+"""Seconds the gateway goes on accepting connections after SIGTERM, unready. Kubernetes takes a
+terminating pod out of its Service's endpoints as it sends SIGTERM, and kube-proxy, load
+balancers and ingress controllers apply that a moment later: until then new connections still
+arrive here, and a closed listener would refuse them. (The sidecar's preStop delay is 3 s too.)"""
+LAST_ANSWER_SECONDS = 1.0
+"""Seconds, past the upstream timeout, for the requests still open to have their answers written
+(a 504 included) before they are cut off."""
+
+
+def drain_seconds(config: GatewayConfig) -> float:
+    """Seconds from SIGTERM to exit, at most: unready while still listening, then the upstream
+    timeout for the requests open at that point (a request forwarded at the last moment gets its
+    whole deadline), and the time to write their answers. It follows --upstream-timeout, the
+    one setting that bounds a request; the chart's terminationGracePeriodSeconds is derived from
+    the same value (charts/modelroll/templates/gateway-deployment.yaml)."""
+    return UNREADY_SECONDS + config.upstream_timeout + LAST_ANSWER_SECONDS
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
@@ -70,7 +87,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "--upstream-timeout",
         type=positive_float,
         default=30.0,
-        help="seconds a sidecar may take to answer before the gateway answers 504",
+        help="seconds a sidecar may take to answer before the gateway answers 504; after "
+        f"SIGTERM (and {UNREADY_SECONDS:g} s more of serving, unready), how long open requests "
+        "get to finish",
     )
     p.add_argument(
         "--connect-timeout",
@@ -165,19 +184,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         runner.run(serve(app, config))
 
 
-async def serve(app: web.Application, config: GatewayConfig) -> None:
-    """Serve until SIGTERM or SIGINT, then stop listening and give open requests their answers
-    (for at most the upstream timeout, and 25 s: within a pod's default grace period)."""
+async def serve(
+    app: web.Application,
+    config: GatewayConfig,
+    *,
+    stop: Callable[[], Awaitable[object]] = stop_signal,
+    unready_seconds: float = UNREADY_SECONDS,
+) -> None:
+    """Serve until `stop` returns (SIGTERM or SIGINT), then stop without refusing anyone: turn
+    unready at once (every answer from then on closes its connection) but go on serving for
+    `unready_seconds`, while Kubernetes stops sending new connections; then stop listening and
+    give the requests still open the upstream timeout to be answered (see `drain_seconds`)."""
     metrics = app[METRICS_KEY]
     runner, _ = await start_server(
         app,
         config.host,
         config.port,
         ClientLimits(config.read_timeout, metrics.count_client_timeout),
-        shutdown_timeout=min(config.upstream_timeout + 1.0, 25.0),
+        shutdown_timeout=config.upstream_timeout + LAST_ANSWER_SECONDS,
     )
     try:
-        await stop_signal()
-        log.info("Stopping the gateway")
+        await stop()
+        app[STOPPING_KEY].set()
+        log.info("Turned the gateway unready; serving %g s more, then closing", unready_seconds)
+        await asyncio.sleep(unready_seconds)
     finally:
         await runner.cleanup()
+    log.info("Stopped the gateway")

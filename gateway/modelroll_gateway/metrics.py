@@ -25,6 +25,9 @@ DURATION_BUCKETS = (
     30.0,
 )
 
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Time to first token: a prefill of milliseconds to a queue of tens of seconds."""
+
 PRECREATED_CODES = ("200", "502")
 """Codes whose series exist at 0 for every routed version, so error ratios are never absent."""
 
@@ -113,6 +116,23 @@ class GatewayMetrics:
         )
         for phase in PHASES:
             self.client_timeouts.labels(phase)
+        self.llm_ttft = Histogram(
+            "modelroll_gateway_llm_time_to_first_token_seconds",
+            "OpenAI generation streams: time from a request's arrival at the gateway to the first "
+            "generated token it passed back, by model and version.",
+            ["model", "version"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.llm_requests = Counter(
+            "modelroll_gateway_llm_requests",
+            "OpenAI requests forwarded (generations and embeddings), by model, version and how "
+            "they ended: completed, error (the version sent an error event), upstream_error (the "
+            "stream broke off: the client got an error event), client_disconnect, whole (not "
+            "streamed), unreachable, timeout.",
+            ["model", "version", "outcome"],
+            registry=registry,
+        )
 
     def count_client_timeout(self, phase: str) -> None:
         self.client_timeouts.labels(phase).inc()

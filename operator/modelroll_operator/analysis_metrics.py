@@ -42,16 +42,9 @@ from . import judge, rollout
 from .rollout import AnalysisState
 
 PREFIX = "modelroll_operator_analysis_"
-PENDING = "Pending"
+PENDING = rollout.PENDING
 """canary.PENDING: the phase while no analysis can start (no baseline yet)."""
-PHASES = (
-    PENDING,
-    rollout.PROGRESSING,
-    rollout.PAUSED,
-    rollout.HOLDING,
-    rollout.PROMOTED,
-    rollout.ROLLED_BACK,
-)
+PHASES = rollout.PHASES
 VERDICTS = (judge.PASS, judge.FAIL, judge.INCONCLUSIVE)
 DECISIONS = ("step", "promote", "rollback", "pause", "hold")
 """What :meth:`AnalysisMetrics.decided` counts: a new step's weights, the promotion, the

@@ -42,7 +42,7 @@ RETRY_S = 2.0
 """Seconds before a tick that failed on the API server is tried again."""
 FINISHED_CHECK_S = 10.0
 """Seconds between two looks at a canary whose analysis is over."""
-PENDING = "Pending"
+PENDING = rollout.PENDING
 """status.analysis.phase while no analysis can start (no baseline yet)."""
 
 VersionLookup = Callable[[ModelKey], list[VersionInfo]]

@@ -18,6 +18,8 @@ from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
 from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig, served_namespaces
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
+"""kopf's liveness endpoint (--liveness), on every address so that the kubelet reaches it; port
+8081 is the one the chart's probe names."""
 DEFAULT_METRICS_PORT = 8082
 """Next to the liveness probe's 8081 (the gateway listens on 8080)."""
 

@@ -36,11 +36,21 @@ MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 log = logging.getLogger("modelroll_operator")
 
 
-@kopf.on.startup()
-async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+# kopf passes indices to every handler, but its ActivityFn protocol lists only the activity's
+# own keywords, so mypy refuses a startup handler that names an index (kopf 1.45).
+@kopf.on.startup()  # type: ignore[arg-type]
+async def start(
+    settings: kopf.OperatorSettings,
+    memo: kopf.Memo,
+    versions_by_model: VersionIndex,
+    deployments_by_version: WorkloadIndex,
+    services_by_version: WorkloadIndex,
+    **_: Any,
+) -> None:
     """Tune kopf, open the API session, and start the reconciler's workers.
 
-    kopf passes every index as a keyword argument named after its indexer function.
+    kopf passes every index as a keyword argument named after its indexer function (the
+    handler's id): the reconciler reads the cluster state from these three.
     """
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     configure(settings, config)
@@ -53,19 +63,18 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
             except OSError as exc:
                 msg = f"Cannot serve metrics on port {config.metrics_port}: {exc}"
                 raise kopf.PermanentError(msg) from exc
-    versions: VersionIndex = kwargs["versions_by_model"]
-    deployments: WorkloadIndex = kwargs["deployments_by_version"]
-    services: WorkloadIndex = kwargs["services_by_version"]
     client: ApiClient | None = memo.get("client")
     if client is None:
         memo.client = client = connect(config.kubeconfig).client
     api = Api(client)
-    reconciler = Reconciler(api, config, versions, deployments, services)
+    reconciler = Reconciler(
+        api, config, versions_by_model, deployments_by_version, services_by_version
+    )
     reconciler.start()
     memo.reconciler = reconciler
     memo.canaries = Canaries(
         api,
-        lambda key: list(versions.get(key) or ()),
+        lambda key: list(versions_by_model.get(key) or ()),
         MetricsReader(api),
         memo.analysis_metrics,
     )

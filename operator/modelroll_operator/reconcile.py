@@ -28,7 +28,13 @@ from .settings import OperatorConfig
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
 from .state import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .status import Readiness, desired_status, now_rfc3339, status_patch
-from .workload import deployment_manifest, selector_string, service_endpoint, service_manifest
+from .workload import (
+    conflict,
+    deployment_manifest,
+    selector_string,
+    service_endpoint,
+    service_manifest,
+)
 
 log = logging.getLogger("modelroll_operator")
 
@@ -344,6 +350,10 @@ class Reconciler:
             return Readiness(True, "ExternalEndpoint", message, endpoint=spec.endpoint)
         endpoint = service_endpoint(version.name, version.namespace, self.config.sidecar_port)
         selector = selector_string(spec.model, version.name)
+        clash = conflict(spec.server, self.config.sidecar_port)
+        if clash is not None:
+            await self._warn(version, "InvalidSpec", clash)
+            return Readiness(False, "InvalidSpec", clash, endpoint=endpoint, selector=selector)
         try:
             service = service_manifest(version, self.config)
             applied = await self._ensure(version, service, self.services, "services")

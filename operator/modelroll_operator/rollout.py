@@ -23,12 +23,16 @@ from typing import Any
 from . import judge
 from .analysis_spec import HOLD, PROMOTE, ROLLBACK, AnalysisSpec, ErrorCheck, LatencyCheck
 
+PENDING = "Pending"
+"""The phase while no analysis can start (no baseline yet): canary.py writes it, not this."""
 PROGRESSING = "Progressing"
 PAUSED = "Paused"
 HOLDING = "Holding"
 PROMOTED = "Promoted"
 ROLLED_BACK = "RolledBack"
 FINISHED = (PROMOTED, ROLLED_BACK)
+PHASES = (PENDING, PROGRESSING, PAUSED, HOLDING, PROMOTED, ROLLED_BACK)
+"""Every ``status.analysis.phase``."""
 
 # Reasons (the AnalysisHealthy condition's, and the phase's)
 WARMING_UP = "WarmingUp"
@@ -42,6 +46,22 @@ STEP_PAUSE = "PausedAtStep"
 MANUAL_WEIGHT = "ManualWeightChange"
 ABORTED = "Aborted"
 NO_BASELINE = "NoBaseline"
+REASONS = (
+    WARMING_UP,
+    INSUFFICIENT_DATA,
+    INCONCLUSIVE,
+    HEALTHY,
+    CANARY_WORSE,
+    GUARDRAIL,
+    METRICS_UNAVAILABLE,
+    STEP_PAUSE,
+    MANUAL_WEIGHT,
+    ABORTED,
+    NO_BASELINE,
+    PROMOTED,
+)
+"""Every ``status.analysis.reason``; the canary's conditions take theirs from these and
+:data:`PHASES` (status.py), so each must be a valid metav1.Condition reason."""
 
 _DEFAULT_ERRORS = ErrorCheck(max_ratio=1.5)
 """What counts as an error for the guardrail when the spec has no error check."""

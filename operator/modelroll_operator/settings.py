@@ -20,32 +20,60 @@ from modelroll_gateway.routes import CONFIGMAP_NAME
 from .spec import FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, PREFIX
 
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"
+"""The sidecar image of the same release as the operator: its flags are the ones the operator
+passes."""
 GRACE_MARGIN_S = 15
-"""A managed pod's termination grace period is its sidecar's drain timeout plus this, so the
-kubelet never kills a draining sidecar."""
+"""Seconds: a managed pod's termination grace period is its sidecar's drain timeout plus this,
+so the kubelet never kills a draining sidecar: the period also runs the preStop hook, before
+SIGTERM (the sidecar's --prestop-delay-ms, 3 s by default), and leaves time to exit."""
 SIDECAR_PORT = 8000
-"""The sidecar's port in managed pods, and the port of each version's Service."""
+"""The sidecar's port in managed pods, and the port of each version's Service (the sidecar's
+own default, so that a pod run by hand answers on the same port)."""
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    """Everything the handlers need to know beyond the cluster state."""
+    """Everything the handlers need to know beyond the cluster state.
+
+    cli.py fills it from the command line; each field says its unit, its default and why.
+    """
 
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
+    """The batching sidecar's image in managed pods (--sidecar-image). Default: the sidecar of
+    this release, whose flags are the ones the operator passes."""
     sidecar_port: int = SIDECAR_PORT
+    """A TCP port: where the sidecar listens in managed pods and what their Service exposes.
+    Default 8000, the sidecar's own default. Not a flag: the gateway reaches each version at the
+    endpoint in its status, whatever the port."""
     drain_timeout_s: int = 30
-    """The sidecar's --drain-timeout-s; the pod's grace period is this plus a margin."""
+    """Seconds (--drain-timeout-s): the sidecar's --drain-timeout-s unless the version sets
+    spec.sidecar.drainTimeoutS; the pod's grace period is this plus GRACE_MARGIN_S. Default 30,
+    the sidecar's own and Kubernetes' default grace period."""
     kubeconfig: Path | None = None
+    """A kubeconfig file (--kubeconfig). Default None: $KUBECONFIG, else ~/.kube/config, else the
+    in-cluster service account, as kubectl reads them."""
     workers: int = 4
-    """Models reconciled at the same time (one model is never reconciled twice at once)."""
+    """Models reconciled at the same time (--workers); one model is never reconciled twice at
+    once. Default 4: a pass mostly waits on the API server, and a few in flight keep one slow
+    model from holding up the others without flooding the API server."""
     metrics_port: int = 0
-    """Where /metrics is served (on every address); 0: not at all (the command's default is
-    8082)."""
+    """A TCP port where /metrics is served (on every address); 0: not at all. Default 0 here, so
+    that tests and embedded use open no port; the command's default (--metrics-port) is 8082,
+    next to the liveness probe's 8081."""
     retry_initial_s: float = 0.5
+    """Seconds before a model whose pass failed is reconciled again; doubled on each failure in a
+    row, up to retry_max_s. Default 0.5: a conflict or a blip is over by then. Not a flag."""
     retry_max_s: float = 30.0
+    """Seconds: the longest wait between retries of a model. Default 30: a model whose writes
+    keep failing (a quota, an admission webhook) is tried twice a minute, soon enough once the
+    cause is gone, rarely enough to spare the API server. Not a flag."""
     peering: str | None = None
-    """A kopf peering name: replicas with the same name elect one active operator."""
+    """A kopf peering name (--peering): replicas with the same name elect one active operator.
+    Default None: standalone, which needs no peering CRDs and suits a single replica."""
     priority: int = 0
+    """The peering priority (--priority): the replica with the highest is active. Default 0
+    (standalone, unused); with --peering and no --priority, cli.py draws a random one, because
+    kopf pauses every replica when the highest priority is shared."""
 
     @property
     def termination_grace_s(self) -> int:

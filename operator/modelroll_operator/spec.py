@@ -87,6 +87,9 @@ BATCHING_CHOICES = (
     Choice("batchBy", "batch_by", "--batch-by", "Arrival", ("Arrival", "Length")),
     Choice("waitPolicy", "wait_policy", "--wait-policy", "Fixed", ("Fixed", "Adaptive")),
 )
+PROTOCOL = Choice("protocol", "protocol", "--protocol", "Batch", ("Batch", "OpenAI"))
+"""spec.protocol: what the model server speaks (a flag only when not Batch, so adding it rolled
+no existing Deployment)."""
 """spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
 from their default, so adding them changed (rolled) no existing Deployment."""
 
@@ -95,6 +98,7 @@ SIDECAR_SETTINGS = (
     Setting("maxBodyBytes", "max_body_bytes", "--max-body-bytes", 1 << 20, 1, 64 << 20),
     Setting("readTimeoutMs", "read_timeout_ms", "--read-timeout-ms", 30000, 1, 3600000),
     Setting("drainTimeoutS", "drain_timeout_s", "--drain-timeout-s", 30, 0, 3600),
+    Setting("maxInFlight", "max_in_flight", "--max-in-flight", 256, 1, 100000),
 )
 """spec.sidecar: the rest of the sidecar's per-version settings. Only the fields a spec gives
 become flags (the others keep the sidecar's defaults, and drainTimeoutS the operator's
@@ -140,6 +144,7 @@ class SidecarSettings:
     max_body_bytes: int | None = None
     read_timeout_ms: int | None = None
     drain_timeout_s: int | None = None
+    max_in_flight: int | None = None
 
     def sidecar_flags(self) -> list[str]:
         """Flags for the given settings, except drainTimeoutS (the pod's grace period needs
@@ -156,17 +161,38 @@ class SidecarSettings:
         ]
 
 
+Json = dict[str, Any]
+"""A Kubernetes object as the spec gives it (a volume, a toleration, a probe): passed into the
+pod as it is, for the API server to check when the operator applies the Deployment."""
+
+
 @dataclass(frozen=True)
 class Server:
-    """spec.server: the model server container of a managed version."""
+    """spec.server: the model server container of a managed version, and the pod fields that a
+    real model needs. A curated set, not a pod template: each field has one place in the pod,
+    none can reach the batching sidecar (see docs/design.md, "Managed mode")."""
 
     image: str
     port: int = 8080
     image_pull_policy: str | None = None
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[Json, ...] = ()
+    """Each {name, value} or {name, valueFrom}."""
+    env_from: tuple[Json, ...] = ()
     resources: Mapping[str, Mapping[str, int | str]] = field(default_factory=dict)
+    volume_mounts: tuple[Json, ...] = ()
+    startup_probe: Json | None = None
+    # The pod's fields:
+    volumes: tuple[Json, ...] = ()
+    init_containers: tuple[Json, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Json, ...] = ()
+    affinity: Json | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account_name: str | None = None
+    runtime_class_name: str | None = None
+    priority_class_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +206,7 @@ class ModelVersionSpec:
     replicas: int = 1
     batching: Batching = field(default_factory=Batching)
     sidecar: SidecarSettings = field(default_factory=SidecarSettings)
+    protocol: str = PROTOCOL.default
 
     @property
     def managed(self) -> bool:
@@ -245,29 +272,85 @@ def parse_sidecar(raw: object) -> SidecarSettings:
     return SidecarSettings(**_settings(raw, "spec.sidecar", SIDECAR_SETTINGS))
 
 
+def _objects(raw: Mapping[str, Any], key: str, where: str) -> tuple[Json, ...]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise SpecError(f"{where}.{key} must be a list of objects")
+    return tuple(dict(v) for v in value)
+
+
+def _object(raw: Mapping[str, Any], key: str, where: str) -> Json | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}.{key} must be an object")
+    return dict(value)
+
+
+def _name(raw: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise SpecError(f"{where}.{key} must be a string")
+    return value
+
+
+def _env(raw: Mapping[str, Any]) -> tuple[Json, ...]:
+    env: list[Json] = []
+    for index, item in enumerate(_objects(raw, "env", "spec.server")):
+        name, source = item.get("name"), item.get("valueFrom")
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"spec.server.env[{index}] needs a name")
+        if source is not None:
+            if "value" in item or not isinstance(source, Mapping):
+                raise SpecError(f"spec.server.env[{index}] sets value or valueFrom, not both")
+            env.append({"name": name, "valueFrom": dict(source)})
+        else:
+            env.append({"name": name, "value": str(item.get("value", ""))})
+    return tuple(env)
+
+
 def parse_server(raw: object) -> Server:
     if not isinstance(raw, Mapping):
         raise SpecError("spec.server must be an object")
     image = raw.get("image")
     if not isinstance(image, str) or not image:
         raise SpecError("spec.server.image is required")
-    env: list[tuple[str, str]] = []
-    for item in raw.get("env") or []:
-        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-            raise SpecError("spec.server.env items need a name")
-        env.append((item["name"], str(item.get("value", ""))))
     resources = raw.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise SpecError("spec.server.resources must be an object")
+    node_selector = raw.get("nodeSelector") or {}
+    if not isinstance(node_selector, Mapping) or not all(
+        isinstance(v, str) for v in node_selector.values()
+    ):
+        raise SpecError("spec.server.nodeSelector must map label names to strings")
+    pull_secrets = _objects(raw, "imagePullSecrets", "spec.server")
+    if not all(isinstance(p.get("name"), str) for p in pull_secrets):
+        raise SpecError("spec.server.imagePullSecrets items need a name")
     policy = raw.get("imagePullPolicy")
+    where = "spec.server"
     return Server(
         image=image,
-        port=_int(raw, "port", "spec.server", 8080, 1, 65535),
+        port=_int(raw, "port", where, 8080, 1, 65535),
         image_pull_policy=policy if isinstance(policy, str) else None,
-        command=_strings(raw, "command", "spec.server"),
-        args=_strings(raw, "args", "spec.server"),
-        env=tuple(env),
+        command=_strings(raw, "command", where),
+        args=_strings(raw, "args", where),
+        env=_env(raw),
+        env_from=_objects(raw, "envFrom", where),
         resources={k: dict(v) for k, v in resources.items() if isinstance(v, Mapping)},
+        volume_mounts=_objects(raw, "volumeMounts", where),
+        startup_probe=_object(raw, "startupProbe", where),
+        volumes=_objects(raw, "volumes", where),
+        init_containers=_objects(raw, "initContainers", where),
+        node_selector={str(k): v for k, v in node_selector.items()},
+        tolerations=_objects(raw, "tolerations", where),
+        affinity=_object(raw, "affinity", where),
+        image_pull_secrets=tuple(p["name"] for p in pull_secrets),
+        service_account_name=_name(raw, "serviceAccountName", where),
+        runtime_class_name=_name(raw, "runtimeClassName", where),
+        priority_class_name=_name(raw, "priorityClassName", where),
     )
 
 
@@ -290,4 +373,5 @@ def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
         replicas=_int(raw, "replicas", "spec", 1, 0, 1000),
         batching=parse_batching(raw.get("batching")),
         sidecar=parse_sidecar(raw.get("sidecar")),
+        protocol=_choice(raw, PROTOCOL, "spec"),
     )

@@ -3,17 +3,23 @@
 The desired status is computed from what the operator observed; ``status_patch`` turns it into
 a merge patch, or None when nothing changed, so a replay or a restart writes nothing. A
 condition keeps its lastTransitionTime while its status stays the same.
+
+Every condition type and reason the operator writes is listed here (``CONDITION_TYPES``,
+``ReadyReason``, ``RoutedReason``, ``ANALYSIS_REASONS``): the CRD validates conditions as
+metav1.Condition does, and the API server refuses a whole status with one bad reason.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from modelroll_gateway.routes import ModelRoute
 
+from . import rollout
 from .routing import placement, share_of
 
 READY = "Ready"
@@ -22,8 +28,40 @@ PROGRESSING = "Progressing"
 ANALYSIS_HEALTHY = "AnalysisHealthy"
 PROMOTED = "Promoted"
 ROLLED_BACK = "RolledBack"
-_UNHEALTHY = ("CanaryWorse", "GuardrailBreached")
-_UNKNOWN_HEALTH = ("WarmingUp", "InsufficientData", "MetricsUnavailable", "NoBaseline")
+CONDITION_TYPES = (READY, ROUTED, PROGRESSING, ANALYSIS_HEALTHY, PROMOTED, ROLLED_BACK)
+"""Every condition type the operator writes, at most one condition of each."""
+
+ReadyReason = Literal[
+    "ExternalEndpoint",
+    "ReplicasReady",
+    "UpdateRefused",
+    "ReplicasNotReady",
+    "ScaledToZero",
+    "InvalidSpec",
+    "WorkloadConflict",
+    "WorkloadRefused",
+]
+"""Every reason of the Ready condition (docs/design.md says when each is given)."""
+RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
+"""Every reason of the Routed condition."""
+UNKNOWN_REASON = "Unknown"
+"""A canary condition's reason when status.analysis holds no valid one (edited by hand)."""
+ANALYSIS_REASONS = (*rollout.PHASES, *rollout.REASONS, UNKNOWN_REASON)
+"""Every reason of a canary's conditions: its analysis's phase or reason (rollout.py)."""
+REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+"""metav1.Condition's pattern for a reason, which the CRD has too."""
+REASON_MAX = 1024
+"""metav1.Condition's maximum length of a reason, in characters."""
+MESSAGE_MAX = 32768
+"""metav1.Condition's maximum length of a message, in characters; longer ones are cut."""
+
+_UNHEALTHY = (rollout.CANARY_WORSE, rollout.GUARDRAIL)
+_UNKNOWN_HEALTH = (
+    rollout.WARMING_UP,
+    rollout.INSUFFICIENT_DATA,
+    rollout.METRICS_UNAVAILABLE,
+    rollout.NO_BASELINE,
+)
 
 
 @dataclass(frozen=True)
@@ -31,7 +69,7 @@ class Readiness:
     """Whether a version can serve, why, and the workload figures behind it."""
 
     ready: bool
-    reason: str
+    reason: ReadyReason
     message: str
     endpoint: str | None = None
     replicas: int | None = None
@@ -43,6 +81,11 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def valid_reason(reason: str) -> bool:
+    """Whether metav1.Condition (and so the CRD) takes ``reason`` as a condition's reason."""
+    return len(reason) <= REASON_MAX and REASON_PATTERN.fullmatch(reason) is not None
+
+
 def ready_condition(readiness: Readiness) -> dict[str, str]:
     return {
         "type": READY,
@@ -50,6 +93,10 @@ def ready_condition(readiness: Readiness) -> dict[str, str]:
         "reason": readiness.reason,
         "message": readiness.message,
     }
+
+
+def _routed(status: str, reason: RoutedReason, message: str) -> dict[str, str]:
+    return {"type": ROUTED, "status": status, "reason": reason, "message": message}
 
 
 def routed_condition(
@@ -68,39 +115,34 @@ def routed_condition(
             if where is not None
             else "the gateway does not route it"
         )
-        return {
-            "type": ROUTED,
-            "status": "True" if where is not None and where.weight > 0 else "False",
-            "reason": "RoutesNotWritten",
-            "message": f"The routes of model {model} could not be updated: {problem}; {in_force}",
-        }
+        return _routed(
+            "True" if where is not None and where.weight > 0 else "False",
+            "RoutesNotWritten",
+            f"The routes of model {model} could not be updated: {problem}; {in_force}",
+        )
     if where is None:
-        return {
-            "type": ROUTED,
-            "status": "False",
-            "reason": "NotReady",
-            "message": f"Not in the routes of model {model}: the version is not Ready "
-            f"({readiness.reason})",
-        }
+        return _routed(
+            "False",
+            "NotReady",
+            f"Not in the routes of model {model}: the version is not Ready ({readiness.reason})",
+        )
     if where.weight == 0:
-        return {
-            "type": ROUTED,
-            "status": "False",
-            "reason": "WeightZero",
-            "message": f"In the routes of model {model} with weight 0: it gets no traffic "
-            "unless a request pins it with the X-Modelroll-Version header",
-        }
-    return {
-        "type": ROUTED,
-        "status": "True",
-        "reason": "Routed",
-        "message": f"Receives {where.describe(model)}",
-    }
+        return _routed(
+            "False",
+            "WeightZero",
+            f"In the routes of model {model} with weight 0: it gets no traffic unless a request "
+            "pins it with the X-Modelroll-Version header",
+        )
+    return _routed("True", "Routed", f"Receives {where.describe(model)}")
 
 
 def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
     """A canary's conditions from its ``status.analysis`` (canary.py writes that; the conditions
-    are written here only, so that the two writers never overwrite each other's list)."""
+    are written here only, so that the two writers never overwrite each other's list).
+
+    Their reasons are the analysis's phase and reason (``ANALYSIS_REASONS``); one that is no
+    valid reason (a status edited by hand) becomes the phase, else ``Unknown``, so that the
+    API server still takes the rest of the status."""
     phase = str(analysis.get("phase") or "")
     if not phase:
         return []
@@ -109,12 +151,14 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
     if phase in (PROMOTED, ROLLED_BACK) and analysis.get("applied") is False:
         # Decided, and saved, but the weights are not written yet: not Promoted (or RolledBack)
         # until they are, so that `kubectl wait --for=condition=Promoted` means it.
-        phase, reason = "Progressing", phase
-    finished = phase in (PROMOTED, ROLLED_BACK)
-    progressing = phase == "Progressing"
+        phase, reason = rollout.PROGRESSING, phase
+    phase = phase if valid_reason(phase) else UNKNOWN_REASON
+    reason = reason if valid_reason(reason) else phase
+    finished = phase in rollout.FINISHED
+    progressing = phase == rollout.PROGRESSING
     if reason in _UNHEALTHY:
         health = "False"
-    elif reason in _UNKNOWN_HEALTH or (reason == "Inconclusive" and not finished):
+    elif reason in _UNKNOWN_HEALTH or (reason == rollout.INCONCLUSIVE and not finished):
         health = "Unknown"
     else:
         health = "True"
@@ -152,7 +196,12 @@ def desired_status(
         same = old is not None and old.get("status") == cond["status"]
         transition = old.get("lastTransitionTime") if same and old else None
         conditions.append(
-            {**cond, "observedGeneration": generation, "lastTransitionTime": transition or now}
+            {
+                **cond,
+                "message": cond["message"][:MESSAGE_MAX],
+                "observedGeneration": generation,
+                "lastTransitionTime": transition or now,
+            }
         )
     status: dict[str, Any] = {
         "observedGeneration": generation,

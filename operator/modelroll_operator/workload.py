@@ -20,6 +20,7 @@ from .spec import (
     LABEL_MODEL,
     LABEL_VERSION,
     MANAGED_BY,
+    PROTOCOL,
     ModelVersionSpec,
     Server,
 )
@@ -73,6 +74,7 @@ def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> l
         f"--port={config.sidecar_port}",
         *spec.batching.sidecar_flags(),
         *spec.sidecar.sidecar_flags(),
+        *([PROTOCOL.flag_for(spec.protocol)] if spec.protocol != PROTOCOL.default else []),
         f"--drain-timeout-s={drain_timeout_s(spec, config)}",
     ]
 
@@ -127,10 +129,78 @@ def model_container(server: Server) -> dict[str, Any]:
     if server.args:
         container["args"] = list(server.args)
     if server.env:
-        container["env"] = [{"name": n, "value": v} for n, v in server.env]
+        container["env"] = [dict(e) for e in server.env]
+    if server.env_from:
+        container["envFrom"] = [dict(e) for e in server.env_from]
     if server.resources:
         container["resources"] = {k: dict(v) for k, v in server.resources.items()}
+    if server.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in server.volume_mounts]
+    if server.startup_probe is not None:
+        container["startupProbe"] = dict(server.startup_probe)
     return container
+
+
+def pod_fields(server: Server) -> dict[str, Any]:
+    """The pod-level fields of spec.server that are given (none are by default, so a spec
+    without them renders the pod it always did and rolls nothing)."""
+    fields: dict[str, Any] = {}
+    lists = {"volumes": server.volumes, "tolerations": server.tolerations}
+    for key, items in lists.items():
+        if items:
+            fields[key] = [dict(i) for i in items]
+    if server.node_selector:
+        fields["nodeSelector"] = dict(server.node_selector)
+    if server.affinity is not None:
+        fields["affinity"] = dict(server.affinity)
+    if server.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": n} for n in server.image_pull_secrets]
+    names = {
+        "serviceAccountName": server.service_account_name,
+        "runtimeClassName": server.runtime_class_name,
+        "priorityClassName": server.priority_class_name,
+    }
+    fields.update({key: value for key, value in names.items() if value})
+    return fields
+
+
+OPERATOR_CONTAINERS = (MODEL_CONTAINER, SIDECAR_CONTAINER)
+
+
+def conflict(server: Server, sidecar_port: int) -> str | None:
+    """What in spec.server would collide with what the operator injects (the sidecar's port
+    and the operator's container names), or mount a volume the pod lacks; None when nothing
+    does. The message names the field. The CRD refuses some of these already; an object
+    stored before it did, or a sidecar port the operator was started with, is caught here."""
+    if server.port == sidecar_port:
+        return (
+            f"spec.server.port {server.port} is the batching sidecar's port in the pod; "
+            "the model server needs another"
+        )
+    volumes = {v.get("name") for v in server.volumes}
+    for index, container in enumerate(server.init_containers):
+        where = f"spec.server.initContainers[{index}]"
+        if container.get("name") in OPERATOR_CONTAINERS:
+            return (
+                f"{where}.name {container.get('name')!r} is the operator's "
+                f"(the names {' and '.join(OPERATOR_CONTAINERS)} are taken)"
+            )
+        for number, port in enumerate(container.get("ports") or []):
+            if isinstance(port, dict) and port.get("containerPort") in (sidecar_port, server.port):
+                return (
+                    f"{where}.ports[{number}].containerPort {port['containerPort']} is the "
+                    "batching sidecar's or the model server's port"
+                )
+        for number, mount in enumerate(container.get("volumeMounts") or []):
+            if isinstance(mount, dict) and mount.get("name") not in volumes:
+                return f"{where}.volumeMounts[{number}].name is not in spec.server.volumes"
+    for index, mount in enumerate(server.volume_mounts):
+        if mount.get("name") not in volumes:
+            return (
+                f"spec.server.volumeMounts[{index}].name {mount.get('name')!r} is not in "
+                "spec.server.volumes"
+            )
+    return None
 
 
 def spec_hash(manifest: dict[str, Any]) -> str:
@@ -164,8 +234,14 @@ def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[st
                 "spec": {
                     # Longer than the sidecar's drain: the kubelet never kills a draining one.
                     "terminationGracePeriodSeconds": drain_timeout_s(spec, config) + GRACE_MARGIN_S,
-                    "initContainers": [model_container(spec.server)],
+                    # The user's init containers run to completion first (fetching weights,
+                    # say); then the model server starts, and the sidecar once it has started.
+                    "initContainers": [
+                        *(dict(c) for c in spec.server.init_containers),
+                        model_container(spec.server),
+                    ],
                     "containers": [sidecar_container(version.name, spec, config)],
+                    **pod_fields(spec.server),
                 },
             },
         },

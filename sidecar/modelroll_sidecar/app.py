@@ -12,14 +12,16 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from modelroll_common.server import RequestTimedOut, read_body
 
-from .batching import Batcher, BatcherNotRunning, Outcome, QueueFull, ShuttingDown
+from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
-from .metrics import SidecarMetrics
+from .metrics import LLMMetrics, SidecarMetrics
+from .openai_proxy import GENERATION_PATHS, EmbeddingsModel, OpenAIProxy, openai_error
 from .protocol import ModelClient, decode, encode
 
 log = logging.getLogger(__name__)
@@ -35,11 +37,17 @@ class Sidecar:
     def __init__(self, config: SidecarConfig, registry: CollectorRegistry) -> None:
         self.config = config
         self.metrics = SidecarMetrics(config.model, config.version, registry)
+        self.openai = config.protocol == "openai"
         self.model = ModelClient(
-            config.upstream, config.upstream_timeout_ms / 1000, config.max_concurrent_batches
+            config.upstream,
+            config.upstream_timeout_ms / 1000,
+            config.max_concurrent_batches + (config.max_in_flight if self.openai else 0),
+            ready_path="/health" if self.openai else "/readyz",
         )
+        batch_model: BatchModel = EmbeddingsModel(self.model) if self.openai else self.model
+        self.proxy: OpenAIProxy | None = None
         self.batcher = Batcher(
-            self.model,
+            batch_model,
             self.metrics,
             max_batch_size=config.max_batch_size,
             max_wait_s=config.max_wait_s,
@@ -57,10 +65,19 @@ class Sidecar:
         """Closes the server's idle keep-alive connections (set by whoever runs the server)."""
         self.draining = False
         self._probe: asyncio.Task[None] | None = None
-        self._drained: asyncio.Task[None] | None = None
+        self._drained: asyncio.Future[list[None]] | None = None
 
     async def start(self) -> None:
         await self.model.start()
+        if self.openai:
+            config = self.config
+            self.proxy = OpenAIProxy(
+                config.upstream, self.model.session,
+                LLMMetrics(self.metrics, config.model, config.version),
+                max_in_flight=config.max_in_flight,
+                upstream_timeout_s=config.upstream_timeout_ms / 1000,
+                max_body_bytes=config.max_body_bytes,
+            )  # fmt: skip
         self.batcher.start()
         self._probe = asyncio.create_task(self._probe_model(), name="modelroll-readiness")
 
@@ -108,7 +125,11 @@ class Sidecar:
             log.info(
                 "Draining %s/%s: %d queued", self.config.model, self.config.version, self.depth
             )
-            self._drained = asyncio.ensure_future(self.batcher.drain(self.config.drain_timeout_s))
+            timeout = self.config.drain_timeout_s
+            drains = [self.batcher.drain(timeout)]
+            if self.proxy is not None:
+                drains.append(self.proxy.drain(timeout))  # streams in progress finish
+            self._drained = asyncio.ensure_future(asyncio.gather(*drains))
         await asyncio.shield(self._drained)
 
     async def close(self) -> None:
@@ -213,6 +234,81 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
     return response
 
 
+async def handle_generate(request: web.Request) -> web.StreamResponse:
+    """--protocol openai: a chat or text completion, streamed through to the engine."""
+    sidecar = request.app[SIDECAR]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if sidecar.proxy is None:
+        return openai_error(503, "the sidecar is not running", "server_error")
+    response = await sidecar.proxy.generate(request)
+    sidecar.metrics.count_request(response.status, loop.time() - started)
+    if sidecar.closing:
+        response.force_close()
+    return response
+
+
+async def handle_embeddings(request: web.Request) -> web.Response:
+    """--protocol openai: embeddings, batched with concurrent requests into one engine call."""
+    sidecar = request.app[SIDECAR]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    response = await _embeddings(request, sidecar)
+    sidecar.metrics.count_request(response.status, loop.time() - started)
+    return response
+
+
+async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
+    invalid = "invalid_request_error"
+    if sidecar.draining:
+        return openai_error(503, "the sidecar is shutting down", "server_error")
+    try:
+        raw = await read_body(request)
+        body = decode(raw)
+    except web.HTTPRequestEntityTooLarge:
+        return openai_error(413, f"body is larger than {sidecar.config.max_body_bytes} bytes",
+                            invalid)  # fmt: skip
+    except RequestTimedOut as exc:
+        return openai_error(408, str(exc), invalid)
+    except ValueError as exc:
+        return openai_error(400, f"malformed JSON: {exc}", invalid)
+    given = body.get("input") if isinstance(body, dict) else None
+    inputs = [given] if isinstance(given, str) else given
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+        return openai_error(400, '"input" must be a string or a non-empty list of strings', invalid)
+    try:
+        pending = sidecar.batcher.submit({"model": body.get("model"), "input": inputs})
+    except QueueFull as exc:
+        return openai_error(429, str(exc), "rate_limit_error", {"Retry-After": RETRY_AFTER_S})
+    except (ShuttingDown, BatcherNotRunning) as exc:
+        return openai_error(503, str(exc), "server_error")
+    try:
+        outcome: Outcome = await pending.future
+    except asyncio.CancelledError:
+        sidecar.batcher.abandon(pending)
+        raise
+    if outcome.status != 200:
+        return openai_error(outcome.status, outcome.error or "request failed", "server_error")
+    tokens = sum(max(1, len(text.split())) for text in inputs)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}  # words: the engine's are per batch
+    return json_response(200, {**outcome.output, "usage": usage})
+
+
+async def handle_models(request: web.Request) -> web.Response:
+    """--protocol openai: the engine's GET /v1/models, passed on."""
+    sidecar = request.app[SIDECAR]
+    try:
+        async with sidecar.model.session.get(
+            sidecar.config.upstream.rstrip("/") + "/v1/models"
+        ) as up:
+            return web.Response(
+                status=up.status, body=await up.read(), content_type=up.content_type
+            )
+    except aiohttp.ClientError as exc:
+        return openai_error(502, f"the engine's model list failed: {type(exc).__name__}",
+                            "server_error")  # fmt: skip
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
     body = generate_latest(sidecar.metrics.registry)
@@ -280,7 +376,13 @@ def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None)
 
     app.cleanup_ctx.append(lifespan)
     app.on_shutdown.append(drain)
-    app.router.add_post("/v1/infer", handle_infer)
+    if sidecar.openai:
+        for path in GENERATION_PATHS:
+            app.router.add_post(path, handle_generate)
+        app.router.add_post("/v1/embeddings", handle_embeddings)
+        app.router.add_get("/v1/models", handle_models)
+    else:
+        app.router.add_post("/v1/infer", handle_infer)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/livez", handle_livez)
     app.router.add_get("/readyz", handle_readyz)

@@ -25,7 +25,14 @@ from typing import Any, NamedTuple, Protocol
 from . import forming
 from .cost_model import ArrivalRate, CostModel, worth_waiting
 from .metrics import SidecarMetrics
-from .protocol import BatchResult, ModelError, ModelRejected, padded_tokens, payload_length
+from .protocol import (
+    BatchResult,
+    ModelError,
+    ModelFailed,
+    ModelRejected,
+    padded_tokens,
+    payload_length,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,10 @@ class Outcome(NamedTuple):
     status: int
     output: Any = None
     error: str | None = None
+
+
+FAILED_INSIDE = Outcome(502, error="the batch failed inside the sidecar")
+"""What a request gets when its batch failed in the sidecar itself, not in the model."""
 
 
 class QueueFull(Exception):
@@ -196,9 +207,12 @@ class Batcher:
         self._live += 1
         if self._adaptive:
             self.arrivals.arrived(now)
-        # Wake the former only when this arrival can change its decision.
-        if self._running < self._max_running and (
-            self._live == 1 or self._live >= self._max_size or self._budget or self._adaptive
+        # Wake the former only when this arrival can change its decision: the first queued
+        # request sets its timers (max-wait, and its deadline even while every slot is busy);
+        # later ones matter only while a slot is free.
+        if self._live == 1 or (
+            self._running < self._max_running
+            and (self._live >= self._max_size or self._budget or self._adaptive)
         ):
             self._wake()
         return pending
@@ -322,10 +336,12 @@ class Batcher:
                 await self._sleep(oldest_due)  # nothing but the oldest's max-wait can close it
                 continue
             batch = self._choose()
-            if full:
+            if len(batch.members) >= self._max_size:
                 reason = "full"
             elif batch.budget_hit:
                 reason = "tokens"
+            elif full:
+                reason = "full"  # a full batch's worth was queued; by length, fewer went
             elif self._closing:
                 reason = "drain"
             elif now >= oldest_due:
@@ -352,8 +368,13 @@ class Batcher:
         task.add_done_callback(self._inflight.discard)
 
     async def _execute(self, batch: list[Pending]) -> None:
+        """Run one batch and answer each of its requests exactly once, whatever happens: the
+        model's outcomes, the model's error, 503 when cancelled (shutdown), and 502 for anything
+        else, including a failure while the answers are handed out (no request is left hanging
+        past its deadline)."""
         assert self._loop is not None
         started = self._loop.time()
+        outcomes: list[Outcome] = []
         try:
             try:
                 outcomes = await self._run(batch)
@@ -367,20 +388,27 @@ class Batcher:
             # model then idles for one event-loop pass instead of a batch's worth of responses.
             for _ in range(YIELDS_BEFORE_ANSWERING):
                 await asyncio.sleep(0)
+            self._answer(batch, outcomes, FAILED_INSIDE)
         except ModelError as exc:
             log.warning("Batch of %d failed: %s", len(batch), exc)
-            for pending in batch:
-                self._resolve(pending, Outcome(exc.status, error=str(exc)))
+            self._answer(batch, outcomes, Outcome(exc.status, error=str(exc)))
         except asyncio.CancelledError:
-            for pending in batch:
-                self._resolve(pending, Outcome(503, error="the sidecar shut down mid-batch"))
+            self._answer(batch, outcomes, Outcome(503, error="the sidecar shut down mid-batch"))
             raise
         except Exception:
             log.exception("Batch of %d failed unexpectedly", len(batch))
-            for pending in batch:
-                self._resolve(pending, Outcome(502, error="the batch failed inside the sidecar"))
-        else:
-            for pending, outcome in zip(batch, outcomes, strict=True):
+            self._answer(batch, outcomes, FAILED_INSIDE)
+        finally:  # BaseException too (KeyboardInterrupt, SystemExit): nobody waits forever
+            self._answer(batch, outcomes, FAILED_INSIDE)
+
+    def _answer(self, batch: list[Pending], outcomes: list[Outcome], otherwise: Outcome) -> None:
+        """Answer each request of ``batch`` that has no answer yet: with its outcome when the
+        model answered the whole batch (those answers stand, whatever failed after), else with
+        ``otherwise``."""
+        if len(outcomes) != len(batch):
+            outcomes = [otherwise] * len(batch)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            if pending.state is not State.DONE:
                 self._resolve(pending, outcome)
 
     async def _run(self, batch: list[Pending]) -> list[Outcome]:
@@ -396,6 +424,11 @@ class Batcher:
             log.warning("The model refused a batch of %d; splitting it in two", len(batch))
             half = len(batch) // 2
             return [*await self._run(batch[:half]), *await self._run(batch[half:])]
+        if len(result.outputs) != len(batch) or len(result.errors) != len(batch):
+            raise ModelFailed(
+                f"the model returned {len(result.outputs)} outputs and {len(result.errors)} "
+                f"errors for {len(batch)} inputs"
+            )
         return [
             Outcome(200, output) if error is None else Outcome(422, error=error)
             for output, error in zip(result.outputs, result.errors, strict=True)

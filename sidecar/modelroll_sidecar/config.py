@@ -15,6 +15,7 @@ from modelroll_common.flags import EnvArgumentParser, number
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 BATCH_BY = ("arrival", "length")
 WAIT_POLICIES = ("fixed", "adaptive")
+PROTOCOLS = ("batch", "openai")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ class SidecarConfig:
     max_concurrent_batches: int = 1
     batch_by: str = "arrival"
     wait_policy: str = "fixed"
+    protocol: str = "batch"
+    max_in_flight: int = 256
     max_body_bytes: int = 1 << 20
     read_timeout_ms: float = 30000.0
     upstream_timeout_ms: float = 60000.0
@@ -46,6 +49,7 @@ class SidecarConfig:
         # spec.batching spells these Arrival, Length, Fixed, Adaptive; the flags take any case.
         object.__setattr__(self, "batch_by", self.batch_by.lower())
         object.__setattr__(self, "wait_policy", self.wait_policy.lower())
+        object.__setattr__(self, "protocol", self.protocol.lower())
         problem = self.problem()
         if problem is not None:
             raise ValueError(problem)
@@ -56,6 +60,7 @@ class SidecarConfig:
             "max_batch_size",
             "max_queue_size",
             "max_concurrent_batches",
+            "max_in_flight",
             "max_body_bytes",
             "port",
         )
@@ -91,7 +96,12 @@ class SidecarConfig:
             return f"--port must be at most 65535, got {self.port}"
         if not self.upstream.startswith(("http://", "https://")):
             return f"--upstream must be an http(s) URL, got {self.upstream!r}"
-        choices = {"batch_by": BATCH_BY, "wait_policy": WAIT_POLICIES, "event_loop": EVENT_LOOPS}
+        choices = {
+            "batch_by": BATCH_BY,
+            "wait_policy": WAIT_POLICIES,
+            "protocol": PROTOCOLS,
+            "event_loop": EVENT_LOOPS,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 return (
@@ -128,6 +138,11 @@ HELP = {
     "wait_policy": "fixed: a batch that is not full waits until its oldest request has waited "
     "--max-wait-ms; adaptive: it goes as soon as a model slot is free and no arrival is expected "
     "soon enough to be worth waiting for (never later than --max-wait-ms)",
+    "protocol": "batch: the model speaks POST /v1/batch and the sidecar batches requests to "
+    "POST /v1/infer; openai: the model is an OpenAI-compatible engine that batches generation "
+    "itself, and the sidecar streams /v1/chat/completions and /v1/completions through, batching "
+    "only /v1/embeddings",
+    "max_in_flight": "--protocol openai: generation requests at once; more get 429",
     "max_body_bytes": "largest accepted request body; larger ones get 413",
     "read_timeout_ms": "a client must send its whole request within this time of its first "
     "byte (a new connection: of connecting), or it gets 408 and its connection closes",

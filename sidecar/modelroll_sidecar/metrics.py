@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from modelroll_common.server import PHASES
+from modelroll_common.sse import GenerationWatch
 
 from .protocol import padded_tokens
 
@@ -142,3 +143,81 @@ class SidecarMetrics:
             )
         child.inc()
         self.request_duration.observe(seconds)
+
+
+# Time to first token: a prefill of milliseconds to a queue of tens of seconds.
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Time per output token: a decode iteration, milliseconds to a fraction of a second.
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+STREAM_OUTCOMES = (
+    "completed",  # ended with data: [DONE]
+    "error",  # the engine sent an error event itself
+    "upstream_error",  # the engine broke the stream off: the client got an error event
+    "client_disconnect",  # the client went away; the engine's connection was closed
+    "whole",  # a non-streamed answer, passed on whole
+    "unreachable",  # no connection to the engine (503)
+    "timeout",  # the engine sent nothing for the upstream timeout (504)
+)
+
+
+class LLMMetrics:
+    """The series of ``--protocol openai`` mode, per model and version: what a chat user feels
+    (time to first token, time per output token after it) and what the engine did (tokens in and
+    out, requests in flight, how each stream ended)."""
+
+    def __init__(self, sidecar: SidecarMetrics, model: str, version: str) -> None:
+        registry, labels = sidecar.registry, ("model", "version")
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            family = Histogram(name, doc, labels, buckets=buckets, registry=registry)
+            return family.labels(model, version)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry).labels(model, version)
+
+        self.ttft = histogram(
+            "modelroll_llm_time_to_first_token_seconds",
+            "Time from receiving a generation request to the first generated token streamed back.",
+            TTFT_BUCKETS,
+        )
+        self.tpot = histogram(
+            "modelroll_llm_time_per_output_token_seconds",
+            "Per stream: time from its first token to its last over the tokens after the first.",
+            TPOT_BUCKETS,
+        )
+        self.output_tokens = counter(
+            "modelroll_llm_output_tokens_total",
+            "Tokens generated (usage.completion_tokens, else streamed chunks with text).",
+        )
+        self.prompt_tokens = counter(
+            "modelroll_llm_prompt_tokens_total", "Prompt tokens (usage.prompt_tokens)."
+        )
+        self.in_flight = Gauge(
+            "modelroll_llm_requests_in_flight",
+            "Generation requests the engine is working on or streaming now.",
+            labels,
+            registry=registry,
+        ).labels(model, version)
+        streams = Counter(
+            "modelroll_llm_requests_total",
+            "Generation requests passed to the engine, by how they ended.",
+            [*labels, "outcome"],
+            registry=registry,
+        )
+        self._outcomes = {o: streams.labels(model, version, o) for o in STREAM_OUTCOMES}
+        self.rejected_full = sidecar.rejected["queue_full"]
+
+    def count(self, status: int, outcome: str) -> None:
+        del status  # the sidecar's modelroll_requests_total{code} counts it
+        self._outcomes[outcome].inc()
+
+    def observe(self, watch: GenerationWatch, started: float) -> None:
+        """A stream's figures, once it has ended (however it ended)."""
+        if watch.first_token_at is not None:
+            self.ttft.observe(watch.first_token_at - started)
+            if watch.last_token_at is not None and watch.tokens > 1:
+                gaps = watch.tokens - 1
+                self.tpot.observe((watch.last_token_at - watch.first_token_at) / gaps)
+        self.output_tokens.inc(watch.output_tokens)
+        if watch.prompt_tokens is not None:
+            self.prompt_tokens.inc(watch.prompt_tokens)

@@ -135,8 +135,11 @@ def parse_batch_response(body: Any, size: int) -> BatchResult:
 class ModelClient:
     """A pooled HTTP client for one model server."""
 
-    def __init__(self, base_url: str, timeout_s: float, max_connections: int) -> None:
+    def __init__(
+        self, base_url: str, timeout_s: float, max_connections: int, ready_path: str = "/readyz"
+    ) -> None:
         self._base = base_url.rstrip("/")
+        self._ready_path = ready_path
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -151,6 +154,10 @@ class ModelClient:
             self._session = None
 
     @property
+    def base_url(self) -> str:
+        return self._base
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("ModelClient used before start()")
@@ -158,10 +165,20 @@ class ModelClient:
 
     async def infer(self, inputs: list[Any]) -> BatchResult:
         """Run one batch. Raises ModelUnreachable or ModelFailed for whole-batch failures."""
-        data = encode({"inputs": inputs})
+        raw = await self.post("/v1/batch", encode({"inputs": inputs}))
+        try:
+            body = decode(raw)
+        except ValueError as exc:
+            raise ModelFailed(f"model response is not usable JSON: {exc}") from exc
+        return parse_batch_response(body, len(inputs))
+
+    async def post(self, path: str, data: bytes) -> bytes:
+        """POST one batch's JSON to the model's ``path``; its 200 answer's body. A 4xx other
+        than 408 and 429 raises ModelRejected (the batch's input is to blame), anything else
+        that is not 200 ModelFailed, no connection ModelUnreachable."""
         try:
             async with self.session.post(
-                self._base + "/v1/batch",
+                self._base + path,
                 data=data,
                 headers={"Content-Type": "application/json"},
             ) as resp:
@@ -176,17 +193,14 @@ class ModelClient:
             raise ModelFailed(f"model did not answer within {self._timeout.total:g}s") from exc
         except aiohttp.ClientError as exc:
             raise ModelFailed(f"model connection failed: {type(exc).__name__}") from exc
-        try:
-            body = decode(raw)
-        except ValueError as exc:
-            raise ModelFailed(f"model response is not usable JSON: {exc}") from exc
-        return parse_batch_response(body, len(inputs))
+        return raw
 
     async def ready(self, timeout_s: float) -> bool:
-        """Whether the model's /readyz answers 200 right now."""
+        """Whether the model's readiness path (/readyz; an OpenAI engine's /health) answers
+        200 right now."""
         try:
             async with self.session.get(
-                self._base + "/readyz", timeout=aiohttp.ClientTimeout(total=timeout_s)
+                self._base + self._ready_path, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 return resp.status == 200
         except (aiohttp.ClientError, TimeoutError):

@@ -202,6 +202,7 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
         "model": "sentiment",
         "weight": 0,
         "replicas": 1,
+        "protocol": "Batch",
         "server": {"image": "ghcr.io/acme/sentiment:1.4", "port": 8080},
         "batching": {
             "maxBatchSize": 32,
@@ -308,7 +309,7 @@ def test_kubectl_get_shows_the_columns_people_scan(cluster: Cluster, ns: str) ->
     wide = cluster.kubectl("get", "modelversions", "stable-v1", "-o", "wide", namespace=ns).stdout
     assert wide.splitlines()[0].split() == [
         "NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP", "AGE", "ROUTED",
-        "REPLICAS", "ENDPOINT",
+        "REPLICAS", "ENDPOINT", "MESSAGE",
     ]  # fmt: skip
     # The category lists ModelVersions along with anything else modelroll adds later.
     assert (

@@ -43,7 +43,7 @@ from modelroll_operator import cli as operator_cli
 from modelroll_operator import plugin
 from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
 from modelroll_sidecar import config as sidecar_config
-from modelroll_sidecar import demo_model
+from modelroll_sidecar import demo_llm, demo_model
 from modelroll_sidecar.metrics import SidecarMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,8 +112,8 @@ class _Caught(Exception):
     pass
 
 
-def demo_model_parser() -> argparse.ArgumentParser:
-    """modelroll-demo-model builds its parser inside parse_args: take it from there."""
+def parser_built_by(parse_args: Callable[[list[str]], object]) -> argparse.ArgumentParser:
+    """The parser a demo server's parse_args builds inside itself: taken from there."""
     caught: list[argparse.ArgumentParser] = []
 
     def catch(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
@@ -125,9 +125,17 @@ def demo_model_parser() -> argparse.ArgumentParser:
         mock.patch.object(argparse.ArgumentParser, "parse_args", catch),
         contextlib.suppress(_Caught),
     ):
-        demo_model.parse_args([])
-    assert caught, "modelroll_sidecar.demo_model.parse_args built no parser"
+        parse_args([])
+    assert caught, f"{parse_args.__module__}.parse_args built no parser"
     return caught[0]
+
+
+def demo_model_parser() -> argparse.ArgumentParser:
+    return parser_built_by(demo_model.parse_args)
+
+
+def demo_llm_parser() -> argparse.ArgumentParser:
+    return parser_built_by(demo_llm.parse_args)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ class Command:
 COMMANDS = (
     Command("modelroll-sidecar", SIDECAR_README, sidecar_parser),
     Command("modelroll-demo-model", SIDECAR_README, demo_model_parser),
+    Command("modelroll-demo-llm", SIDECAR_README, demo_llm_parser),
     Command("modelroll-gateway", GATEWAY_README, gateway_parser),
     Command("modelroll-operator", OPERATOR_README, operator_parser),
     Command("kubectl modelroll", OPERATOR_README, plugin.build_parser),

@@ -1,0 +1,386 @@
+"""The Batcher in-process, with a scripted model, on virtual time (conftest.py: loop time
+jumps to the next timer whenever every task waits, so these tests assert exact times and take
+milliseconds). Every close rule and every guarantee of docs/design.md ("Batching"), whatever the
+model does; the HTTP tests (tests/unit/sidecar/) cover the HTTP layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from modelroll_sidecar.batching import Batcher, Outcome, QueueFull, ShuttingDown
+from modelroll_sidecar.cost_model import MIN_BATCHES, CostModel
+from modelroll_sidecar.metrics import SidecarMetrics
+from modelroll_sidecar.protocol import BatchResult, ModelFailed, ModelRejected
+
+Answer = Callable[[list[Any]], BatchResult]
+
+
+def echo(inputs: list[Any]) -> BatchResult:
+    return BatchResult(list(inputs), [None] * len(inputs))
+
+
+@dataclass
+class ScriptedModel:
+    """Takes ``seconds`` of loop time per call, then answers what ``answer`` makes of the
+    inputs (or raises what it raises); records each call's inputs and start time."""
+
+    seconds: float = 1.0
+    answer: Answer = echo
+    calls: list[list[Any]] = field(default_factory=list)
+    started: list[float] = field(default_factory=list)
+    running: int = 0
+    most_running: int = 0
+
+    async def infer(self, inputs: list[Any]) -> BatchResult:
+        self.calls.append(list(inputs))
+        self.started.append(asyncio.get_running_loop().time())
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await asyncio.sleep(self.seconds)
+            return self.answer(inputs)
+        finally:
+            self.running -= 1
+
+
+@dataclass
+class Harness:
+    batcher: Batcher
+    registry: CollectorRegistry
+
+    def closed(self, reason: str) -> float:
+        value = self.registry.get_sample_value(
+            "modelroll_batches_total", {"model": "m", "version": "v", "reason": reason}
+        )
+        return value or 0.0
+
+    def rejected(self, reason: str) -> float:
+        value = self.registry.get_sample_value(
+            "modelroll_rejected_total", {"model": "m", "version": "v", "reason": reason}
+        )
+        return value or 0.0
+
+
+@pytest.fixture
+async def start() -> Any:
+    """``start(model, **settings)``: a running Batcher (max batch 4, max-wait 0.5 s, deadline
+    60 s unless given); each is drained at the end of the test."""
+    started: list[Batcher] = []
+
+    def make(model: ScriptedModel, **settings: Any) -> Harness:
+        options: dict[str, Any] = {
+            "max_batch_size": 4,
+            "max_wait_s": 0.5,
+            "max_queue_size": 100,
+            "max_batch_tokens": 0,
+            "timeout_s": 60.0,
+            "max_concurrent_batches": 1,
+            **settings,
+        }
+        registry = CollectorRegistry()
+        batcher = Batcher(model, SidecarMetrics("m", "v", registry), **options)
+        batcher.start()
+        started.append(batcher)
+        return Harness(batcher, registry)
+
+    yield make
+    for batcher in started:
+        await batcher.drain(5)
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def answers(*pendings: Any) -> list[Outcome]:
+    return list(await asyncio.gather(*(p.future for p in pendings)))
+
+
+def statuses(outcomes: list[Outcome]) -> list[int]:
+    return [o.status for o in outcomes]
+
+
+# -- what closes a batch --------------------------------------------------------------------
+
+
+async def test_a_full_batch_goes_at_once(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_wait_s=100.0, timeout_s=200.0)
+    t0 = now()
+    pendings = [h.batcher.submit(f"r{i}") for i in range(6)]
+    outcomes = await answers(*pendings[:4])
+    assert model.started == [pytest.approx(t0)]
+    assert model.calls == [["r0", "r1", "r2", "r3"]]
+    assert [o.output for o in outcomes] == ["r0", "r1", "r2", "r3"]
+    assert h.closed("full") == 1
+    # The two left over wait out their max-wait (counted from their arrival at t0).
+    await answers(*pendings[4:])
+    assert model.started[1] == pytest.approx(t0 + 100.0)
+    assert h.closed("timeout") == 1
+
+
+async def test_max_wait_counts_from_the_oldest_request(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_wait_s=0.5)
+    t0 = now()
+    first = h.batcher.submit("a")
+    await asyncio.sleep(0.3)
+    second = h.batcher.submit("b")
+    await answers(first, second)
+    assert model.calls == [["a", "b"]]
+    assert model.started == [pytest.approx(t0 + 0.5)]
+    assert h.closed("timeout") == 1
+
+
+async def test_max_wait_zero_sends_at_once_and_batches_what_arrives_meanwhile(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_wait_s=0.0)
+    t0 = now()
+    first = h.batcher.submit("a")
+    await asyncio.sleep(0.1)
+    rest = [h.batcher.submit(x) for x in ("b", "c")]
+    await answers(first, *rest)
+    assert model.calls == [["a"], ["b", "c"]]
+    assert model.started == [pytest.approx(t0), pytest.approx(t0 + 1.0)]
+
+
+async def test_the_token_budget_closes_a_batch_before_padding_exceeds_it(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_batch_tokens=9, max_wait_s=100.0, timeout_s=200.0)
+    t0 = now()
+    # Lengths 3, 3, 3, 1: three fit (3 x 3 = 9), a fourth would make 4 x 3 = 12.
+    pendings = [h.batcher.submit(p) for p in ("x x x", "y y y", "z z z", "w")]
+    await answers(*pendings[:3])
+    assert model.calls[0] == ["x x x", "y y y", "z z z"]
+    assert model.started[0] == pytest.approx(t0)
+    assert h.closed("tokens") == 1
+
+
+async def test_a_request_over_the_budget_on_its_own_runs_alone(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_batch_tokens=4, max_wait_s=100.0, timeout_s=200.0)
+    (outcome,) = await answers(h.batcher.submit("a b c d e f"))
+    assert outcome.status == 200
+    assert model.calls == [["a b c d e f"]]
+
+
+async def test_no_more_batches_run_than_the_concurrency_cap(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_batch_size=1, max_concurrent_batches=2, max_wait_s=0.0)
+    t0 = now()
+    outcomes = await answers(*(h.batcher.submit(i) for i in range(5)))
+    assert statuses(outcomes) == [200] * 5
+    assert model.most_running == 2
+    starts = [s - t0 for s in model.started]
+    assert starts == pytest.approx([0, 0, 1, 1, 2])
+
+
+async def test_the_next_batch_fills_while_the_model_is_busy(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_batch_size=8, max_wait_s=0.01)
+    first = h.batcher.submit("busy")
+    await asyncio.sleep(0.1)
+    rest = [h.batcher.submit(i) for i in range(6)]
+    await answers(first, *rest)
+    assert model.calls == [["busy"], [0, 1, 2, 3, 4, 5]]
+
+
+# -- the guarantees ---------------------------------------------------------------------------
+
+
+async def test_a_request_past_its_deadline_gets_504_and_the_model_never_sees_it(
+    start: Any,
+) -> None:
+    model = ScriptedModel(seconds=5.0)
+    h = start(model, timeout_s=1.0, max_wait_s=0.0)
+    t0 = now()
+    busy = h.batcher.submit("busy")
+    await asyncio.sleep(0.01)
+    late = h.batcher.submit("late")
+    (outcome,) = await answers(late)
+    assert outcome.status == 504
+    assert outcome.error is not None
+    assert "deadline" in outcome.error
+    assert now() - t0 == pytest.approx(1.01)
+    assert (await answers(busy))[0].status == 200
+    assert model.calls == [["busy"]]
+    assert h.rejected("deadline") == 1
+
+
+async def test_a_full_queue_refuses_with_queue_full(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_queue_size=3, max_batch_size=1, max_wait_s=0.0)
+    running = h.batcher.submit("running")  # leaves the queue for the model at once
+    await asyncio.sleep(0.001)
+    queued = [h.batcher.submit(i) for i in range(3)]
+    with pytest.raises(QueueFull, match="3 requests waiting"):
+        h.batcher.submit("one too many")
+    assert statuses(await answers(running, *queued)) == [200] * 4
+    assert h.rejected("queue_full") == 1
+
+
+async def test_per_item_errors_fail_only_their_own_requests(start: Any) -> None:
+    def second_is_bad(inputs: list[Any]) -> BatchResult:
+        return BatchResult(list(inputs), [None, "bad input", None])
+
+    h = start(ScriptedModel(answer=second_is_bad), max_batch_size=3)
+    outcomes = await answers(*(h.batcher.submit(x) for x in "abc"))
+    assert statuses(outcomes) == [200, 422, 200]
+    assert outcomes[1].error == "bad input"
+
+
+async def test_a_batch_the_model_refuses_is_split_until_the_culprit_is_alone(start: Any) -> None:
+    def refuse_poison(inputs: list[Any]) -> BatchResult:
+        if "poison" in inputs:
+            raise ModelRejected("model answered 400: cannot parse")
+        return echo(inputs)
+
+    model = ScriptedModel(answer=refuse_poison)
+    h = start(model, max_batch_size=4)
+    outcomes = await answers(*(h.batcher.submit(x) for x in ("a", "b", "poison", "d")))
+    assert statuses(outcomes) == [200, 200, 422, 200]
+    assert model.calls == [
+        ["a", "b", "poison", "d"],
+        ["a", "b"],
+        ["poison", "d"],
+        ["poison"],
+        ["d"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda inputs: BatchResult(list(inputs)[:-1], [None] * len(inputs)), "2 outputs"),
+        (lambda inputs: BatchResult(list(inputs), [None]), "1 errors"),
+        (lambda inputs: BatchResult([*inputs, "extra"], [None] * 4), "4 outputs"),
+    ],
+    ids=["fewer outputs", "fewer errors", "more outputs"],
+)
+async def test_a_wrong_number_of_outputs_answers_every_request_502(
+    start: Any, answer: Answer, message: str
+) -> None:
+    h = start(ScriptedModel(answer=answer), max_batch_size=3)
+    t0 = now()
+    outcomes = await answers(*(h.batcher.submit(x) for x in "abc"))
+    assert statuses(outcomes) == [502] * 3
+    assert all(o.error is not None and message in o.error for o in outcomes)
+    assert now() - t0 == pytest.approx(1.0)  # a full batch, the model's 1 s: no deadline wait
+    assert h.batcher.depth == 0
+
+
+async def test_a_model_that_fails_the_batch_answers_each_request_with_its_status(
+    start: Any,
+) -> None:
+    def fail(inputs: list[Any]) -> BatchResult:
+        raise ModelFailed("model answered 500")
+
+    h = start(ScriptedModel(answer=fail), max_batch_size=2)
+    outcomes = await answers(*(h.batcher.submit(x) for x in "ab"))
+    assert outcomes == [Outcome(502, error="model answered 500")] * 2
+
+
+async def test_an_unexpected_exception_in_the_model_call_answers_502(start: Any) -> None:
+    def crash(inputs: list[Any]) -> BatchResult:
+        raise RuntimeError("bug")
+
+    h = start(ScriptedModel(answer=crash), max_batch_size=2)
+    outcomes = await answers(*(h.batcher.submit(x) for x in "ab"))
+    assert statuses(outcomes) == [502, 502]
+    assert outcomes[0].error == "the batch failed inside the sidecar"
+    # The batcher still works.
+    assert h.batcher.alive
+
+
+async def test_answers_stand_when_bookkeeping_after_the_model_fails(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_batch_size=2)
+
+    class BrokenCost(CostModel):
+        def observe(self, padded_tokens: int, seconds: float) -> None:
+            raise ZeroDivisionError("a bug in the cost fit")
+
+    h.batcher.cost = BrokenCost()
+    outcomes = await answers(*(h.batcher.submit(x) for x in "ab"))
+    assert outcomes == [Outcome(200, "a"), Outcome(200, "b")]
+
+
+async def test_a_batch_cancelled_mid_call_answers_503(start: Any) -> None:
+    model = ScriptedModel(seconds=10.0)
+    h = start(model, max_batch_size=2, max_wait_s=0.0)
+    pendings = [h.batcher.submit(x) for x in "ab"]
+    await asyncio.sleep(1.0)
+    queued = h.batcher.submit("c")
+    t0 = now()
+    await h.batcher.drain(2.0)  # the model needs 9 s more: the drain runs out
+    outcomes = await answers(*pendings, queued)
+    assert statuses(outcomes) == [503, 503, 503]
+    assert outcomes[0].error == "the sidecar shut down mid-batch"
+    assert now() - t0 == pytest.approx(2.0)
+
+
+async def test_drain_sends_what_is_queued_at_once_and_refuses_new_requests(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_wait_s=100.0, timeout_s=200.0)
+    t0 = now()
+    pendings = [h.batcher.submit(x) for x in "ab"]
+    draining = asyncio.ensure_future(h.batcher.drain(30.0))
+    await asyncio.sleep(0)
+    with pytest.raises(ShuttingDown):
+        h.batcher.submit("late")
+    await draining
+    assert statuses(await answers(*pendings)) == [200, 200]
+    assert model.started == [pytest.approx(t0)]  # not after max-wait's 100 s
+    assert h.closed("drain") == 1
+
+
+async def test_a_disconnected_client_leaves_the_queue(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_wait_s=0.5)
+    gone, stays = h.batcher.submit("gone"), h.batcher.submit("stays")
+    gone.future.cancel()
+    h.batcher.abandon(gone)
+    assert statuses(await answers(stays)) == [200]
+    assert model.calls == [["stays"]]
+    assert h.rejected("disconnect") == 1
+
+
+# -- the modes of issue 17 --------------------------------------------------------------------
+
+
+async def test_the_adaptive_wait_sends_a_lone_request_at_once_once_the_cost_is_known(
+    start: Any,
+) -> None:
+    model = ScriptedModel(seconds=0.02)
+    h = start(model, max_wait_s=0.5, wait_policy="adaptive")
+    for tokens in range(1, MIN_BATCHES + 1):
+        h.batcher.cost.observe(tokens, 0.02 + 0.0001 * tokens)
+    t0 = now()
+    await answers(h.batcher.submit("alone"))
+    assert model.started == [pytest.approx(t0)]
+    assert h.closed("idle") == 1
+
+
+async def test_the_adaptive_wait_waits_max_wait_until_the_cost_is_known(start: Any) -> None:
+    model = ScriptedModel(seconds=0.02)
+    h = start(model, max_wait_s=0.5, wait_policy="adaptive")
+    t0 = now()
+    await answers(h.batcher.submit("alone"))
+    assert model.started == [pytest.approx(t0 + 0.5)]
+
+
+async def test_by_length_the_oldest_goes_and_similar_lengths_join_it(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_batch_size=2, max_wait_s=0.0, batch_by="length")
+    busy = h.batcher.submit("busy")
+    await asyncio.sleep(0.1)
+    queued = [h.batcher.submit(p) for p in ("a", "l o n g", "b", "l o n g 2")]
+    await answers(busy, *queued)
+    assert model.calls[1:] == [["a", "b"], ["l o n g", "l o n g 2"]]
