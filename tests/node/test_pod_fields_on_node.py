@@ -37,7 +37,8 @@ def model_version(
         (f"sleep {load_s}; " if load_s else "")
         + '[ "$(cat /models/weights.txt)" = weights-v1 ] || { echo no weights; exit 1; }; '
         + f'[ "$API_KEY" = {KEY} ] || {{ echo no key; exit 1; }}; '
-        + f"exec modelroll-demo-model --port={port} --fixed-ms=1 --per-token-ms=0"
+        # 0.0.0.0: the kubelet probes the pod's IP, not localhost.
+        + f"exec modelroll-demo-model --host=0.0.0.0 --port={port} --fixed-ms=1 --per-token-ms=0"
     )
     server: dict[str, Any] = {
         "image": IMAGE,
@@ -117,13 +118,14 @@ def test_a_model_on_a_tainted_pool_with_weights_a_secret_and_a_slow_start(
     story = on_cluster
     node = story.cluster.kubectl_json("get", "nodes")["items"][0]["metadata"]["name"]
     names = ("podfields-v1", "podfields-untolerated", "podfields-clash")
+    clean_up(story, names)  # whatever an interrupted run left
     try:
         story.kubectl("create", "secret", "generic", SECRET, f"--from-literal=k={KEY}")
         story.kubectl("label", "node", node, f"{POOL_LABEL}={POOL}", "--overwrite")
         story.kubectl("taint", "node", node, f"{TAINT}=true:NoSchedule", "--overwrite")
         documents = [
             model_version("podfields-v1", load_s=LOAD_S),
-            model_version("podfields-untolerated"),
+            model_version("podfields-untolerated", tolerate=False),
             model_version("podfields-clash", port=8000),  # the sidecar's port in the pod
         ]
         story.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
@@ -162,6 +164,7 @@ def test_a_model_on_a_tainted_pool_with_weights_a_secret_and_a_slow_start(
         # the weights in place (the shell above refuses to start the model without them).
         eventually(lambda: ready(story, "podfields-v1").get("status") == "True", "Ready", 180)
         eventually(lambda: "podfields-v1" in routed_versions(story), "routed", 60)
+        assert routed_versions(story) == ["podfields-v1"]  # the untolerated copy never runs
         answer = eventually(lambda: infer(story), "an answer through the gateway", 30)
         assert answer["version"] == "podfields-v1"
         (running,) = pods(story, "podfields-v1")
@@ -174,7 +177,15 @@ def test_a_model_on_a_tainted_pool_with_weights_a_secret_and_a_slow_start(
         assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
         assert ready(story, "podfields-untolerated").get("status") == "False"
     finally:
-        story.kubectl("delete", "mv", *names, "--ignore-not-found", "--timeout=120s", check=False)
-        story.kubectl("delete", "secret", SECRET, "--ignore-not-found", check=False)
+        clean_up(story, names)
         story.kubectl("taint", "node", node, f"{TAINT}-", check=False)
         story.kubectl("label", "node", node, f"{POOL_LABEL}-", check=False)
+
+
+def clean_up(story: InCluster, names: tuple[str, ...]) -> None:
+    """Delete the versions, and wait until their pods are gone too (the garbage collector
+    deletes them after the versions): a pending pod left behind would be scheduled the moment
+    the taint goes, and run on."""
+    story.kubectl("delete", "mv", *names, "--ignore-not-found", "--timeout=120s", check=False)
+    story.kubectl("delete", "secret", SECRET, "--ignore-not-found", check=False)
+    eventually(lambda: not any(pods(story, name) for name in names), "their pods gone", 120)
