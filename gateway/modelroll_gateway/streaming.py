@@ -29,6 +29,15 @@ def _openai_error(status: int, message: str, headers: dict[str, str]) -> web.Res
     return web.json_response(body, status=status, headers=headers)
 
 
+def _whole_headers(upstream: aiohttp.ClientResponse, ours: dict[str, str]) -> dict[str, str]:
+    """A whole (not streamed) answer's headers: ours, its Content-Type, and a Retry-After (a
+    version whose in-flight bound is full says when to come back)."""
+    headers = {**ours, "Content-Type": upstream.headers.get("Content-Type", "application/json")}
+    if "Retry-After" in upstream.headers:
+        headers["Retry-After"] = upstream.headers["Retry-After"]
+    return headers
+
+
 class StreamingForwarder:
     """Forwards one OpenAI request to a version and streams its answer back."""
 
@@ -64,11 +73,10 @@ class StreamingForwarder:
                     answer = await upstream.read()
                     self._count(labels, "whole")
                     return web.Response(
-                        status=upstream.status, body=answer, headers={
-                            **headers, "Content-Type": upstream.headers.get(
-                                "Content-Type", "application/json"),
-                        },
-                    )  # fmt: skip
+                        status=upstream.status,
+                        body=answer,
+                        headers=_whole_headers(upstream, headers),
+                    )
                 relayed = await relay(request, upstream, headers)
         except aiohttp.ClientConnectorError:
             self._count(labels, "unreachable")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -20,7 +20,7 @@ import pytest
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.prometheus import PrometheusAPI
-from modelroll_devcluster.stack import Stack
+from modelroll_devcluster.stack import Stack, VersionSpec
 from tests.e2e.incluster import InCluster
 
 FAILED = pytest.StashKey[bool]()
@@ -96,7 +96,39 @@ def rollout(cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path) ->
         stack.stop()
 
 
-def show_logs_if_failed(request: pytest.FixtureRequest, rollout: Rollout) -> None:
+StartLocal = Callable[..., Stack]
+
+
+@pytest.fixture
+def local_stacks(
+    cluster: Cluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[StartLocal]:
+    """``start(versions, prometheus=False)``: a local stack of those versions in the test's
+    namespace, with no ModelVersion applied yet; stopped (its logs shown if the test failed)
+    after the test. Scenarios that start their own versions run on the local control plane only."""
+    if not cluster.is_local:
+        pytest.skip("this scenario starts its own versions: local control plane only")
+    stacks: list[Stack] = []
+
+    def start(versions: Sequence[VersionSpec], prometheus: bool = False) -> Stack:
+        stack = Stack(
+            tmp_path / f"stack-{len(stacks)}",
+            cluster=cluster,
+            namespace=namespace,
+            versions=versions,
+            prometheus="required" if prometheus else "off",
+        )
+        stacks.append(stack)
+        stack.start()
+        return stack
+
+    yield start
+    for stack in stacks:
+        show_logs_if_failed(request, stack)
+        stack.stop()
+
+
+def show_logs_if_failed(request: pytest.FixtureRequest, rollout: Rollout | Stack) -> None:
     """After a failed test, the end of each component's log (shown with the failure)."""
     if request.node.stash.get(FAILED, False):
         print(f"--- component logs ---\n{rollout.log_tails()}")

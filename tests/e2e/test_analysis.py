@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
-from modelroll_devcluster import Cluster
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, StackError, VersionSpec
 from modelroll_devcluster.traffic import Traffic
-from tests.e2e.conftest import FAILED, eventually
+from tests.e2e.conftest import StartLocal, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -33,13 +31,8 @@ StartStack = Callable[..., Stack]
 
 
 @pytest.fixture
-def start_stack(
-    cluster: Cluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[StartStack]:
+def start_stack(local_stacks: StartLocal) -> StartStack:
     """Start a local stack with a stable version at weight 100 and a canary at 0."""
-    if not cluster.is_local:
-        pytest.skip("the analysis scenarios start their own versions: local control plane only")
-    stacks: list[Stack] = []
 
     def start(
         canary: VersionSpec | None = None,
@@ -47,24 +40,12 @@ def start_stack(
         stable: VersionSpec | None = None,
     ) -> Stack:
         versions = (stable or VersionSpec(STABLE, 100), canary or VersionSpec(CANARY, 0))
-        stack = Stack(
-            tmp_path / "stack",
-            cluster=cluster,
-            namespace=namespace,
-            versions=versions,
-            prometheus="required" if prometheus else "off",
-        )
-        stacks.append(stack)
-        stack.start()
+        stack = local_stacks(versions, prometheus=prometheus)
         stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(stack.manifest(STABLE)))
         eventually(lambda: weights(stack).get(STABLE) == 100, "stable-v1 routed", 30)
         return stack
 
-    yield start
-    for stack in stacks:
-        if request.node.stash.get(FAILED, False):
-            print(f"--- component logs ---\n{stack.log_tails()}")
-        stack.stop()
+    return start
 
 
 def weights(stack: Stack) -> dict[str, int]:

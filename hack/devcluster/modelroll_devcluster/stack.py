@@ -50,6 +50,7 @@ CONFIGMAP = "modelroll-routes"
 READY_TIMEOUT = 60.0
 
 PrometheusMode = Literal["required", "optional", "off"]
+Protocol = Literal["batch", "openai"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,17 @@ class VersionSpec:
     per_token_ms: float = 0.05
     max_batch_size: int = 32
     max_wait_ms: int = 10
+    protocol: Protocol = "batch"
+    """``openai``: a chat LLM version, ``modelroll-demo-llm`` behind a ``--protocol openai``
+    sidecar (spec.protocol OpenAI); its model is :attr:`model`, or the stack's."""
+    model: str | None = None
+    """The model this version serves (None: the stack's)."""
+    step_ms: float = 8.0
+    """``openai``: the demo engine's fixed cost of a decode iteration (its TTFT follows it)."""
+    max_in_flight: int | None = None
+    """``openai``: the sidecar's ``--max-in-flight`` (None: its default)."""
+    engine_args: tuple[str, ...] = ()
+    """``openai``: more flags for ``modelroll-demo-llm``."""
 
 
 #: The rollout of the story: stable-v1 and canary-v2 at 9:1, the canary failing 20% of items.
@@ -241,7 +253,22 @@ class Stack:
             raise StackError("crds/modelversion.yaml not found: run from a modelroll checkout")
         crd = root / "crds" / "modelversion.yaml"
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+        # Right after it is created the CRD has no conditions yet, and kubectl wait fails on
+        # that ("accessor error") rather than waiting.
+        deadline = time.monotonic() + 60
+        while (
+            cluster.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                f"crd/{CRD_NAME}",
+                check=False,
+            ).returncode
+            != 0
+        ):
+            if time.monotonic() > deadline:
+                raise StackError(f"the CRD {CRD_NAME} was not Established within 60 s")
+            time.sleep(0.2)
         # Right after Established the API server may answer 429 for a moment.
         deadline = time.monotonic() + 30
         while cluster.kubectl("get", "modelversions", "-A", check=False).returncode != 0:
@@ -256,25 +283,41 @@ class Stack:
         wait_http(ready_url, component)
         return component
 
+    def model_of(self, spec: VersionSpec) -> str:
+        return spec.model or self.model
+
     def _start_version(self, spec: VersionSpec) -> Version:
         model_port, sidecar_port = free_port(), free_port()
         model_url = f"http://127.0.0.1:{model_port}"
         sidecar_url = f"http://127.0.0.1:{sidecar_port}"
+        model_name = self.model_of(spec)
+        if spec.protocol == "openai":
+            server = [
+                venv_script("modelroll-demo-llm"), f"--served-model-name={model_name}",
+                f"--step-ms={spec.step_ms}", *spec.engine_args,
+            ]  # fmt: skip
+        else:
+            server = [
+                venv_script("modelroll-demo-model"), f"--fixed-ms={spec.fixed_ms}",
+                f"--per-token-ms={spec.per_token_ms}",
+            ]  # fmt: skip
         model = self._spawn(
             f"model-{spec.name}",
-            [
-                venv_script("modelroll-demo-model"), "--host=127.0.0.1", f"--port={model_port}",
-                f"--fixed-ms={spec.fixed_ms}", f"--per-token-ms={spec.per_token_ms}",
-                f"--error-rate={spec.error_rate}", "--seed=7",
-            ],
+            [*server, "--host=127.0.0.1", f"--port={model_port}",
+             f"--error-rate={spec.error_rate}", "--seed=7"],
             f"{model_url}/readyz",
         )  # fmt: skip
+        flags = [f"--max-batch-size={spec.max_batch_size}", f"--max-wait-ms={spec.max_wait_ms}"]
+        if spec.protocol == "openai":
+            flags.append("--protocol=openai")
+            if spec.max_in_flight is not None:
+                flags.append(f"--max-in-flight={spec.max_in_flight}")
         sidecar = self._spawn(
             f"sidecar-{spec.name}",
             [
                 venv_script("modelroll-sidecar"), "--host=127.0.0.1", f"--port={sidecar_port}",
-                f"--upstream={model_url}", f"--model={self.model}", f"--version={spec.name}",
-                f"--max-batch-size={spec.max_batch_size}", f"--max-wait-ms={spec.max_wait_ms}",
+                f"--upstream={model_url}", f"--model={model_name}", f"--version={spec.name}",
+                *flags,
             ],
             f"{sidecar_url}/readyz",
         )  # fmt: skip
@@ -359,19 +402,22 @@ class Stack:
     def manifest(self, name: str, weight: int | None = None) -> dict[str, Any]:
         """The external-mode ModelVersion of a running version (its spec's weight by default)."""
         version = self.versions[name]
+        spec: dict[str, Any] = {
+            "model": self.model_of(version.spec),
+            "weight": version.spec.weight if weight is None else weight,
+            "endpoint": version.sidecar_url,
+            "batching": {
+                "maxBatchSize": version.spec.max_batch_size,
+                "maxWaitMs": version.spec.max_wait_ms,
+            },
+        }
+        if version.spec.protocol == "openai":
+            spec["protocol"] = "OpenAI"
         return {
             "apiVersion": API_VERSION,
             "kind": "ModelVersion",
             "metadata": {"name": name},
-            "spec": {
-                "model": self.model,
-                "weight": version.spec.weight if weight is None else weight,
-                "endpoint": version.sidecar_url,
-                "batching": {
-                    "maxBatchSize": version.spec.max_batch_size,
-                    "maxWaitMs": version.spec.max_wait_ms,
-                },
-            },
+            "spec": spec,
         }
 
     def manifests_yaml(self) -> str:

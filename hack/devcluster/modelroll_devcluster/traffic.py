@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import aiohttp
 
@@ -45,30 +45,26 @@ def payloads(n: int = 24) -> list[str]:
     return [" ".join(["token"] * (1 + i)) for i in range(n)]
 
 
-class Traffic:
-    """Load on ``POST {gateway}/v1/models/{model}/infer`` from a background thread.
+class Timed(Protocol):
+    @property
+    def sent(self) -> float: ...
 
-    ``with Traffic(url, model) as traffic:`` runs it; ``traffic.responses`` grows as answers come
-    (read it with :meth:`since`).
-    """
 
-    def __init__(
-        self,
-        gateway: str,
-        model: str,
-        *,
-        window: int = 10,
-        rounds_per_second: float = 20.0,
-        timeout: float = 10.0,
-    ) -> None:
-        self.url = f"{gateway}/v1/models/{model}/infer"
-        self.window = window
-        self.period = 1.0 / rounds_per_second
+R = TypeVar("R", bound=Timed)
+
+
+class BackgroundLoad(Generic[R]):
+    """Load from a background thread running its own event loop (:meth:`_run`), each answer
+    recorded in ``records`` as it comes. ``with load:`` runs it."""
+
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.responses: list[Response] = []
+        self.records: list[R] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._bodies = [{"payload": p} for p in payloads()]
+
+    async def _run(self) -> None:
+        raise NotImplementedError
 
     def start(self) -> Self:
         self._thread = threading.Thread(target=asyncio.run, args=(self._run(),), daemon=True)
@@ -87,19 +83,46 @@ class Traffic:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def since(self, started: float, until: float | None = None) -> list[Response]:
-        """Responses to requests sent at or after ``started`` (and before ``until``)."""
-        snapshot = self.responses[:]
+    def since(self, started: float, until: float | None = None) -> list[R]:
+        """Answers to requests sent at or after ``started`` (and before ``until``)."""
+        snapshot = self.records[:]
         return [r for r in snapshot if r.sent >= started and (until is None or r.sent < until)]
 
-    def wait_for(self, count: int, after: float, timeout: float = 30.0) -> list[Response]:
-        """Wait until ``count`` responses to requests sent after ``after`` have come."""
+    def wait_for(self, count: int, after: float, timeout: float = 30.0) -> list[R]:
+        """Wait until ``count`` answers to requests sent after ``after`` have come."""
         deadline = time.monotonic() + timeout
         while len(got := self.since(after)) < count:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(got)} of {count} responses within {timeout:g}s")
+                raise TimeoutError(f"only {len(got)} of {count} answers within {timeout:g}s")
             time.sleep(0.05)
         return got
+
+
+class Traffic(BackgroundLoad[Response]):
+    """Load on ``POST {gateway}/v1/models/{model}/infer`` from a background thread.
+
+    ``with Traffic(url, model) as traffic:`` runs it; ``traffic.responses`` grows as answers come
+    (read it with :meth:`since`).
+    """
+
+    def __init__(
+        self,
+        gateway: str,
+        model: str,
+        *,
+        window: int = 10,
+        rounds_per_second: float = 20.0,
+        timeout: float = 10.0,
+    ) -> None:
+        super().__init__(timeout)
+        self.url = f"{gateway}/v1/models/{model}/infer"
+        self.window = window
+        self.period = 1.0 / rounds_per_second
+        self._bodies = [{"payload": p} for p in payloads()]
+
+    @property
+    def responses(self) -> list[Response]:
+        return self.records
 
     async def _run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.timeout)

@@ -9,6 +9,7 @@ import asyncio
 import json
 from typing import Any
 
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
@@ -143,3 +144,26 @@ async def test_embeddings_pass_through_whole(
         assert resp.status == 200
         answer = json.loads(await resp.read())
     assert [d["index"] for d in answer["data"]] == [0, 1]
+
+
+async def test_a_full_versions_429_reaches_the_client_with_its_retry_after(
+    aiohttp_server: AiohttpServer, start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    """A sidecar whose in-flight bound is full answers 429 with Retry-After; the client must get
+    both, or it retries at once (OpenAI's clients honour Retry-After)."""
+    app = web.Application()
+
+    async def full(_: web.Request) -> web.Response:
+        body = {"error": {"message": "full", "type": "rate_limit_error", "code": 429}}
+        return web.json_response(body, status=429, headers={"Retry-After": "3"})
+
+    app.router.add_post("/v1/chat/completions", full)
+    sidecar = await aiohttp_server(app, host="127.0.0.1")
+    routes_file.write({"chat": route("chat", ("chat-v1", 1, url(sidecar)))})
+    gateway = await start_gateway()
+    await gateway.wait_weights("chat", {"chat-v1": 1})
+    async with gateway.session.post(gateway.url("/v1/chat/completions"), json=chat("chat")) as resp:
+        assert resp.status == 429
+        assert resp.headers["Retry-After"] == "3"
+        assert resp.headers["X-Modelroll-Version"] == "chat-v1"
+        assert (await resp.json())["error"]["type"] == "rate_limit_error"
