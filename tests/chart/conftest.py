@@ -99,6 +99,20 @@ def one(docs: Sequence[Manifest], kind: str, name_suffix: str = "") -> Manifest:
     return found[0]
 
 
+def commented_manifest(path: Path) -> Manifest:
+    """The ModelVersion a file shows in its comments, not applied (examples/llm's vLLM version):
+    the contiguous comment lines from `#   apiVersion:` on, each indented by `#   `."""
+    lines = path.read_text().splitlines()
+    start = lines.index("#   apiVersion: modelroll.io/v1alpha1")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line[4:])
+    doc: Manifest = yaml.safe_load("\n".join(block))
+    return doc
+
+
 def containers(docs: Sequence[Manifest]) -> Iterator[tuple[str, Manifest, Manifest]]:
     """(deployment name, pod spec, container) for every container the chart renders."""
     for deployment in by_kind(docs, "Deployment"):

@@ -20,7 +20,7 @@ from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
 from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
-from modelroll_sidecar.metrics import CLOSE_REASONS
+from modelroll_sidecar.metrics import CLOSE_REASONS, STREAM_OUTCOMES, LLMMetrics, SidecarMetrics
 from tests.chart.conftest import (
     CHART,
     EXAMPLES,
@@ -29,6 +29,7 @@ from tests.chart.conftest import (
     Helm,
     Manifest,
     by_kind,
+    commented_manifest,
     containers,
     one,
 )
@@ -249,6 +250,7 @@ def test_schema_lists_every_default_value_and_closes_every_mapping() -> None:
         ("gateway.service.nodePort=30080", "nodePort"),
         ("monitoring.podMonitor.enable=true", "enable"),
         ("monitoring.prometheusRule.errorRatio.treshold=0.1", "treshold"),
+        ("monitoring.prometheusRule.timeToFirstToken.p99Seconds=1", "p99Seconds"),
     ],
 )
 def test_schema_rejects_unknown_keys(helm: Helm, setting: str, key: str) -> None:
@@ -309,22 +311,110 @@ def test_images_default_to_the_app_version(helm: Helm) -> None:
     }
 
 
-def test_the_managed_examples_use_the_sidecar_image_make_images_builds() -> None:
-    """examples/managed/ runs the demo model from the sidecar image: the tag `make images` gives
-    it (hack/images/build.sh: the registry prefix, the chart's appVersion), never pulled on a
-    node that has it, and each file says how to get it."""
+@pytest.mark.parametrize(
+    ("directory", "command"),
+    [("managed", "modelroll-demo-model"), ("llm", "modelroll-demo-llm")],
+)
+def test_the_managed_examples_use_the_sidecar_image_make_images_builds(
+    directory: str, command: str
+) -> None:
+    """examples/managed/ runs the demo model, examples/llm/ the demo LLM, from the sidecar image:
+    the tag `make images` gives it (hack/images/build.sh: the registry prefix, the chart's
+    appVersion), never pulled on a node that has it, and the stable's file says how to get it."""
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     built = f"{values['sidecar']['image']['repository']}:{chart_meta()['appVersion']}"
     build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
     assert "registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}" in build_sh
     assert built == "ghcr.io/modelroll/modelroll-sidecar:" + chart_meta()["appVersion"]
-    for path in sorted((EXAMPLES / "managed").glob("*.yaml")):
+    paths = sorted((EXAMPLES / directory).glob("*.yaml"))
+    assert len(paths) == 2, paths
+    for path in paths:
         server = yaml.safe_load(path.read_text())["spec"]["server"]
         assert (server["image"], server["imagePullPolicy"]) == (built, "IfNotPresent"), path
-        assert server["command"] == ["modelroll-demo-model"], path
-    stable = (EXAMPLES / "managed" / "sentiment-stable.yaml").read_text()
+        assert server["command"] == [command], path
+    [stable] = [p.read_text() for p in paths if p.name.endswith("-stable.yaml")]
     for how in ("`make images` builds", "kind load docker-image", "docker push"):
         assert how in stable, how
+
+
+def demo_llm_args(doc: Manifest) -> dict[str, str]:
+    args: list[str] = doc["spec"]["server"]["args"]
+    return dict(a.removeprefix("--").split("=", 1) for a in args)
+
+
+def test_the_llm_examples_are_a_chat_pair_with_the_canary_slower_to_its_first_token() -> None:
+    """examples/llm/: two OpenAI versions of one model, 90/10, each engine serving the model's
+    name (clients name it in the body), the canary's iterations slower; the sidecar's cap set."""
+    docs = {
+        path.stem: yaml.safe_load(path.read_text())
+        for path in sorted((EXAMPLES / "llm").glob("*.yaml"))
+    }
+    assert set(docs) == {"chat-stable", "chat-canary"}
+    for name, doc in docs.items():
+        spec = doc["spec"]
+        assert doc["metadata"]["name"] == name
+        assert (spec["model"], spec["protocol"]) == ("chat", "OpenAI"), name
+        assert spec["sidecar"]["maxInFlight"] >= 1, name
+        args = demo_llm_args(doc)
+        assert args["served-model-name"] == spec["model"], name
+        assert int(args["port"]) == spec["server"]["port"], name
+    assert {n: d["spec"]["weight"] for n, d in docs.items()} == {
+        "chat-stable": 90,
+        "chat-canary": 10,
+    }
+    stable, canary = demo_llm_args(docs["chat-stable"]), demo_llm_args(docs["chat-canary"])
+    assert float(canary["step-ms"]) > float(stable["step-ms"])
+    assert {k: v for k, v in canary.items() if k != "step-ms"} == {
+        k: v for k, v in stable.items() if k != "step-ms"
+    }
+
+
+def comment_lines(path: Path) -> list[str]:
+    return [line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")]
+
+
+def test_the_llm_examples_comments_show_how_to_call_and_roll_back() -> None:
+    """A streamed chat completion through the gateway naming the model `chat`, and a rollback
+    that is a weight patch."""
+    stable = "\n".join(comment_lines(EXAMPLES / "llm" / "chat-stable.yaml"))
+    call = stable[stable.index("curl ") :]
+    call = call[: call.index("}'") + 2]
+    assert "/v1/chat/completions" in call
+    body = json.loads(call[call.index("-d '") + 4 : -1].replace("\\\n", " "))
+    assert body["model"] == "chat"
+    assert body["stream"] is True
+    assert body["messages"][0]["role"] == "user"
+    assert "port-forward service/modelroll-gateway" in stable
+    canary = comment_lines(EXAMPLES / "llm" / "chat-canary.yaml")
+    patches = [line for line in canary if line.startswith("kubectl -n models patch mv ")]
+    assert len(patches) == 1
+    assert patches[0].split()[5] == "chat-canary"
+    assert json.loads(patches[0].split("-p ", 1)[1].strip("'")) == {"spec": {"weight": 0}}
+    assert "kubectl modelroll -n models rollback chat-canary" in canary
+
+
+def test_the_llm_examples_show_the_same_version_with_vllm() -> None:
+    """The comment's vLLM version is the applied one with only spec.server changed: vLLM's image,
+    the model's name served, a GPU, a startup probe on the engine's port; not a second document."""
+    path = EXAMPLES / "llm" / "chat-stable.yaml"
+    assert len([d for d in yaml.safe_load_all(path.read_text()) if d]) == 1
+    applied = yaml.safe_load(path.read_text())
+    vllm = commented_manifest(path)
+    assert {k: v for k, v in vllm.items() if k != "spec"} == {
+        k: v for k, v in applied.items() if k != "spec"
+    }
+    assert {k: v for k, v in vllm["spec"].items() if k != "server"} == {
+        k: v for k, v in applied["spec"].items() if k != "server"
+    }
+    server = vllm["spec"]["server"]
+    assert server["image"].startswith("vllm/vllm-openai:v"), "pin a vLLM release"
+    assert f"--served-model-name={vllm['spec']['model']}" in server["args"]
+    assert f"--port={server['port']}" in server["args"]
+    assert server["port"] != 8000, "the sidecar's port"
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == 1
+    probe = server["startupProbe"]
+    assert probe["httpGet"] == {"path": "/health", "port": server["port"]}
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 600, "weights load for minutes"
 
 
 def test_the_canary_examples_promote_comment_gives_it_all_the_traffic() -> None:
@@ -570,11 +660,16 @@ def test_alert_thresholds_come_from_values(helm: Helm) -> None:
     assert set(alerts) == {
         "ModelrollVersionErrorRatioHigh",
         "ModelrollVersionLatencyHigh",
+        "ModelrollVersionTimeToFirstTokenHigh",
         "ModelrollVersionQueueSaturated",
     }
     assert alerts["ModelrollVersionErrorRatioHigh"]["expr"].endswith("> 0.01")
     assert alerts["ModelrollVersionErrorRatioHigh"]["for"] == "2m"
     assert alerts["ModelrollVersionLatencyHigh"]["expr"].endswith("> 0.25")
+    ttft = alerts["ModelrollVersionTimeToFirstTokenHigh"]
+    assert ttft["expr"].endswith("> 0.5")
+    assert (ttft["for"], ttft["labels"]["severity"]) == ("5m", "critical")
+    assert "0.5s SLO" in ttft["annotations"]["description"]
     assert "> 500" in alerts["ModelrollVersionQueueSaturated"]["expr"]
     for alert in alerts.values():
         assert alert["labels"]["team"] == "ml-platform"
@@ -582,6 +677,24 @@ def test_alert_thresholds_come_from_values(helm: Helm) -> None:
     records = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r]
     assert all("[10m]" in expr for expr in records)
     assert any('code=~"5..|422|429"' in expr for expr in records)
+
+
+def test_the_readme_lists_every_alert_with_its_values_and_defaults(helm: Helm) -> None:
+    """README's alert table (section "Grafana and Prometheus"): one row per alert the chart
+    renders, each naming its values under monitoring.prometheusRule with their defaults."""
+    rule = one(helm.template("--set", "monitoring.prometheusRule.enabled=true"), "PrometheusRule")
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    readme = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `(Modelroll\w+)` \|[^|]+\| (.+) \|$", readme, re.MULTILINE)
+    assert [name for name, _ in rows] == alerts
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["monitoring"]["prometheusRule"]
+    for name, cell in rows:
+        group = ""
+        for key, default in re.findall(r"`([\w.]+)` \(([^)]+)\)", cell):
+            if not key.startswith("."):
+                group, key = key.split(".")
+            assert str(values[group][key.lstrip(".")]) == default, (name, group, key)
+    assert f"`window` ({values['window']})" in readme
 
 
 # --- the dashboard file ------------------------------------------------------------------------
@@ -648,6 +761,9 @@ def test_dashboard_covers_the_per_version_panels() -> None:
         "modelroll_gateway_upstream_errors_total",
         "modelroll_gateway_upstream_connections",
         "modelroll_gateway_upstream_waiting",
+        "modelroll_gateway_llm_time_to_first_token_seconds_bucket",
+        "modelroll_gateway_llm_requests_total",
+        *llm_metric_names(),
         *analysis_metric_names(),
     ):
         assert metric in exprs, f"no panel shows {metric}"
@@ -667,6 +783,46 @@ def test_dashboard_covers_the_per_version_panels() -> None:
             for y in range(pos["y"], pos["y"] + pos["h"]):
                 assert (x, y) not in cells, f"{panel['title']} overlaps another panel"
                 cells.add((x, y))
+
+
+def llm_metric_names() -> list[str]:
+    """Every series name of the sidecar's `--protocol openai` metrics that a panel queries (a
+    histogram through its buckets), as Prometheus stores it."""
+    registry = CollectorRegistry()
+    LLMMetrics(SidecarMetrics("m", "v", registry), "m", "v")
+    suffix = {"counter": "_total", "histogram": "_bucket", "gauge": ""}
+    names = [
+        m.name + suffix[m.type] for m in registry.collect() if m.name.startswith("modelroll_llm_")
+    ]
+    assert len(names) == 6, names
+    return names
+
+
+def test_the_llm_row_shows_chat_versions_apart_before_the_canary_analyses() -> None:
+    board = dashboard()
+    titles = [p["title"] for p in board["panels"]]
+    row = titles.index("LLM versions")
+    assert board["panels"][row]["type"] == "row"
+    end = titles.index("Canary analyses")
+    below = board["panels"][row + 1 : end]
+    assert below, "the row is empty"
+    assert all(p["type"] != "row" for p in below)
+    for panel in below:
+        assert panel["description"], panel["title"]
+        for target in panel["targets"]:
+            assert re.search(r"\bmodelroll_(gateway_)?llm_", target["expr"]), panel["title"]
+            assert target["legendFormat"].startswith("{{version}}"), panel["title"]
+    ttft = [p for p in below if p["title"].startswith("Time to first token")]
+    assert len(ttft) == 1
+    assert [t["expr"][: t["expr"].index(",")] for t in ttft[0]["targets"]] == [
+        "histogram_quantile(0.5",
+        "histogram_quantile(0.99",
+    ]
+    assert ttft[0]["fieldConfig"]["defaults"]["unit"] == "s"
+    # The outcomes panel says what each outcome the sidecar counts means.
+    [outcomes] = [p for p in below if p["title"] == "Generation outcomes by version"]
+    for outcome in STREAM_OUTCOMES:
+        assert re.search(rf"\b{outcome} \(", outcomes["description"]), outcome
 
 
 def analysis_metric_names() -> list[str]:

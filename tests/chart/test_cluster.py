@@ -26,6 +26,7 @@ from tests.chart.conftest import (
     REPO,
     Helm,
     by_kind,
+    commented_manifest,
     one,
 )
 from tests.conftest import Proc, Spawn, free_port
@@ -123,6 +124,17 @@ def test_the_examples_are_valid_model_versions(crds: Cluster, namespace: str) ->
     assert result.stdout.strip() == (
         "modelversion.modelroll.io/sentiment-canary created (server dry run)"
     )
+    result = crds.kubectl("apply", "--dry-run=server", "-f", str(EXAMPLES / "llm"),
+                          namespace=namespace)  # fmt: skip
+    assert sorted(result.stdout.split("\n"))[-2:] == [
+        "modelversion.modelroll.io/chat-canary created (server dry run)",
+        "modelversion.modelroll.io/chat-stable created (server dry run)",
+    ], result.stdout
+    # The vLLM version its comments show is valid too (the API server checks the CRD's schema).
+    vllm = commented_manifest(EXAMPLES / "llm" / "chat-stable.yaml")
+    result = crds.kubectl("apply", "--dry-run=server", "-f", "-", namespace=namespace,
+                          input=yaml.safe_dump(vllm))  # fmt: skip
+    assert result.stdout.strip() == "modelversion.modelroll.io/chat-stable created (server dry run)"
 
 
 def can_i(cluster: Cluster, account: str, namespace: str, verb: str, *what: str) -> bool:
@@ -338,6 +350,20 @@ def test_the_operator_runs_with_nothing_but_the_charts_rbac(
         sidecar_image = next(a.split("=", 1)[1] for a in args if a.startswith("--sidecar-image="))
         assert sidecar_image in images
         assert crds.exists("service", "sentiment-canary", namespace=namespace)
+
+        # A chat LLM version: the sidecar in front of the engine speaks OpenAI, capped as given.
+        crds.kubectl("apply", "-f", str(EXAMPLES / "llm"), namespace=namespace)
+        poll(lambda: crds.exists("deployment", "chat-canary", namespace=namespace),
+             "creating the chat version's Deployment", operator)  # fmt: skip
+        pod = crds.kubectl_json("get", "deployment", "chat-canary", namespace=namespace)
+        [sidecar] = pod["spec"]["template"]["spec"]["containers"]
+        assert sidecar["image"] == sidecar_image
+        assert {"--protocol=openai", "--max-in-flight=128", "--model=chat",
+                "--version=chat-canary"} <= set(sidecar["args"])  # fmt: skip
+        engines = [c for c in pod["spec"]["template"]["spec"]["initContainers"]
+                   if c.get("command") == ["modelroll-demo-llm"]]  # fmt: skip
+        assert len(engines) == 1, pod["spec"]["template"]["spec"]["initContainers"]
+        assert "--served-model-name=chat" in engines[0]["args"]
 
         # Back to external mode: the operator deletes the workload it created.
         crds.kubectl("apply", "-f", str(EXAMPLES / "external"), namespace=namespace)

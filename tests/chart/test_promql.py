@@ -2,12 +2,16 @@
 
 A gateway (routes from a file) splits load between two versions of one model, `stable` and
 `canary`, each a sidecar in front of a demo model; the canary's model fails a share of its items.
-The operator's metrics of the canary's analysis (analysis_metrics.py, fed a judged state) are
-served next to them. Prometheus (the Debian package) scrapes all four on loopback every second
-and evaluates the chart's PrometheusRule. Then every query of the Grafana dashboard, with its
-template variables substituted the way Grafana does, and every rule expression must parse and
-return series for both versions (the analysis queries: for the canary alone); the canary's error
-ratio must show and the stable's must be zero.
+The same gateway splits a light load of streamed chat completions between two versions of a chat
+model, each a sidecar in `--protocol openai` mode in front of a demo LLM engine; the canary's
+engine is slower per iteration, so its time to first token is higher. The operator's metrics of
+the canary's analysis (analysis_metrics.py, fed a judged state) are served next to them.
+Prometheus (built by `make prometheus`) scrapes them all on loopback every second and evaluates
+the chart's PrometheusRule. Then every query of the Grafana dashboard, with its template
+variables substituted the way Grafana does, and every rule expression must parse and return
+series for both versions (the LLM row's: the chat model's; the analysis queries: the canary
+alone); the canary's error ratio must show and the stable's must be zero, and the chat canary's
+time to first token must show above the chat stable's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from modelroll_devcluster import MissingBinaryError
+from modelroll_devcluster.chat import ChatLoad
 from modelroll_devcluster.prometheus import Prometheus as PrometheusServer
 from modelroll_devcluster.prometheus import PrometheusError, Series, find_tool, static_job
 from modelroll_operator import judge, rollout
@@ -44,6 +49,15 @@ MODEL = "sentiment"
 VERSIONS = ("stable", "canary")
 WEIGHTS = {"stable": 3, "canary": 1}
 CANARY_ERROR_RATE = 0.3
+CHAT_MODEL = "chat"
+CHAT_VERSIONS = ("stable", "canary")
+CHAT_WEIGHTS = {"stable": 1, "canary": 1}
+CHAT_STEP_MS = {"stable": 5, "canary": 60}
+"""The demo engines' iteration cost in ms: a first token takes one iteration or two (the one
+running when the request arrives, then the one that admits it), so the canary's is far above
+the stable's."""
+LLM_METRICS = re.compile(r"\bmodelroll_(gateway_)?llm_")
+"""The series of chat LLM versions: their queries select the chat model."""
 ANALYSED = {"canary"}
 """The versions with an analysis: the operator exports series for them alone."""
 SCRAPE_INTERVAL = "1s"
@@ -219,9 +233,40 @@ def every_version(result: Series) -> bool:
     return versions_of(result) >= set(VERSIONS)
 
 
+def is_llm(expr: str) -> bool:
+    return bool(LLM_METRICS.search(expr))
+
+
+def variables_for(expr: str) -> dict[str, str]:
+    """The variables a person looking at the query's panel selects: the chat model for the LLM
+    row, the batch model for every other panel."""
+    if not is_llm(expr):
+        return VARIABLES
+    return {**VARIABLES, "model": CHAT_MODEL, "version": "(" + "|".join(CHAT_VERSIONS) + ")"}
+
+
 def expected_versions(expr: str) -> set[str]:
-    """Whose series a dashboard query shows: the analysed versions' for the operator's metrics."""
-    return ANALYSED if ANALYSIS_PREFIX in expr else set(VERSIONS)
+    """Whose series a dashboard query shows: the analysed versions' for the operator's metrics,
+    the chat versions' for the LLM metrics."""
+    if ANALYSIS_PREFIX in expr:
+        return ANALYSED
+    return set(CHAT_VERSIONS) if is_llm(expr) else set(VERSIONS)
+
+
+def models_and_versions(result: Series) -> set[tuple[str, str]]:
+    return {(s["metric"].get("model", ""), s["metric"].get("version", "")) for s in result}
+
+
+def covers(expected: set[tuple[str, str]]) -> Callable[[Series], bool]:
+    """Whether a result holds a series for each (model, version) expected."""
+    return lambda result: models_and_versions(result) >= expected
+
+
+def expected_pairs(expr: str) -> set[tuple[str, str]]:
+    """The (model, version) series a rule records: every sidecar exports the batch series (an
+    OpenAI sidecar counts its requests too), only the chat versions' the LLM series."""
+    chat = {(CHAT_MODEL, v) for v in CHAT_VERSIONS}
+    return chat if is_llm(expr) else chat | {(MODEL, v) for v in VERSIONS}
 
 
 def analysed_state() -> rollout.AnalysisState:
@@ -246,6 +291,7 @@ def analysed_state() -> rollout.AnalysisState:
 class Stack:
     prometheus: Prometheus
     load: Load
+    chat_load: ChatLoad
     procs: list[Proc] = field(default_factory=list)
 
 
@@ -260,7 +306,8 @@ def _start(name: str, argv: list[str], log_dir: Path, procs: list[Proc]) -> Proc
 
 @pytest.fixture(scope="module")
 def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Gateway, two versions and Prometheus on loopback, with load running for the module."""
+    """Gateway, two versions of a batch model and two of a chat model, and Prometheus on
+    loopback, with load on both models running for the module."""
     prometheus_binary("prometheus")
     prometheus_binary("promtool")
     tmp = tmp_path_factory.mktemp("promql")
@@ -289,8 +336,31 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
             routes.append(
                 {"name": version, "weight": WEIGHTS[version], "endpoint": f"http://{endpoint}"}
             )
+        chat_routes: list[dict[str, Any]] = []
+        for version in CHAT_VERSIONS:
+            engine_port, sidecar_port = free_port(), free_port()
+            engine = _start(f"engine-chat-{version}", [
+                str(VENV_BIN / "modelroll-demo-llm"), f"--port={engine_port}",
+                f"--served-model-name={CHAT_MODEL}", f"--step-ms={CHAT_STEP_MS[version]}",
+                "--step-ms-per-seq=0.1", "--seed=7",
+            ], tmp, procs)  # fmt: skip
+            wait_http(f"http://127.0.0.1:{engine_port}/readyz", engine)
+            sidecar = _start(f"sidecar-chat-{version}", [
+                str(VENV_BIN / "modelroll-sidecar"), "--protocol=openai", f"--port={sidecar_port}",
+                f"--upstream=http://127.0.0.1:{engine_port}", f"--model={CHAT_MODEL}",
+                f"--version={version}", "--max-in-flight=16", "--host=127.0.0.1",
+            ], tmp, procs)  # fmt: skip
+            wait_http(f"http://127.0.0.1:{sidecar_port}/readyz", sidecar)
+            endpoint = f"127.0.0.1:{sidecar_port}"
+            sidecars.append(endpoint)
+            chat_routes.append(
+                {"name": version, "weight": CHAT_WEIGHTS[version], "endpoint": f"http://{endpoint}"}
+            )
         routes_file = tmp / "routes.json"
-        routes_file.write_text(json.dumps({MODEL: {"model": MODEL, "versions": routes}}))
+        routes_file.write_text(json.dumps({
+            MODEL: {"model": MODEL, "versions": routes},
+            CHAT_MODEL: {"model": CHAT_MODEL, "versions": chat_routes},
+        }))  # fmt: skip
         gateway_port = free_port()
         gateway = _start("gateway", [
             str(VENV_BIN / "modelroll-gateway"), f"--port={gateway_port}", "--host=127.0.0.1",
@@ -321,8 +391,13 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
             server.start()
         except PrometheusError as err:
             pytest.fail(str(err), pytrace=False)
-        with Load(gateway_port) as load:
-            yield Stack(Prometheus(server), load, procs)
+        with (
+            Load(gateway_port) as load,
+            ChatLoad(
+                f"http://127.0.0.1:{gateway_port}", CHAT_MODEL, concurrency=2, max_tokens=16
+            ) as chat_load,
+        ):
+            yield Stack(Prometheus(server), load, chat_load, procs)
     finally:
         if server is not None:
             server.stop()
@@ -358,7 +433,7 @@ def promtool(*args: str) -> str:
 
 def test_the_rule_file_passes_promtool_check_rules(helm: Helm, tmp_path: Path) -> None:
     output = promtool("check", "rules", str(write_rules(helm, tmp_path)))
-    assert "SUCCESS: 8 rules found" in output
+    assert "SUCCESS: 10 rules found" in output
 
 
 def test_the_error_alert_fires_for_the_failing_version_only(helm: Helm, tmp_path: Path) -> None:
@@ -411,6 +486,71 @@ def test_the_error_alert_fires_for_the_failing_version_only(helm: Helm, tmp_path
     assert "SUCCESS" in promtool("test", "rules", str(test_file))
 
 
+def ttft_buckets(labels: str, per_minute: dict[str, int]) -> list[dict[str, str]]:
+    """Input series of the sidecar's time-to-first-token histogram: `per_minute` observations
+    a minute up to each bucket's bound (cumulative, as Prometheus stores them)."""
+    return [
+        {"series": f'modelroll_llm_time_to_first_token_seconds_bucket{{{labels}, le="{le}"}}',
+         "values": f"0+{count}x20"}
+        for le, count in per_minute.items()
+    ]  # fmt: skip
+
+
+def test_the_time_to_first_token_alert_fires_for_the_slow_version_only(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """`promtool test rules`: a chat canary whose every first token takes 2.5 to 5 s (above the
+    default 2 s SLO) for 20 minutes fires the alert after its `for`; the stable, whose first
+    tokens all come within 250 ms, never does."""
+    rules = write_rules(helm, tmp_path)
+    labels = f'namespace="{NAMESPACE}", model="{CHAT_MODEL}"'
+    series = ttft_buckets(
+        f'{labels}, version="stable"', {"0.1": 30, "0.25": 60, "2.5": 60, "5.0": 60, "+Inf": 60}
+    ) + ttft_buckets(
+        f'{labels}, version="canary"', {"0.1": 0, "0.25": 0, "2.5": 0, "5.0": 10, "+Inf": 10}
+    )
+    canary = {"namespace": NAMESPACE, "model": CHAT_MODEL, "version": "canary",
+              "severity": "warning"}  # fmt: skip
+    # The canary's p99 falls in its (2.5, 5] bucket, 2.5 + 0.99 x 2.5 s; the stable's in its
+    # (0.1, 0.25] bucket, which holds half its observations: 0.1 + 0.98 x 0.15 s.
+    annotations = {
+        "summary": "Version canary of model chat takes 4.975s to its first token (p99).",
+        "description": "The p99 time to first token of version canary of model chat in namespace "
+        "models, measured at its sidecars over 5m, is above the 2s SLO: its engine queues "
+        "requests or prefills slowly. Add replicas, or move its weight to another version.",
+    }
+    alert = "ModelrollVersionTimeToFirstTokenHigh"
+    record = "namespace_model_version:modelroll_llm_time_to_first_token_seconds:p99_rate5m"
+    recorded = [
+        {"labels": f'{record}{{{labels}, version="{version}"}}', "value": value}
+        for version, value in (("canary", 4.975), ("stable", 0.247))
+    ]
+    tests = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": record, "eval_time": "10m", "exp_samples": recorded},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+                    {
+                        "eval_time": "15m",
+                        "alertname": alert,
+                        "exp_alerts": [{"exp_labels": canary, "exp_annotations": annotations}],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    assert "SUCCESS" in promtool("test", "rules", str(test_file))
+
+
 # --- against the running stack -----------------------------------------------------------------
 
 
@@ -424,9 +564,21 @@ def test_the_load_reaches_both_versions_and_the_canary_fails_some(stack: Stack) 
     assert set(stack.load.codes) == {200, 422}, stack.load.codes
 
 
+def test_the_chat_load_streams_whole_answers_from_both_chat_versions(stack: Stack) -> None:
+    load = stack.chat_load
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline and not {s.version for s in load.records} >= set(
+        CHAT_VERSIONS
+    ):
+        time.sleep(0.2)
+    streams = load.records[:]
+    assert {s.version for s in streams} == set(CHAT_VERSIONS)
+    assert [s for s in streams if not s.complete] == []
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("namespace", {NAMESPACE}), ("model", {MODEL}), ("version", set(VERSIONS))],
+    [("namespace", {NAMESPACE}), ("model", {MODEL, CHAT_MODEL}), ("version", set(VERSIONS))],
 )
 def test_dashboard_variables_list_what_was_scraped(
     stack: Stack, name: str, expected: set[str]
@@ -449,8 +601,10 @@ def test_dashboard_variables_list_what_was_scraped(
 
 @pytest.mark.parametrize("query", dashboard_queries(), ids=lambda q: q.id)
 def test_every_dashboard_query_returns_series_for_both_versions(stack: Stack, query: Query) -> None:
-    """Both versions; a query of the operator's analysis metrics, the canary alone."""
-    expr = substitute(query.expr)
+    """Both versions; a query of the operator's analysis metrics, the canary alone; a query of the
+    LLM row, both versions of the chat model."""
+    variables = variables_for(query.expr)
+    expr = substitute(query.expr, variables)
     expected = expected_versions(query.expr)
     result = stack.prometheus.until(expr, lambda r: versions_of(r) >= expected)
     assert versions_of(result) == expected, result
@@ -459,7 +613,7 @@ def test_every_dashboard_query_returns_series_for_both_versions(stack: Stack, qu
         assert all(label in s["metric"] for s in result), f"legend {{{{{label}}}}} is empty"
     if query.repeated:
         # A panel repeated per version shows that version alone.
-        single = substitute(query.expr, {**VARIABLES, "version": "canary"})
+        single = substitute(query.expr, {**variables, "version": "canary"})
         assert versions_of(stack.prometheus.until(single, bool)) == {"canary"}
 
 
@@ -506,40 +660,69 @@ def test_configured_weights_and_the_share_the_gateway_sent_agree(stack: Stack) -
         assert share == pytest.approx(expected[version], abs=0.1), shares
 
 
+def test_the_ttft_panels_show_the_slower_canary_above_the_stable(stack: Stack) -> None:
+    """The chat canary's engine takes 60 ms an iteration against the stable's 5: its time to
+    first token, p50 and p99, at the sidecars and at the gateway, shows above the stable's."""
+    queries = [q for q in dashboard_queries() if "time to first token" in q.panel.lower()]
+    assert {q.panel for q in queries} == {
+        "Time to first token p50 / p99 by version",
+        "Gateway time to first token p99 by version",
+    }
+    assert len(queries) == 3
+
+    def canary_above(result: Series) -> bool:
+        # NaN until a version's first stream is inside the rate interval.
+        values = values_by_version(result)
+        if not values.keys() >= set(CHAT_VERSIONS) or any(map(math.isnan, values.values())):
+            return False
+        return values["canary"] > values["stable"]
+
+    for query in queries:
+        expr = substitute(query.expr, variables_for(query.expr))
+        # Within the settle timeout (a stable stream delayed by a busy machine may top the p99
+        # for the length of a rate interval), else the last values fail the test.
+        ttft = values_by_version(stack.prometheus.until(expr, canary_above))
+        # One iteration of the canary's engine is 60 ms: its first token never comes sooner.
+        assert ttft["canary"] >= 0.05, (query.panel, query.legend, ttft)
+
+
 def rules_of(helm: Helm) -> list[dict[str, Any]]:
     return [rule for group in rendered_rules(helm)["groups"] for rule in group["rules"]]
 
 
 def test_every_recording_rule_returns_and_records_both_versions(helm: Helm, stack: Stack) -> None:
+    """Of both models; the LLM rules, of the chat model alone."""
     records = [r for r in rules_of(helm) if "record" in r]
-    assert len(records) == 5
+    assert len(records) == 6
     for rule in records:
-        stack.prometheus.until(rule["expr"], every_version)
+        expected = expected_pairs(rule["expr"])
+        stack.prometheus.until(rule["expr"], covers(expected))
         # Prometheus evaluates the rule file itself, and records a series per version.
-        result = stack.prometheus.until(rule["record"], every_version)
-        assert versions_of(result) == set(VERSIONS)
+        result = stack.prometheus.until(rule["record"], covers(expected))
+        assert models_and_versions(result) == expected, rule["record"]
 
 
 def test_every_alert_expression_parses_and_measures_both_versions(helm: Helm, stack: Stack) -> None:
     alerts = [r for r in rules_of(helm) if "alert" in r]
-    assert len(alerts) == 3
+    assert len(alerts) == 4
     for rule in alerts:
         stack.prometheus.query(rule["expr"])  # parses and evaluates
-        result = stack.prometheus.until(as_bool(rule["expr"]), every_version)
-        assert versions_of(result) == set(VERSIONS), rule["alert"]
+        expected = expected_pairs(rule["expr"])
+        result = stack.prometheus.until(as_bool(rule["expr"]), covers(expected))
+        assert models_and_versions(result) == expected, rule["alert"]
 
 
 def test_the_error_ratio_alert_is_pending_for_the_canary_alone(helm: Helm, stack: Stack) -> None:
     alert = next(r for r in rules_of(helm) if r.get("alert") == "ModelrollVersionErrorRatioHigh")
-    assert versions_of(stack.prometheus.until(alert["expr"], bool)) == {"canary"}
+    assert models_and_versions(stack.prometheus.until(alert["expr"], bool)) == {(MODEL, "canary")}
     pending = stack.prometheus.until('ALERTS{alertname="ModelrollVersionErrorRatioHigh"}', bool)
-    assert versions_of(pending) == {"canary"}
+    assert models_and_versions(pending) == {(MODEL, "canary")}
     assert pending[0]["metric"]["alertstate"] == "pending"  # `for: 5m` has not passed yet
     assert pending[0]["metric"]["severity"] == "critical"
 
 
 def test_prometheus_scraped_every_target(stack: Stack) -> None:
-    result = stack.prometheus.until("up", lambda r: len(r) == 4)
+    result = stack.prometheus.until("up", lambda r: len(r) == 6)
     assert {s["metric"]["job"]: s["value"][1] for s in result} == {
         "modelroll-sidecars": "1",
         "modelroll-gateway": "1",
