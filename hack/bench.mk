@@ -1,6 +1,6 @@
-# Benchmarks (owned by bench/): the batcher comparison, the batching sweep, rollback latency, and
-# KServe's batcher built from its Go module for the comparison. Results go to bench/results/
-# (git-ignored). Included from the Makefile after hack/cluster.mk (it uses VENV and cluster-bins).
+# Benchmarks (owned by bench/): the batcher comparison, the batching sweep, rollback latency, chat
+# LLM scheduling, and KServe's batcher built from its Go module for the comparison. Results go to
+# bench/results/ (git-ignored). Included from the Makefile after hack/cluster.mk (it uses VENV and cluster-bins).
 # Pass options with ARGS, e.g. make bench ARGS="--rounds 5"; `modelroll-bench <cmd> --help` lists them.
 
 GO ?= go
@@ -34,3 +34,7 @@ bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the kn
 .PHONY: bench-rollback
 bench-rollback: venv cluster-bins ## Time from a weight patch to the last request the gateway routes to that version.
 	$(BENCH) rollback $(ARGS)
+
+.PHONY: bench-llm
+bench-llm: venv ## Chat LLM: continuous vs static scheduling, and the TTFT sidecar + gateway add (bench/results/llm.json).
+	$(BENCH) llm $(ARGS)

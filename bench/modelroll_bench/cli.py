@@ -1,4 +1,5 @@
-"""``modelroll-bench``: load runs, the batcher comparison, the batching sweep, rollback latency.
+"""``modelroll-bench``: load runs, the batcher comparison, the batching sweep, rollback latency,
+chat LLM scheduling and overhead.
 
 modelroll-bench run URL --mode open --rate 200 --lengths lognormal:3,0.7
 modelroll-bench limit --lengths lognormal:3,0.7 --fixed-ms 10 --per-token-ms 0.02
@@ -6,6 +7,7 @@ modelroll-bench compare            (make bench)
 modelroll-bench sweep --slo-ms 150 (make bench-sweep)
 modelroll-bench rollback           (make bench-rollback)
 modelroll-bench analysis           (make bench-analysis)
+modelroll-bench llm                (make bench-llm)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import canary, compare, lengths, rollback, sweep
+from . import canary, compare, lengths, llm, rollback, sweep
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -164,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("sweep", sweep, "max batch x max-wait grid; the knee; a recommendation"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
         ("analysis", canary, "canary analysis vs Flagger's rule, on simulated traffic"),
+        ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
     ):
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)

@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,24 @@ async def _send(http: aiohttp.ClientSession, url: str, body: bytes) -> int:
         return 599
 
 
+async def poisson_arrivals(
+    rng: random.Random, rate: float, start: float, duration_s: float
+) -> AsyncIterator[tuple[int, float]]:
+    """Poisson arrivals at ``rate`` per second from ``start`` (``time.perf_counter()``) for
+    ``duration_s``: yields ``(i, due)`` at each one's scheduled time ``due``, from which its
+    latency counts (a generator that falls behind still charges the wait to the server)."""
+    due, i = start, 0
+    while True:
+        due += rng.expovariate(rate)
+        if due - start >= duration_s:
+            return
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield i, due
+        i += 1
+
+
 async def open_loop(
     url: str,
     body: Body,
@@ -134,19 +152,11 @@ async def open_loop(
             result.record(status, latency, None if length is None else length(i))
 
         start = time.perf_counter()
-        due, i = start, 0
-        while True:
-            due += rng.expovariate(rate)
-            if due - start >= duration_s:
-                break
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for i, due in poisson_arrivals(rng, rate, start, duration_s):
             task = asyncio.create_task(record(i, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-            i += 1
-            if progress is not None and i % 64 == 0:
+            if progress is not None and (i + 1) % 64 == 0:
                 progress((due - start) / duration_s)
         if tasks:
             await asyncio.wait(tasks)

@@ -202,6 +202,10 @@ async def serve(
         config.port,
         ClientLimits(config.read_timeout, metrics.count_client_timeout),
         shutdown_timeout=config.upstream_timeout + LAST_ANSWER_SECONDS,
+        # A client that goes away cancels its handler, which closes the connection to the
+        # version: a chat stream still waiting in the engine's queue is dropped there, before
+        # the engine spends anything on it (and a batch request stops waiting for its answer).
+        handler_cancellation=True,
     )
     try:
         await stop()

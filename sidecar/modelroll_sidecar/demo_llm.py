@@ -238,7 +238,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
                 await response.write_eof()
                 return response
     except (ConnectionError, asyncio.CancelledError):
-        sequence.cancel()  # the client went away: stop generating for it
+        engine.cancel(sequence)  # the client went away: stop generating for it
         raise
 
 
@@ -261,7 +261,7 @@ async def _whole(
             else:
                 return web.json_response(reply.whole("".join(parts), finish, usage))
     except asyncio.CancelledError:
-        sequence.cancel()
+        request.app[ENGINE].cancel(sequence)
         raise
 
 
@@ -402,9 +402,12 @@ def parse_args(argv: Seq[str] | None = None) -> DemoLLMConfig:
 
 def main(argv: Seq[str] | None = None) -> None:
     config = parse_args(argv)
+    # handler_cancellation: a client that goes away while its sequence waits to be admitted
+    # cancels it there (the handler's CancelledError), as an engine drops an aborted request.
     web.run_app(
-        create_demo_llm_app(config), host=config.host, port=config.port, access_log=None, print=None
-    )
+        create_demo_llm_app(config), host=config.host, port=config.port, access_log=None,
+        print=None, handler_cancellation=True,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -142,6 +142,16 @@ class Engine:
         self._wake.set()
         return sequence
 
+    def cancel(self, sequence: Sequence) -> None:
+        """The client went away: a waiting sequence leaves the queue now, never admitted (as an
+        engine aborts a request); a running one stops at the next iteration."""
+        if sequence.done or sequence.cancelled:
+            return
+        sequence.cancel()
+        if sequence in self._waiting:
+            self._waiting.remove(sequence)
+            self.stats.cancelled += 1
+
     def _admit(self) -> list[Sequence]:
         """Move waiting sequences into the batch as the scheduler allows; returns those admitted
         (their prompts are processed in this iteration)."""

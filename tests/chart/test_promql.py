@@ -315,47 +315,58 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
     server: PrometheusServer | None = None
     operator_server = None
     try:
-        routes: list[dict[str, Any]] = []
         sidecars: list[str] = []
-        for version in VERSIONS:
+
+        def version_behind_sidecar(
+            name: str, server: list[str], sidecar_flags: list[str], weight: int
+        ) -> dict[str, Any]:
+            """Start a model server and its sidecar; the version's route."""
             model_port, sidecar_port = free_port(), free_port()
-            errors = CANARY_ERROR_RATE if version == "canary" else 0.0
-            model = _start(f"model-{version}", [
-                str(VENV_BIN / "modelroll-demo-model"), f"--port={model_port}", "--fixed-ms=1",
-                "--per-token-ms=0.05", f"--error-rate={errors}", "--seed=7",
-            ], tmp, procs)  # fmt: skip
+            model = _start(f"model-{name}", [*server, f"--port={model_port}", "--seed=7"], tmp,
+                           procs)  # fmt: skip
             wait_http(f"http://127.0.0.1:{model_port}/readyz", model)
-            sidecar = _start(f"sidecar-{version}", [
+            sidecar = _start(f"sidecar-{name}", [
                 str(VENV_BIN / "modelroll-sidecar"), f"--port={sidecar_port}",
-                f"--upstream=http://127.0.0.1:{model_port}", f"--model={MODEL}",
-                f"--version={version}", "--max-wait-ms=2", "--host=127.0.0.1",
+                f"--upstream=http://127.0.0.1:{model_port}", "--host=127.0.0.1", *sidecar_flags,
             ], tmp, procs)  # fmt: skip
             wait_http(f"http://127.0.0.1:{sidecar_port}/readyz", sidecar)
-            endpoint = f"127.0.0.1:{sidecar_port}"
-            sidecars.append(endpoint)
-            routes.append(
-                {"name": version, "weight": WEIGHTS[version], "endpoint": f"http://{endpoint}"}
+            sidecars.append(f"127.0.0.1:{sidecar_port}")
+            return {"name": name.rsplit("-", 1)[-1], "weight": weight,
+                    "endpoint": f"http://127.0.0.1:{sidecar_port}"}  # fmt: skip
+
+        routes = [
+            version_behind_sidecar(
+                f"{MODEL}-{version}",
+                [
+                    str(VENV_BIN / "modelroll-demo-model"),
+                    "--fixed-ms=1",
+                    "--per-token-ms=0.05",
+                    f"--error-rate={CANARY_ERROR_RATE if version == 'canary' else 0.0}",
+                ],
+                [f"--model={MODEL}", f"--version={version}", "--max-wait-ms=2"],
+                WEIGHTS[version],
             )
-        chat_routes: list[dict[str, Any]] = []
-        for version in CHAT_VERSIONS:
-            engine_port, sidecar_port = free_port(), free_port()
-            engine = _start(f"engine-chat-{version}", [
-                str(VENV_BIN / "modelroll-demo-llm"), f"--port={engine_port}",
-                f"--served-model-name={CHAT_MODEL}", f"--step-ms={CHAT_STEP_MS[version]}",
-                "--step-ms-per-seq=0.1", "--seed=7",
-            ], tmp, procs)  # fmt: skip
-            wait_http(f"http://127.0.0.1:{engine_port}/readyz", engine)
-            sidecar = _start(f"sidecar-chat-{version}", [
-                str(VENV_BIN / "modelroll-sidecar"), "--protocol=openai", f"--port={sidecar_port}",
-                f"--upstream=http://127.0.0.1:{engine_port}", f"--model={CHAT_MODEL}",
-                f"--version={version}", "--max-in-flight=16", "--host=127.0.0.1",
-            ], tmp, procs)  # fmt: skip
-            wait_http(f"http://127.0.0.1:{sidecar_port}/readyz", sidecar)
-            endpoint = f"127.0.0.1:{sidecar_port}"
-            sidecars.append(endpoint)
-            chat_routes.append(
-                {"name": version, "weight": CHAT_WEIGHTS[version], "endpoint": f"http://{endpoint}"}
+            for version in VERSIONS
+        ]
+        chat_routes = [
+            version_behind_sidecar(
+                f"{CHAT_MODEL}-{version}",
+                [
+                    str(VENV_BIN / "modelroll-demo-llm"),
+                    f"--served-model-name={CHAT_MODEL}",
+                    f"--step-ms={CHAT_STEP_MS[version]}",
+                    "--step-ms-per-seq=0.1",
+                ],
+                [
+                    "--protocol=openai",
+                    f"--model={CHAT_MODEL}",
+                    f"--version={version}",
+                    "--max-in-flight=16",
+                ],
+                CHAT_WEIGHTS[version],
             )
+            for version in CHAT_VERSIONS
+        ]
         routes_file = tmp / "routes.json"
         routes_file.write_text(json.dumps({
             MODEL: {"model": MODEL, "versions": routes},

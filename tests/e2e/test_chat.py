@@ -22,7 +22,14 @@ import aiohttp
 import pytest
 import yaml
 
-from modelroll_devcluster.chat import ChatLoad, ChatStream, stream_chat, ttft_percentile
+from modelroll_devcluster.chat import (
+    CHAT_PATH,
+    ChatLoad,
+    ChatStream,
+    chat_body,
+    stream_chat,
+    ttft_percentile,
+)
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
 from tests.e2e.conftest import StartLocal, eventually
@@ -197,6 +204,44 @@ def test_a_client_that_goes_away_stops_generation_in_the_engine(local_stacks: St
     assert stats["cancelled"] == 1, stats
     assert stats["sequences"] == 0, stats
     assert stats["tokens"] < 50, f"the engine went on generating: {stats}"
+
+
+def test_a_client_that_leaves_while_queued_is_dropped_before_the_engine_spends_on_it(
+    local_stacks: StartLocal,
+) -> None:
+    """The engine takes one sequence at a time; a second stream, its headers already through the
+    gateway, waits in the engine's queue, and its client leaves. The gateway and the sidecar
+    close their connections at once, so the engine drops it from the queue and never generates
+    a token for it."""
+    stack = local_stacks([chat(STABLE, 100, engine_args=(*LONG, "--max-seqs=1"))])
+    routed(stack, STABLE)
+
+    def queue_empty_and_one_cancelled() -> dict[str, Any] | None:
+        stats = engine_stats(stack, STABLE)
+        return stats if (stats["waiting"], stats["cancelled"]) == (0, 1) else None
+
+    async def scenario() -> tuple[ChatStream, dict[str, Any], dict[str, Any]]:
+        async with aiohttp.ClientSession() as session:
+            first = asyncio.create_task(
+                stream_chat(session, stack.gateway_url, MODEL, max_tokens=80)
+            )
+            await asyncio.to_thread(running, stack, 1, (STABLE,))
+            body = chat_body(MODEL, "a question nobody waits for", 80)
+            async with session.post(stack.gateway_url + CHAT_PATH, json=body) as resp:
+                assert resp.status == 200
+                queued = await asyncio.to_thread(engine_stats, stack, STABLE)
+                resp.close()  # the client goes away before its first token
+            dropped = await asyncio.to_thread(
+                eventually, queue_empty_and_one_cancelled, "the queued stream dropped", 2.0
+            )
+            return await first, queued, dropped
+
+    first, queued, dropped = asyncio.run(scenario())
+    assert (queued["running"], queued["waiting"]) == (1, 1), queued
+    assert dropped["running"] == 1, "dropped only after the running stream ended"
+    assert first.complete
+    stats = engine_stats(stack, STABLE)
+    assert (stats["sequences"], stats["tokens"], stats["cancelled"]) == (1, 80, 1), stats
 
 
 def test_sigterm_to_the_sidecar_lets_every_open_stream_finish(local_stacks: StartLocal) -> None:

@@ -34,16 +34,16 @@ def status_of(story: InCluster, name: str) -> dict[str, Any]:
     return status
 
 
-def ready_and_routed(story: InCluster) -> bool:
-    for name in (STABLE, CANARY):
+def ready_and_routed(story: InCluster, names: tuple[str, ...] = (STABLE, CANARY)) -> bool:
+    for name in names:
         conditions = {c["type"]: c["status"] for c in status_of(story, name).get("conditions", [])}
         if conditions.get("Ready") != "True" or conditions.get("Routed") != "True":
             return False
     return True
 
 
-def gateway_weights(story: InCluster) -> dict[str, int]:
-    model = story.routes().get(MODEL) or {"versions": []}
+def gateway_weights(story: InCluster, model_name: str = MODEL) -> dict[str, int]:
+    model = story.routes().get(model_name) or {"versions": []}
     return {v["name"]: v["weight"] for v in model["versions"]}
 
 

@@ -115,11 +115,26 @@ async def test_a_cancelled_sequence_stops_generating(engines: list[Engine]) -> N
     engine = start(engines, "continuous")
     sequence = engine.submit(Sequence(prompt_tokens=1, output_tokens=1000))
     await asyncio.sleep(0.055)
-    sequence.cancel()
+    engine.cancel(sequence)
     await asyncio.sleep(0.1)
     assert engine.running == 0
     assert engine.stats.cancelled == 1
     assert 5 <= engine.stats.tokens <= 6
+
+
+async def test_a_cancelled_waiting_sequence_leaves_the_queue_at_once(
+    engines: list[Engine],
+) -> None:
+    engine = start(engines, "continuous", EngineCost(10.0, 0.0, 0.0, max_seqs=1))
+    running = engine.submit(Sequence(prompt_tokens=1, output_tokens=10))
+    waiting = engine.submit(Sequence(prompt_tokens=1, output_tokens=10))
+    await asyncio.sleep(0.025)
+    assert (engine.running, engine.waiting) == (1, 1)
+    engine.cancel(waiting)
+    assert (engine.waiting, engine.stats.cancelled) == (0, 1)
+    times, end = await timeline(running)
+    assert (len(times), end) == (10, "finished")
+    assert engine.stats.tokens == 10  # nothing for the cancelled one
 
 
 async def test_an_injected_failure_ends_the_sequence_after_its_tokens(
