@@ -345,3 +345,37 @@ def test_the_chat_story_a_slow_canary_shows_in_prometheus_and_is_rolled_back(
             f"{seen[STABLE] * 1000:.1f} / {seen[CANARY] * 1000:.1f} ms",
         )
     figures.add("chat streams, none lost", str(len(streams)))
+
+
+def test_concurrent_embeddings_through_the_gateway_share_engine_calls_and_keep_their_vectors(
+    local_stacks: StartLocal,
+) -> None:
+    """30 clients embed their own texts at once: the sidecar sends them to the engine in fewer
+    calls than requests, and every client gets exactly the vectors the engine gives its texts
+    alone, in its order."""
+    stack = local_stacks([chat(STABLE, 100)])
+    routed(stack, STABLE)
+    texts = [[f"review {i} part {j}" for j in range(1 + i % 3)] for i in range(30)]
+
+    async def embed(session: aiohttp.ClientSession, url: str, given: list[str]) -> Any:
+        async with session.post(f"{url}/v1/embeddings", json={"model": MODEL, "input": given}) as r:
+            assert r.status == 200, await r.text()
+            return await r.json()
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        async with aiohttp.ClientSession() as session:
+            together = await asyncio.gather(*(embed(session, stack.gateway_url, t) for t in texts))
+            calls = len(engine_stats(stack, STABLE)["embedding_calls"])
+            engine = stack.versions[STABLE].model_url
+            alone = [await embed(session, engine, [t]) for given in texts for t in given]
+            assert len(engine_stats(stack, STABLE)["embedding_calls"]) == calls + len(alone)
+            return together, alone
+
+    together, alone = asyncio.run(scenario())
+    calls = engine_stats(stack, STABLE)["embedding_calls"][: -len(alone)]
+    assert sum(calls) == sum(len(t) for t in texts)
+    assert len(calls) < len(texts) / 2, f"barely batched: {calls}"
+    vectors = iter(a["data"][0]["embedding"] for a in alone)
+    for given, answer in zip(texts, together, strict=True):
+        assert [d["index"] for d in answer["data"]] == list(range(len(given)))
+        assert [d["embedding"] for d in answer["data"]] == [next(vectors) for _ in given]
