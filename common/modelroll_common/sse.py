@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -101,7 +101,7 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-RELAY_OUTCOMES = ("completed", "error", "upstream_error", "client_disconnect")
+RELAY_OUTCOMES = ("completed", "error", "upstream_error", "client_disconnect", "cut")
 
 
 @dataclass
@@ -119,10 +119,41 @@ def error_event(message: str) -> bytes:
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
+class OpenStreams:
+    """The upstream streams a proxy is relaying now, so that a proxy whose drain is running out
+    can end them itself: :meth:`cut` closes each, and its relay then ends the client's stream
+    with an SSE error event giving the reason, rather than an answer that merely stops."""
+
+    def __init__(self) -> None:
+        self._open: set[aiohttp.ClientResponse] = set()
+        self.reason: str | None = None
+
+    async def relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        headers: Mapping[str, str] | None = None,
+    ) -> Relayed:
+        """:func:`relay`, the stream counted as open meanwhile."""
+        self._open.add(upstream)
+        try:
+            return await relay(request, upstream, headers, lambda: self.reason)
+        finally:
+            self._open.discard(upstream)
+
+    def cut(self, reason: str) -> int:
+        """End every stream still open; how many there were."""
+        self.reason = reason
+        for upstream in list(self._open):
+            upstream.close()
+        return len(self._open)
+
+
 async def relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     headers: Mapping[str, str] | None = None,
+    cut_reason: Callable[[], str | None] = lambda: None,
 ) -> Relayed:
     """Stream ``upstream``'s event stream to the client as it arrives, nothing buffered, while
     watching it. A client that goes away ends the relay at once (the caller then closes the
@@ -161,6 +192,9 @@ async def relay(
         if broke is not None:
             outcome = "upstream_error"
             message = f"the model server's stream broke off after {watch.tokens} tokens ({broke})"
+            if (reason := cut_reason()) is not None:  # we cut it, the model server did not
+                outcome = "cut"
+                message = f"the stream was cut off after {watch.tokens} tokens: {reason}"
             await response.write(error_event(message))
         await response.write_eof()
     return Relayed(response, watch, outcome)

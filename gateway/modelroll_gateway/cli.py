@@ -21,7 +21,7 @@ from modelroll_common.flags import (
 from modelroll_common.kube import Connection, KubeConfigError, connect
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
-from .app import METRICS_KEY, STOPPING_KEY, create_app
+from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
 from .config import GatewayConfig
 from .routes import CONFIGMAP_NAME
 
@@ -32,6 +32,7 @@ UNREADY_SECONDS = 3.0
 terminating pod out of its Service's endpoints as it sends SIGTERM, and kube-proxy, load
 balancers and ingress controllers apply that a moment later: until then new connections still
 arrive here, and a closed listener would refuse them. (The sidecar's preStop delay is 3 s too.)"""
+STREAM_CUT_REASON = "the gateway is shutting down"
 LAST_ANSWER_SECONDS = 1.0
 """Seconds, past the upstream timeout, for the requests still open to have their answers written
 (a 504 included) before they are cut off."""
@@ -184,6 +185,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         runner.run(serve(app, config))
 
 
+def _cut_streams(app: web.Application) -> None:
+    forwarder = app[PROXY_KEY].llm
+    if forwarder is not None:
+        cut = forwarder.streams.cut(STREAM_CUT_REASON)
+        if cut:
+            log.warning("Cut %d streams still open at the end of the drain", cut)
+
+
 async def serve(
     app: web.Application,
     config: GatewayConfig,
@@ -212,6 +221,11 @@ async def serve(
         app[STOPPING_KEY].set()
         log.info("Turned the gateway unready; serving %g s more, then closing", unready_seconds)
         await asyncio.sleep(unready_seconds)
+        # Requests still open get the upstream timeout to be answered; chat streams can outlast
+        # it, so those still going then end with an SSE error event, written within the last
+        # second of the drain, before their connections close.
+        loop = asyncio.get_running_loop()
+        loop.call_later(config.upstream_timeout, _cut_streams, app)
     finally:
         await runner.cleanup()
     log.info("Stopped the gateway")

@@ -13,7 +13,7 @@ import logging
 import aiohttp
 from aiohttp import web
 
-from modelroll_common.sse import relay
+from modelroll_common.sse import OpenStreams
 
 from .metrics import GatewayMetrics
 from .table import Target
@@ -48,6 +48,8 @@ class StreamingForwarder:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
         )
+        self.streams = OpenStreams()
+        """Cut at the end of the gateway's drain (cli.serve)."""
 
     async def close(self) -> None:
         await self._session.close()
@@ -77,7 +79,7 @@ class StreamingForwarder:
                         body=answer,
                         headers=_whole_headers(upstream, headers),
                     )
-                relayed = await relay(request, upstream, headers)
+                relayed = await self.streams.relay(request, upstream, headers)
         except aiohttp.ClientConnectorError:
             self._count(labels, "unreachable")
             return _openai_error(502, f"version {version!r} could not be reached", headers)

@@ -154,6 +154,7 @@ STREAM_OUTCOMES = (
     "error",  # the engine sent an error event itself
     "upstream_error",  # the engine broke the stream off: the client got an error event
     "client_disconnect",  # the client went away; the engine's connection was closed
+    "cut",  # still open when the drain ran out: the client got an error event saying so
     "whole",  # a non-streamed answer, passed on whole
     "unreachable",  # no connection to the engine (503)
     "timeout",  # the engine sent nothing for the upstream timeout (504)

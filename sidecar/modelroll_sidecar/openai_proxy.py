@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from modelroll_common.server import RequestTimedOut, read_body
-from modelroll_common.sse import relay
+from modelroll_common.sse import OpenStreams
 
 from .metrics import LLMMetrics
 from .protocol import (
@@ -75,6 +75,7 @@ class OpenAIProxy:
         self.draining = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._streams = OpenStreams()
 
     async def drain(self, timeout_s: float) -> None:
         """Refuse new requests; wait (at most ``timeout_s``) for the streams in progress."""
@@ -82,8 +83,9 @@ class OpenAIProxy:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         except TimeoutError:
-            log.warning("%d streams were still open after %.1fs of draining", self.in_flight,
+            log.warning("Cut %d streams still open after %.1fs of draining", self.in_flight,
                         timeout_s)  # fmt: skip
+            self._streams.cut("the sidecar is shutting down")
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
@@ -160,7 +162,7 @@ class OpenAIProxy:
     async def _stream(
         self, request: web.Request, upstream: aiohttp.ClientResponse, started: float
     ) -> web.StreamResponse:
-        relayed = await relay(request, upstream)
+        relayed = await self._streams.relay(request, upstream)
         if relayed.outcome == "upstream_error":
             log.warning("The model server broke off a stream after %d tokens",
                         relayed.watch.tokens)  # fmt: skip

@@ -12,9 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
+from pytest_aiohttp import AiohttpServer
 
+from modelroll_common.sse import EventScanner, GenerationWatch
 from modelroll_gateway import GatewayConfig, create_app
-from modelroll_gateway.cli import serve
+from modelroll_gateway.cli import STREAM_CUT_REASON, serve
+from modelroll_sidecar.demo_llm import DemoLLMConfig, create_demo_llm_app
 from tests.conftest import free_port
 
 from .conftest import RoutesFile, StartStandIn, route
@@ -103,3 +106,63 @@ async def test_stopping_turns_unready_at_once_and_still_answers_every_request(
         {"output": {"sleep": SLOW_SECONDS}, "model": "m", "version": "v1"},
     )
     assert answered > UNREADY_SECONDS
+
+
+async def test_a_stream_outlasting_the_drain_ends_with_an_error_event_not_a_silent_cut(
+    aiohttp_server: AiohttpServer, routes_file: RoutesFile
+) -> None:
+    """A chat stream still going when the gateway's drain (`--upstream-timeout` + 1 s) runs out
+    is cut, as any request would be; its client reads an SSE error event saying so, never an
+    answer that merely stops."""
+    engine = await aiohttp_server(
+        create_demo_llm_app(DemoLLMConfig(step_ms=20.0, output_mu=9.0, output_sigma=0.1)),
+        host="127.0.0.1",
+    )
+    url = str(engine.make_url("")).rstrip("/")
+    routes_file.write({"chat": route("chat", ("chat-v1", 1, url))})
+    port = free_port()
+    config = GatewayConfig(
+        host="127.0.0.1", port=port, routes_file=routes_file.path, routes_poll_seconds=0.05,
+        upstream_timeout=1.0,
+    )  # fmt: skip
+    stop = asyncio.Event()
+    serving = asyncio.create_task(
+        serve(
+            create_app(config, registry=CollectorRegistry()),
+            config,
+            stop=stop.wait,
+            unready_seconds=0.2,
+        )
+    )
+    base = f"http://127.0.0.1:{port}"
+    body = {"model": "chat", "messages": [{"role": "user", "content": "go on"}], "stream": True,
+            "max_tokens": 1000}  # fmt: skip
+    watch, scanner = GenerationWatch(), EventScanner()
+    try:
+        async with aiohttp.ClientSession() as session:
+            await _until_ready(session, base)
+            await asyncio.sleep(0.2)  # the routes file read
+            async with session.post(f"{base}/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                stopped: float | None = None
+                async for chunk in resp.content.iter_any():
+                    for data in scanner.feed(chunk):
+                        watch.saw(data, time.monotonic())
+                    if stopped is None and watch.tokens:
+                        stop.set()  # SIGTERM, the stream under way
+                        stopped = time.monotonic()
+                ended = time.monotonic()
+            await asyncio.wait_for(serving, 5.0)
+    finally:
+        if not serving.done():
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+    assert stopped is not None
+    assert not watch.done
+    assert watch.error is not None
+    assert watch.error.startswith("the stream was cut off after ")
+    assert watch.error.endswith(STREAM_CUT_REASON)
+    assert 0 < watch.tokens < 1000
+    # Served through the unready phase and the drain, then cut: not at once, not at the end.
+    assert 1.0 < ended - stopped < 5.0

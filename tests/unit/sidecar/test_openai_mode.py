@@ -200,6 +200,25 @@ async def test_draining_finishes_the_streams_in_progress_and_refuses_new_ones(
     await draining
 
 
+async def test_a_stream_outlasting_the_drain_ends_with_an_error_event_saying_why(
+    start_sidecar: StartSidecar, start_llm: StartLLM
+) -> None:
+    llm = await start_llm(step_ms=20.0, output_mu=9.0, output_sigma=0.01)
+    sidecar = await openai_sidecar(start_sidecar, llm, drain_timeout_s=0.3)
+    resp = await sidecar.client.post("/v1/chat/completions", json=chat("long", max_tokens=500))
+    await resp.content.readline()  # under way
+    await sidecar.sidecar.shutdown()  # the drain runs out with the stream still open
+    found = await events(resp)
+    assert "[DONE]" not in found
+    last = found[-1]
+    assert isinstance(last, dict)
+    message = last["error"]["message"]
+    assert message.startswith("the stream was cut off after ")
+    assert message.endswith(": the sidecar is shutting down")
+    assert 0 < len(content(found).split()) < 500
+    assert sidecar.sample("modelroll_llm_requests_total", outcome="cut") == 1
+
+
 async def test_concurrent_embeddings_go_in_one_engine_call_and_each_gets_its_own(
     start_sidecar: StartSidecar, start_llm: StartLLM
 ) -> None:
