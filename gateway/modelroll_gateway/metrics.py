@@ -128,7 +128,8 @@ class GatewayMetrics:
             "modelroll_gateway_llm_requests",
             "OpenAI requests forwarded (generations and embeddings), by model, version and how "
             "they ended: completed, error (the version sent an error event), upstream_error (the "
-            "stream broke off: the client got an error event), client_disconnect, cut (still open when the shutdown drain ran out), whole (not "
+            "stream broke off: the client got an error event), client_disconnect, cut (still "
+            "open when the shutdown drain ran out), whole (not "
             "streamed), unreachable, timeout.",
             ["model", "version", "outcome"],
             registry=registry,

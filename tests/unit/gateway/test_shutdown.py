@@ -40,6 +40,12 @@ async def _infer(session: aiohttp.ClientSession, base: str, payload: Any) -> tup
         return resp.status, resp.headers.get("Connection", ""), await resp.json()
 
 
+def _serving(config: GatewayConfig, stop: asyncio.Event, unready_s: float) -> asyncio.Task[None]:
+    """The gateway as `modelroll-gateway` serves it (cli.serve); ``stop`` stands for SIGTERM."""
+    app = create_app(config, registry=CollectorRegistry())
+    return asyncio.create_task(serve(app, config, stop=stop.wait, unready_seconds=unready_s))
+
+
 async def _until_ready(session: aiohttp.ClientSession, base: str) -> None:
     deadline = time.monotonic() + 10.0
     while True:
@@ -63,14 +69,7 @@ async def test_stopping_turns_unready_at_once_and_still_answers_every_request(
         host="127.0.0.1", port=port, routes_file=routes_file.path, routes_poll_seconds=0.05
     )
     stop = asyncio.Event()
-    serving = asyncio.create_task(
-        serve(
-            create_app(config, registry=CollectorRegistry()),
-            config,
-            stop=stop.wait,
-            unready_seconds=UNREADY_SECONDS,
-        )
-    )
+    serving = _serving(config, stop, UNREADY_SECONDS)
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
@@ -126,14 +125,7 @@ async def test_a_stream_outlasting_the_drain_ends_with_an_error_event_not_a_sile
         upstream_timeout=1.0,
     )  # fmt: skip
     stop = asyncio.Event()
-    serving = asyncio.create_task(
-        serve(
-            create_app(config, registry=CollectorRegistry()),
-            config,
-            stop=stop.wait,
-            unready_seconds=0.2,
-        )
-    )
+    serving = _serving(config, stop, 0.2)
     base = f"http://127.0.0.1:{port}"
     body = {"model": "chat", "messages": [{"role": "user", "content": "go on"}], "stream": True,
             "max_tokens": 1000}  # fmt: skip
