@@ -105,6 +105,16 @@ def story(on_cluster: InCluster, request: pytest.FixtureRequest) -> Iterator[InC
     on_cluster.cleanup()
 
 
+LIFECYCLE = "test_node_lifecycle.py"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_node_lifecycle.py brings nodes of its own up and down, and checks that the host is
+    clean before and after: it runs before anything starts the session's ``node_cluster`` (two
+    nodes cannot share one host), whatever the other files are called."""
+    items.sort(key=lambda item: item.path.name != LIFECYCLE)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield

@@ -1,9 +1,8 @@
 """``make cluster-up NODE=1`` / ``make cluster-down`` as a person runs them: a node that runs pods
 whose names resolve, and nothing left on the host afterwards, twice in a row.
 
-This file runs before the session's ``node_cluster`` starts (pytest takes files in alphabetical
-order and starts a session fixture when it is first used; the other files of this folder sort
-after this one): two nodes cannot share one host.
+This file runs before the session's ``node_cluster`` starts (conftest.py puts its tests first,
+and pytest starts a session fixture when it is first used): two nodes cannot share one host.
 """
 
 from __future__ import annotations
