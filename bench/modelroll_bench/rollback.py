@@ -429,10 +429,7 @@ async def with_operator(
     await asyncio.to_thread(
         cluster.kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD)
     )
-    await asyncio.to_thread(
-        cluster.kubectl, "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/modelversions.modelroll.io",
-    )  # fmt: skip
+    await asyncio.to_thread(cluster.wait_established, "modelversions.modelroll.io")
     operator = [sys.executable, "-m", "modelroll_operator", "--namespace", namespace]
     operator += ["--kubeconfig", str(cluster.kubeconfig), "--liveness", ""]
     operator += ["--log-level", "WARNING"]

@@ -57,9 +57,7 @@ def crds(cluster: Cluster) -> Cluster:
         args += ["-f", str(path)]
     cluster.kubectl(*args)
     names = [d["metadata"]["name"] for f in files for d in yaml.safe_load_all(f.read_text())]
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names]
-    )
+    cluster.wait_established(*names)
     return cluster
 
 

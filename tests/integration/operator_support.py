@@ -42,7 +42,7 @@ def apply_crd(cluster: Cluster) -> None:
     (re)initializing" for a moment; an operator started then would log (and retry) that.
     """
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path()))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    cluster.wait_established(CRD_NAME)
     eventually(
         lambda: cluster.kubectl("get", "modelversions", "-A", check=False).returncode == 0,
         "listing ModelVersions",

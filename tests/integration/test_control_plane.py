@@ -88,12 +88,7 @@ def test_server_and_kubectl_report_the_pinned_version(cluster: Cluster) -> None:
 
 def test_crd_apply_then_create_and_list_objects(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-f", "-", input=WIDGET_CRD)
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "crd/widgets.devcluster.modelroll.io",
-        "--timeout=30s",
-    )
+    cluster.wait_established("widgets.devcluster.modelroll.io", timeout=30)
     for name, size in (("small", 1), ("large", 9)):
         cluster.apply(
             {

@@ -23,9 +23,7 @@ PEERING_CRDS = Path(__file__).resolve().parents[2] / "charts/modelroll/crds/kopf
 def peering(cluster: Cluster, namespace: str) -> str:
     """A KopfPeering named "modelroll" in the test namespace (what the chart creates)."""
     cluster.kubectl("apply", "-f", str(PEERING_CRDS))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/kopfpeerings.kopf.dev"
-    )
+    cluster.wait_established("kopfpeerings.kopf.dev")
     manifest = {
         "apiVersion": "kopf.dev/v1",
         "kind": "KopfPeering",

@@ -163,6 +163,21 @@ class Cluster:
                 raise ClusterError(f"{' '.join(args)} still exists after {timeout:.0f}s")
             time.sleep(0.2)
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """``kubectl wait --for=condition=Established`` on the named CRDs. Right after a CRD is
+        created it has no conditions yet, and kubectl wait then fails at once (".status.conditions
+        accessor error") rather than waiting: that is retried until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        args = ["wait", "--for=condition=Established", f"--timeout={timeout:g}s"]
+        args += [f"crd/{name}" for name in crds]
+        while True:
+            result = self.kubectl(*args, check=False, timeout=timeout + 30)
+            if result.returncode == 0:
+                return
+            if "accessor error" not in result.stderr or time.monotonic() > deadline:
+                raise KubectlError(args, result)
+            time.sleep(0.2)
+
     def create_namespace(self, name: str) -> str:
         """Create namespace ``name`` (labelled ``modelroll.io/test=true``) and return its name."""
         self.apply(

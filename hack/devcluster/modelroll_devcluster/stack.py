@@ -253,22 +253,7 @@ class Stack:
             raise StackError("crds/modelversion.yaml not found: run from a modelroll checkout")
         crd = root / "crds" / "modelversion.yaml"
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-        # Right after it is created the CRD has no conditions yet, and kubectl wait fails on
-        # that ("accessor error") rather than waiting.
-        deadline = time.monotonic() + 60
-        while (
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                f"crd/{CRD_NAME}",
-                check=False,
-            ).returncode
-            != 0
-        ):
-            if time.monotonic() > deadline:
-                raise StackError(f"the CRD {CRD_NAME} was not Established within 60 s")
-            time.sleep(0.2)
+        cluster.wait_established(CRD_NAME)
         # Right after Established the API server may answer 429 for a moment.
         deadline = time.monotonic() + 30
         while cluster.kubectl("get", "modelversions", "-A", check=False).returncode != 0:
