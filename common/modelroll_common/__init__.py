@@ -1,1 +1,2 @@
-"""What modelroll's gateway and operator share: command-line flag helpers and the API connection."""
+"""What modelroll's components share: the HTTP server, command-line flag helpers, the table of
+sidecar settings a ModelVersion tunes, and the API connection."""

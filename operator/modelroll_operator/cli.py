@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import random
@@ -15,13 +16,22 @@ from modelroll_common.flags import EnvArgumentParser, port_number, positive_int,
 from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
-from .settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig, served_namespaces
+from .settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
+from .spec import SpecError, parse_resources
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
 """kopf's liveness endpoint (--liveness), on every address so that the kubelet reaches it; port
 8081 is the one the chart's probe names."""
 DEFAULT_METRICS_PORT = 8082
 """Next to the liveness probe's 8081 (the gateway listens on 8080)."""
+
+
+def resources(text: str) -> dict[str, dict[str, int | str]]:
+    """--sidecar-resources: a container's resources as JSON."""
+    try:
+        return parse_resources(json.loads(text), "--sidecar-resources")
+    except (ValueError, SpecError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
@@ -57,6 +67,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "--sidecar-image",
         default=DEFAULT_SIDECAR_IMAGE,
         help="the batching sidecar's image in managed pods",
+    )
+    p.add_argument(
+        "--sidecar-resources",
+        type=resources,
+        default=json.dumps(SIDECAR_RESOURCES, separators=(",", ":")),
+        metavar="JSON",
+        help="the batching sidecar's resources in managed pods, as a container's resources "
+        "in JSON, unless a version sets spec.sidecar.resources",
     )
     p.add_argument(
         "--drain-timeout-s",
@@ -139,6 +157,7 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
         priority = random.SystemRandom().randint(1, 1_000_000) if peering else 0
     return OperatorConfig(
         sidecar_image=args.sidecar_image,
+        sidecar_resources=args.sidecar_resources,
         drain_timeout_s=args.drain_timeout_s,
         kubeconfig=args.kubeconfig,
         workers=args.workers,

@@ -27,7 +27,7 @@ from .routing import Candidate, compute_route, route_changes
 from .settings import OperatorConfig
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
 from .state import ModelKey, VersionInfo, VersionKey, WorkloadInfo
-from .status import Readiness, desired_status, now_rfc3339, status_patch
+from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch
 from .workload import (
     conflict,
     deployment_manifest,
@@ -71,13 +71,18 @@ def _ref(version: VersionInfo) -> dict[str, Any]:
                         "name": version.name, "uid": version.uid}}  # fmt: skip
 
 
+PERMANENT_500S = ("failed to convert", "duplicate entries for key")
+"""Server-side apply's 500s about the object itself: a field it cannot convert (a malformed
+quantity), or a list whose keys repeat (two equal imagePullSecrets, an init container's env
+naming a variable twice)."""
+
+
 def _refused_for_good(exc: KubeApiError) -> bool:
     """The API server refused the object itself: retrying the same manifest cannot help.
-
-    Server-side apply reports a field it cannot convert (a malformed quantity, say) as a 500
-    "failed to convert new object"; invalid values are 422, malformed requests 400.
-    """
-    return exc.status in (400, 422) or (exc.status == 500 and "failed to convert" in exc.message)
+    Invalid values are 422, malformed requests 400, and some faults server-side apply's 500."""
+    return exc.status in (400, 422) or (
+        exc.status == 500 and any(text in exc.message for text in PERMANENT_500S)
+    )
 
 
 def _first(store: Iterable[WorkloadInfo] | None) -> WorkloadInfo | None:
@@ -353,20 +358,21 @@ class Reconciler:
         clash = conflict(spec.server, self.config.sidecar_port)
         if clash is not None:
             await self._warn(version, "InvalidSpec", clash)
-            return Readiness(False, "InvalidSpec", clash, endpoint=endpoint, selector=selector)
+            return self._not_applied(version, "InvalidSpec", clash, endpoint, selector)
         try:
-            service = service_manifest(version, self.config)
-            applied = await self._ensure(version, service, self.services, "services")
+            # The Deployment first: a version whose pods the API server refuses gets no Service.
+            deployment = deployment_manifest(version, self.config)
+            applied = await self._ensure(version, deployment, self.deployments, "deployments")
             if not isinstance(applied, Readiness):
-                deployment = deployment_manifest(version, self.config)
-                applied = await self._ensure(version, deployment, self.deployments, "deployments")
+                service = service_manifest(version, self.config)
+                refused = await self._ensure(version, service, self.services, "services")
+                if isinstance(refused, Readiness):
+                    applied = refused
         except KubeApiError as exc:
             problems.append(f"workload of {version.name}: {exc}")
             return await self._refused(version, exc, endpoint, selector)
         if isinstance(applied, Readiness):
-            return Readiness(
-                False, applied.reason, applied.message, endpoint=endpoint, selector=selector
-            )
+            return self._not_applied(version, applied.reason, applied.message, endpoint, selector)
         live = applied or _first(self.deployments.get(version.key))
         replicas = live.replicas if live else 0
         ready = live.ready_replicas if live else 0
@@ -376,17 +382,36 @@ class Reconciler:
                 False, "ScaledToZero", "spec.replicas is 0: no pod runs the model",
                 endpoint=endpoint, selector=selector, **figures,
             )  # fmt: skip
+        message = f"{ready} of {spec.replicas} replicas of Deployment {version.name} are ready"
+        failure = live.failure if live else None
+        if failure is not None:
+            message = f"{message}; the ReplicaSet cannot create pods: {failure}"
+            await self._warn(version, "PodsRefused", message)
         if ready < 1:
+            reason: ReadyReason = "PodsRefused" if failure is not None else "ReplicasNotReady"
             return Readiness(
-                False, "ReplicasNotReady",
-                f"{ready} of {spec.replicas} replicas of Deployment {version.name} are ready",
-                endpoint=endpoint, selector=selector, **figures,
-            )  # fmt: skip
+                False, reason, message, endpoint=endpoint, selector=selector, **figures
+            )
         return Readiness(
-            True, "ReplicasReady",
-            f"{ready} of {spec.replicas} replicas of Deployment {version.name} are ready",
-            endpoint=endpoint, selector=selector, **figures,
-        )  # fmt: skip
+            True, "ReplicasReady", message, endpoint=endpoint, selector=selector, **figures
+        )
+
+    def _not_applied(
+        self,
+        version: VersionInfo,
+        reason: ReadyReason,
+        message: str,
+        endpoint: str,
+        selector: str,
+    ) -> Readiness:
+        """The version's new spec cannot be applied: for good (InvalidSpec: the operator or the
+        API server refuses it), or because its workload is someone else's. A refused edit never
+        changes what serves: a version whose earlier pods still serve stays Ready on them."""
+        if reason == "InvalidSpec":
+            why = f"The new spec is not applied until it changes: {message}"
+            if kept := self._on_previous_spec(version, why, endpoint, selector):
+                return kept
+        return Readiness(False, reason, message, endpoint=endpoint, selector=selector)
 
     async def _refused(
         self, version: VersionInfo, exc: KubeApiError, endpoint: str, selector: str
@@ -397,19 +422,31 @@ class Reconciler:
         message = f"The API server refused the workload of ModelVersion {version.name}: {exc}"
         log.warning("%s; trying again", message, extra=_ref(version))
         await self._warn(version, "WorkloadRefused", message)
+        if kept := self._on_previous_spec(version, message, endpoint, selector):
+            return kept
+        return Readiness(False, "WorkloadRefused", message, endpoint=endpoint, selector=selector)
+
+    def _on_previous_spec(
+        self, version: VersionInfo, why: str, endpoint: str, selector: str
+    ) -> Readiness | None:
+        """UpdateRefused when the version's Deployment (its own) and Service exist and a pod of
+        it is ready, so that it stays routed on its previous spec; else None."""
         deployment = _first(self.deployments.get(version.key))
         service = _first(self.services.get(version.key))
-        spec = version.spec
-        wanted = spec.replicas if spec is not None else 0
-        if deployment is not None and service is not None and deployment.ready_replicas > 0:
-            return Readiness(
-                True, "UpdateRefused",
-                f"{deployment.ready_replicas} of {wanted} replicas of Deployment {version.name} "
-                f"are ready, running its previous spec. {message}",
-                endpoint=endpoint, selector=selector, replicas=deployment.replicas,
-                ready_replicas=deployment.ready_replicas,
-            )  # fmt: skip
-        return Readiness(False, "WorkloadRefused", message, endpoint=endpoint, selector=selector)
+        if deployment is None or service is None or deployment.ready_replicas < 1:
+            return None
+        if version.uid not in deployment.owner_uids:
+            return None
+        return Readiness(
+            True,
+            "UpdateRefused",
+            f"{deployment.ready_replicas} of {deployment.replicas} replicas of Deployment "
+            f"{version.name} are ready, running its previous spec. {why}",
+            endpoint=endpoint,
+            selector=selector,
+            replicas=deployment.replicas,
+            ready_replicas=deployment.ready_replicas,
+        )
 
     async def _ensure(
         self,

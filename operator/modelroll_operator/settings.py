@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import kopf
@@ -17,7 +17,7 @@ from kopf._cogs.structs.references import Insights, NamespaceName, select_specif
 
 from modelroll_gateway.routes import CONFIGMAP_NAME
 
-from .spec import FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, PREFIX
+from .spec import FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, PREFIX, Resources
 
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"
 """The sidecar image of the same release as the operator: its flags are the ones the operator
@@ -26,6 +26,13 @@ GRACE_MARGIN_S = 15
 """Seconds: a managed pod's termination grace period is its sidecar's drain timeout plus this,
 so the kubelet never kills a draining sidecar: the period also runs the preStop hook, before
 SIGTERM (the sidecar's --prestop-delay-ms, 3 s by default), and leaves time to exit."""
+SIDECAR_RESOURCES: Resources = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"cpu": "1", "memory": "1Gi"},
+}
+"""The batching sidecar's resources in managed pods unless a version sets
+spec.sidecar.resources: small requests (it spends about 70 µs of CPU per request), limits
+so that a namespace with a ResourceQuota on limits admits the pod."""
 SIDECAR_PORT = 8000
 """The sidecar's port in managed pods, and the port of each version's Service (the sidecar's
 own default, so that a pod run by hand answers on the same port)."""
@@ -41,6 +48,11 @@ class OperatorConfig:
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     """The batching sidecar's image in managed pods (--sidecar-image). Default: the sidecar of
     this release, whose flags are the ones the operator passes."""
+    sidecar_resources: Resources = field(default_factory=lambda: SIDECAR_RESOURCES)
+    """The sidecar's resources in managed pods (--sidecar-resources, JSON) unless a version
+    sets spec.sidecar.resources. Default SIDECAR_RESOURCES. A model container whose requests
+    equal its limits for cpu and memory gets a sidecar whose requests are its limits, so that
+    the pod is in the Guaranteed QoS class."""
     sidecar_port: int = SIDECAR_PORT
     """A TCP port: where the sidecar listens in managed pods and what their Service exposes.
     Default 8000, the sidecar's own default. Not a flag: the gateway reaches each version at the

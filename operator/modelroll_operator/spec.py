@@ -11,6 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelroll_common.settings import (
+    BATCHING_CHOICES,
+    BATCHING_SETTINGS,
+    SIDECAR_SETTINGS,
+    Choice,
+    Setting,
+)
+from modelroll_common.settings import PROTOCOL as PROTOCOL  # workload.py imports it from here
+
 GROUP = "modelroll.io"
 VERSION = "v1alpha1"
 PLURAL = "modelversions"
@@ -39,70 +48,6 @@ from every version it patches."""
 
 class SpecError(ValueError):
     """A ModelVersion spec the operator cannot act on; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One sidecar setting a ModelVersion can tune: its spec field, the sidecar flag it becomes,
-    its default and its bounds. The CRD declares the same default and bounds; a unit test
-    (tests/unit/operator/test_crd_schema.py) holds the two together."""
-
-    key: str
-    """The field's name under spec.batching or spec.sidecar."""
-    attr: str
-    flag: str
-    default: int
-    low: int
-    high: int
-
-
-BATCHING_SETTINGS = (
-    Setting("maxBatchSize", "max_batch_size", "--max-batch-size", 32, 1, 4096),
-    Setting("maxWaitMs", "max_wait_ms", "--max-wait-ms", 10, 0, 60000),
-    Setting("maxQueueSize", "max_queue_size", "--max-queue-size", 1024, 1, 1000000),
-    Setting("maxBatchTokens", "max_batch_tokens", "--max-batch-tokens", 0, 0, 100000000),
-    Setting("timeoutMs", "timeout_ms", "--timeout-ms", 30000, 1, 3600000),
-    Setting("maxConcurrentBatches", "max_concurrent_batches", "--max-concurrent-batches", 1, 1, 64),
-)
-"""spec.batching: how the sidecar forms batches (the CRD defaults every one of them)."""
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A sidecar setting that takes one of a few words: its spec field, the sidecar flag it
-    becomes, its default and its values, spelt as the CRD's enum spells them (the sidecar takes
-    them lowercased, as its flags document them). Held to the CRD and the sidecar like Setting."""
-
-    key: str
-    attr: str
-    flag: str
-    default: str
-    values: tuple[str, ...]
-
-    def flag_for(self, value: str) -> str:
-        return f"{self.flag}={value.lower()}"
-
-
-BATCHING_CHOICES = (
-    Choice("batchBy", "batch_by", "--batch-by", "Arrival", ("Arrival", "Length")),
-    Choice("waitPolicy", "wait_policy", "--wait-policy", "Fixed", ("Fixed", "Adaptive")),
-)
-PROTOCOL = Choice("protocol", "protocol", "--protocol", "Batch", ("Batch", "OpenAI"))
-"""spec.protocol: what the model server speaks (a flag only when not Batch, so adding it rolled
-no existing Deployment)."""
-"""spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
-from their default, so adding them changed (rolled) no existing Deployment."""
-
-SIDECAR_SETTINGS = (
-    Setting("upstreamTimeoutMs", "upstream_timeout_ms", "--upstream-timeout-ms", 60000, 1, 3600000),
-    Setting("maxBodyBytes", "max_body_bytes", "--max-body-bytes", 1 << 20, 1, 64 << 20),
-    Setting("readTimeoutMs", "read_timeout_ms", "--read-timeout-ms", 30000, 1, 3600000),
-    Setting("drainTimeoutS", "drain_timeout_s", "--drain-timeout-s", 30, 0, 3600),
-    Setting("maxInFlight", "max_in_flight", "--max-in-flight", 256, 1, 100000),
-)
-"""spec.sidecar: the rest of the sidecar's per-version settings. Only the fields a spec gives
-become flags (the others keep the sidecar's defaults, and drainTimeoutS the operator's
---drain-timeout-s), so adding this block changed no existing Deployment."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +81,10 @@ class Batching:
         ]
 
 
+Resources = Mapping[str, Mapping[str, int | str]]
+"""A container's resources: {requests: {cpu: 100m, ...}, limits: {...}}."""
+
+
 @dataclass(frozen=True)
 class SidecarSettings:
     """spec.sidecar: the sidecar settings a spec gives (None: not given)."""
@@ -145,6 +94,9 @@ class SidecarSettings:
     read_timeout_ms: int | None = None
     drain_timeout_s: int | None = None
     max_in_flight: int | None = None
+    readiness_timeout_ms: int | None = None
+    resources: Resources | None = None
+    """The sidecar container's resources; None: the operator's --sidecar-resources."""
 
     def sidecar_flags(self) -> list[str]:
         """Flags for the given settings, except drainTimeoutS (the pod's grace period needs
@@ -156,9 +108,10 @@ class SidecarSettings:
         ]
 
     def given(self) -> list[str]:
-        return [
+        given = [
             f"spec.sidecar.{s.key}" for s in SIDECAR_SETTINGS if getattr(self, s.attr) is not None
         ]
+        return given + (["spec.sidecar.resources"] if self.resources is not None else [])
 
 
 Json = dict[str, Any]
@@ -180,9 +133,13 @@ class Server:
     env: tuple[Json, ...] = ()
     """Each {name, value} or {name, valueFrom}."""
     env_from: tuple[Json, ...] = ()
-    resources: Mapping[str, Mapping[str, int | str]] = field(default_factory=dict)
+    resources: Resources = field(default_factory=dict)
     volume_mounts: tuple[Json, ...] = ()
     startup_probe: Json | None = None
+    readiness_probe: Json | None = None
+    liveness_probe: Json | None = None
+    """Restarts a hung model server (the sidecar's own probes only watch the sidecar)."""
+    security_context: Json | None = None
     # The pod's fields:
     volumes: tuple[Json, ...] = ()
     init_containers: tuple[Json, ...] = ()
@@ -193,6 +150,23 @@ class Server:
     service_account_name: str | None = None
     runtime_class_name: str | None = None
     priority_class_name: str | None = None
+    scheduler_name: str | None = None
+    dns_policy: str | None = None
+    topology_spread_constraints: tuple[Json, ...] = ()
+    host_ipc: bool = False
+    share_process_namespace: bool = False
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def probes(self) -> dict[str, Json]:
+        """The model container's probes that are given, by their field name."""
+        given = {
+            "startupProbe": self.startup_probe,
+            "readinessProbe": self.readiness_probe,
+            "livenessProbe": self.liveness_probe,
+        }
+        return {key: probe for key, probe in given.items() if probe is not None}
 
 
 @dataclass(frozen=True)
@@ -269,7 +243,10 @@ def parse_batching(raw: object) -> Batching:
 
 
 def parse_sidecar(raw: object) -> SidecarSettings:
-    return SidecarSettings(**_settings(raw, "spec.sidecar", SIDECAR_SETTINGS))
+    settings = _settings(raw, "spec.sidecar", SIDECAR_SETTINGS)
+    given = raw.get("resources") if isinstance(raw, Mapping) else None
+    resources = parse_resources(given, "spec.sidecar.resources") if given is not None else None
+    return SidecarSettings(**settings, resources=resources)
 
 
 def _objects(raw: Mapping[str, Any], key: str, where: str) -> tuple[Json, ...]:
@@ -297,6 +274,37 @@ def _name(raw: Mapping[str, Any], key: str, where: str) -> str | None:
     return value
 
 
+def parse_resources(raw: object, where: str) -> dict[str, dict[str, int | str]]:
+    """A container's requests and limits by resource name; the API server checks the
+    quantities when the operator applies the Deployment."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not set(raw) <= {"requests", "limits"}:
+        raise SpecError(f"{where} must be an object with requests and limits")
+    parsed: dict[str, dict[str, int | str]] = {}
+    for kind, amounts in raw.items():
+        if not isinstance(amounts, Mapping) or not all(
+            isinstance(v, int | str) and not isinstance(v, bool) for v in amounts.values()
+        ):
+            raise SpecError(f"{where}.{kind} must map resource names to quantities")
+        parsed[str(kind)] = {str(k): v for k, v in amounts.items()}
+    return parsed
+
+
+def _labels(raw: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    value = raw.get(key) or {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise SpecError(f"{where}.{key} must map names to strings")
+    return {str(k): v for k, v in value.items()}
+
+
+def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}.{key} must be true or false")
+    return value
+
+
 def _env(raw: Mapping[str, Any]) -> tuple[Json, ...]:
     env: list[Json] = []
     for index, item in enumerate(_objects(raw, "env", "spec.server")):
@@ -318,14 +326,6 @@ def parse_server(raw: object) -> Server:
     image = raw.get("image")
     if not isinstance(image, str) or not image:
         raise SpecError("spec.server.image is required")
-    resources = raw.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        raise SpecError("spec.server.resources must be an object")
-    node_selector = raw.get("nodeSelector") or {}
-    if not isinstance(node_selector, Mapping) or not all(
-        isinstance(v, str) for v in node_selector.values()
-    ):
-        raise SpecError("spec.server.nodeSelector must map label names to strings")
     pull_secrets = _objects(raw, "imagePullSecrets", "spec.server")
     if not all(isinstance(p.get("name"), str) for p in pull_secrets):
         raise SpecError("spec.server.imagePullSecrets items need a name")
@@ -339,18 +339,28 @@ def parse_server(raw: object) -> Server:
         args=_strings(raw, "args", where),
         env=_env(raw),
         env_from=_objects(raw, "envFrom", where),
-        resources={k: dict(v) for k, v in resources.items() if isinstance(v, Mapping)},
+        resources=parse_resources(raw.get("resources"), "spec.server.resources"),
         volume_mounts=_objects(raw, "volumeMounts", where),
         startup_probe=_object(raw, "startupProbe", where),
+        readiness_probe=_object(raw, "readinessProbe", where),
+        liveness_probe=_object(raw, "livenessProbe", where),
+        security_context=_object(raw, "securityContext", where),
         volumes=_objects(raw, "volumes", where),
         init_containers=_objects(raw, "initContainers", where),
-        node_selector={str(k): v for k, v in node_selector.items()},
+        node_selector=_labels(raw, "nodeSelector", where),
         tolerations=_objects(raw, "tolerations", where),
         affinity=_object(raw, "affinity", where),
         image_pull_secrets=tuple(p["name"] for p in pull_secrets),
         service_account_name=_name(raw, "serviceAccountName", where),
         runtime_class_name=_name(raw, "runtimeClassName", where),
         priority_class_name=_name(raw, "priorityClassName", where),
+        scheduler_name=_name(raw, "schedulerName", where),
+        dns_policy=_name(raw, "dnsPolicy", where),
+        topology_spread_constraints=_objects(raw, "topologySpreadConstraints", where),
+        host_ipc=_flag(raw, "hostIPC", where),
+        share_process_namespace=_flag(raw, "shareProcessNamespace", where),
+        pod_labels=_labels(raw, "podLabels", where),
+        pod_annotations=_labels(raw, "podAnnotations", where),
     )
 
 

@@ -112,6 +112,9 @@ class WorkloadInfo:
     ready_replicas: int = 0
     generation: int = 0
     resource_version: str = ""
+    failure: str | None = None
+    """A Deployment's ReplicaFailure condition, when True: why its ReplicaSet cannot create
+    pods (a ResourceQuota, Pod Security admission, a webhook), in the API server's words."""
 
     @classmethod
     def from_body(cls, kind: str, body: Mapping[str, Any]) -> WorkloadInfo | None:
@@ -131,6 +134,7 @@ class WorkloadInfo:
             ready_replicas=int(status.get("readyReplicas") or 0),
             generation=int(meta.get("generation") or 0),
             resource_version=str(meta.get("resourceVersion") or ""),
+            failure=_replica_failure(status),
         )
 
     @property
@@ -145,3 +149,16 @@ class WorkloadInfo:
     @property
     def key(self) -> VersionKey:
         return (self.namespace, self.version)
+
+
+def _replica_failure(status: Mapping[str, Any]) -> str | None:
+    """The message of a True ReplicaFailure condition (the Deployment controller copies it from
+    the ReplicaSet's FailedCreate), else None."""
+    for condition in status.get("conditions") or []:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "ReplicaFailure"
+            and condition.get("status") == "True"
+        ):
+            return str(condition.get("message") or condition.get("reason") or "ReplicaFailure")
+    return None

@@ -36,6 +36,7 @@ ReadyReason = Literal[
     "ReplicasReady",
     "UpdateRefused",
     "ReplicasNotReady",
+    "PodsRefused",
     "ScaledToZero",
     "InvalidSpec",
     "WorkloadConflict",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -20,8 +21,10 @@ from .spec import (
     LABEL_MODEL,
     LABEL_VERSION,
     MANAGED_BY,
+    PREFIX,
     PROTOCOL,
     ModelVersionSpec,
+    Resources,
     Server,
 )
 from .state import VersionInfo
@@ -29,6 +32,7 @@ from .state import VersionInfo
 SIDECAR_CONTAINER = "sidecar"
 MODEL_CONTAINER = "model"
 PORT_NAME = "http"
+MODEL_PORT_NAME = "model"
 
 
 def selector_labels(model: str, version: str) -> dict[str, str]:
@@ -94,6 +98,7 @@ def sidecar_container(name: str, spec: ModelVersionSpec, config: OperatorConfig)
         "image": config.sidecar_image,
         "args": sidecar_args(name, spec, config),
         "ports": [{"name": PORT_NAME, "containerPort": config.sidecar_port, "protocol": "TCP"}],
+        "resources": sidecar_resources(spec, config),
         "livenessProbe": _probe("/livez", 10, 3),
         "readinessProbe": _probe("/readyz", 2, 1),
         # Before SIGTERM: keep serving while the pod leaves its Service's endpoints, closing
@@ -109,6 +114,30 @@ def sidecar_container(name: str, spec: ModelVersionSpec, config: OperatorConfig)
     }
 
 
+QOS_RESOURCES = ("cpu", "memory")
+
+
+def guaranteed(resources: Resources) -> bool:
+    """Whether a container's resources put it in the Guaranteed QoS class: a limit on cpu and
+    memory, each request (when given) equal to its limit."""
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    return all(
+        name in limits and str(requests.get(name, limits[name])) == str(limits[name])
+        for name in QOS_RESOURCES
+    )
+
+
+def sidecar_resources(spec: ModelVersionSpec, config: OperatorConfig) -> dict[str, Any]:
+    """spec.sidecar.resources, else the operator's, with requests raised to the limits when the
+    model container is Guaranteed: a pod is Guaranteed only when every container is."""
+    if spec.sidecar.resources is not None:
+        return {k: dict(v) for k, v in spec.sidecar.resources.items()}
+    resources = {k: dict(v) for k, v in config.sidecar_resources.items()}
+    if spec.server is not None and guaranteed(spec.server.resources):
+        resources["requests"] = dict(resources.get("limits") or {})
+    return resources
+
+
 def model_container(server: Server) -> dict[str, Any]:
     """The user's model server, as given; its port is only reached over localhost.
 
@@ -120,7 +149,7 @@ def model_container(server: Server) -> dict[str, Any]:
         "name": MODEL_CONTAINER,
         "image": server.image,
         "restartPolicy": "Always",
-        "ports": [{"name": "model", "containerPort": server.port, "protocol": "TCP"}],
+        "ports": [{"name": MODEL_PORT_NAME, "containerPort": server.port, "protocol": "TCP"}],
     }
     if server.image_pull_policy:
         container["imagePullPolicy"] = server.image_pull_policy
@@ -136,8 +165,9 @@ def model_container(server: Server) -> dict[str, Any]:
         container["resources"] = {k: dict(v) for k, v in server.resources.items()}
     if server.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in server.volume_mounts]
-    if server.startup_probe is not None:
-        container["startupProbe"] = dict(server.startup_probe)
+    container.update({key: dict(probe) for key, probe in server.probes.items()})
+    if server.security_context is not None:
+        container["securityContext"] = dict(server.security_context)
     return container
 
 
@@ -145,7 +175,11 @@ def pod_fields(server: Server) -> dict[str, Any]:
     """The pod-level fields of spec.server that are given (none are by default, so a spec
     without them renders the pod it always did and rolls nothing)."""
     fields: dict[str, Any] = {}
-    lists = {"volumes": server.volumes, "tolerations": server.tolerations}
+    lists = {
+        "volumes": server.volumes,
+        "tolerations": server.tolerations,
+        "topologySpreadConstraints": server.topology_spread_constraints,
+    }
     for key, items in lists.items():
         if items:
             fields[key] = [dict(i) for i in items]
@@ -159,9 +193,26 @@ def pod_fields(server: Server) -> dict[str, Any]:
         "serviceAccountName": server.service_account_name,
         "runtimeClassName": server.runtime_class_name,
         "priorityClassName": server.priority_class_name,
+        "schedulerName": server.scheduler_name,
+        "dnsPolicy": server.dns_policy,
     }
     fields.update({key: value for key, value in names.items() if value})
+    switches = {"hostIPC": server.host_ipc, "shareProcessNamespace": server.share_process_namespace}
+    fields.update({key: True for key, on in switches.items() if on})
     return fields
+
+
+DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
+"""The pod annotation kubectl logs and exec follow when no -c is given: the model server."""
+
+
+def pod_metadata(server: Server, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The pod template's labels (the user's, then the operator's) and annotations (the user's,
+    and kubectl's default container)."""
+    return {
+        "labels": {**server.pod_labels, **labels},
+        "annotations": {**server.pod_annotations, DEFAULT_CONTAINER: MODEL_CONTAINER},
+    }
 
 
 OPERATOR_CONTAINERS = (MODEL_CONTAINER, SIDECAR_CONTAINER)
@@ -200,6 +251,43 @@ def conflict(server: Server, sidecar_port: int) -> str | None:
                 f"spec.server.volumeMounts[{index}].name {mount.get('name')!r} is not in "
                 "spec.server.volumes"
             )
+    return _metadata_conflict(server) or _probe_conflict(server)
+
+
+RESERVED_LABELS = frozenset(workload_labels("model", "version"))
+"""The pod labels the operator sets (the selector among them); spec.server.podLabels may not."""
+
+
+def _metadata_conflict(server: Server) -> str | None:
+    for field_name, given, reserved in (
+        ("podLabels", server.pod_labels, RESERVED_LABELS),
+        ("podAnnotations", server.pod_annotations, frozenset({DEFAULT_CONTAINER})),
+    ):
+        for key in sorted(given):
+            if key in reserved or key.split("/")[0] == PREFIX:
+                return (
+                    f"spec.server.{field_name} key {key!r} is the operator's "
+                    f"(it sets {', '.join(sorted(reserved))} and every {PREFIX}/ key)"
+                )
+    return None
+
+
+PROBE_HANDLERS = ("httpGet", "tcpSocket", "grpc")
+
+
+def _probe_conflict(server: Server) -> str | None:
+    """A probe of the model container on a port it does not have could never pass."""
+    for key, probe in server.probes.items():
+        for handler in PROBE_HANDLERS:
+            action = probe.get(handler)
+            if not isinstance(action, Mapping) or "port" not in action:
+                continue
+            port = action["port"]
+            if port not in (server.port, MODEL_PORT_NAME):
+                return (
+                    f"spec.server.{key}.{handler}.port {port!r} is not the model server's "
+                    f"port ({server.port}, named {MODEL_PORT_NAME}): the probe could never pass"
+                )
     return None
 
 
@@ -230,7 +318,7 @@ def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[st
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector_labels(spec.model, version.name)},
             "template": {
-                "metadata": {"labels": dict(labels)},
+                "metadata": pod_metadata(spec.server, labels),
                 "spec": {
                     # Longer than the sidecar's drain: the kubelet never kills a draining one.
                     "terminationGracePeriodSeconds": drain_timeout_s(spec, config) + GRACE_MARGIN_S,

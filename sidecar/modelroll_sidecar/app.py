@@ -27,7 +27,6 @@ from .protocol import ModelClient, decode, encode
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = "1"
-PROBE_TIMEOUT_S = 1.0
 STARTUP_PROBE_S = 0.1
 
 
@@ -82,9 +81,12 @@ class Sidecar:
         self._probe = asyncio.create_task(self._probe_model(), name="modelroll-readiness")
 
     async def _probe_model(self) -> None:
+        """Probe the model's readiness path every --readiness-interval-ms (every 0.1 s while
+        unready), each probe waiting --readiness-timeout-ms for its answer."""
         interval = self.config.readiness_interval_ms / 1000
+        timeout = self.config.readiness_timeout_ms / 1000
         while True:
-            ready = await self.model.ready(min(PROBE_TIMEOUT_S, interval))
+            ready = await self.model.ready(timeout)
             if ready != self.model_ready:
                 log.info("Model at %s became %s", self.config.upstream, _readiness(ready))
                 self.model_ready = ready

@@ -7,8 +7,8 @@ model slot is free and no arrival is expected soon enough to be worth waiting fo
 shutdown drains the queue (``drain``). A batch is sent the moment it closes and one of
 ``max_concurrent_batches`` slots is free; while every slot is busy the open batch keeps filling,
 so a saturated model gets full batches. Every accepted request is answered exactly once: by the
-model, by its deadline (504, and the model never sees it), or by a shutdown that ran out of time
-(503).
+model, by its deadline (504: before its batch was sent, or while a batch the model refused was
+split to find the request at fault), or by a shutdown that ran out of time (503).
 
 Which requests make up the batch: the oldest ones (``batch_by="arrival"``), or the oldest one and
 the queued requests nearest its length (``"length"``, :mod:`.forming`).
@@ -412,18 +412,73 @@ class Batcher:
                 self._resolve(pending, outcome)
 
     async def _run(self, batch: list[Pending]) -> list[Outcome]:
-        """The batch's outcomes from the model. A batch the model refuses as bad input (4xx) is
-        split in halves, again and again, so that only a request the model refuses on its own
-        gets 422 and every other request in the batch still gets its answer: no client can
-        fail a batch it shares with others."""
+        """The batch's outcomes from the model; none when the model refused the batch and
+        :meth:`_split` answered each request on the way."""
         try:
-            result = await self._model.infer([p.payload for p in batch])
+            return await self._call(batch)
         except ModelRejected as exc:
             if len(batch) == 1:
                 return [Outcome(exc.status, error=str(exc))]
-            log.warning("The model refused a batch of %d; splitting it in two", len(batch))
-            half = len(batch) // 2
-            return [*await self._run(batch[:half]), *await self._run(batch[half:])]
+            log.warning("The model refused a batch of %d; splitting it", len(batch))
+        await self._split(batch)
+        return []
+
+    async def _split(self, batch: list[Pending]) -> None:
+        """Answer the requests of a batch the model refused as bad input (4xx): split it in
+        halves, again and again, so that only a request the model refuses on its own gets 422
+        and every other request still gets its answer (no client can fail a batch it shares
+        with others). Each part's requests are answered as soon as the model answers the part,
+        and before every call those whose deadline has passed get 504 and are not sent again,
+        so however slowly the model refuses, no request waits past its deadline plus one call."""
+        parts = self._halves(batch)  # a stack: the part on top goes next
+        while parts:
+            self._expire_split(parts)
+            part = [p for p in parts.pop() if p.state is not State.DONE]
+            if not part:
+                continue
+            try:
+                outcomes = await self._call(part)
+            except ModelRejected as exc:
+                if len(part) == 1:
+                    self._resolve(part[0], Outcome(exc.status, error=str(exc)))
+                else:
+                    parts += self._halves(part)
+                continue
+            for pending, outcome in zip(part, outcomes, strict=True):
+                self._resolve(pending, outcome)
+
+    @staticmethod
+    def _halves(part: list[Pending]) -> list[list[Pending]]:
+        """The two halves of ``part`` as a stack: the first half on top."""
+        half = len(part) // 2
+        return [part[half:], part[:half]]
+
+    def _expire_split(self, parts: list[list[Pending]]) -> None:
+        """Answer 504 to each request of a split whose deadline has passed."""
+        assert self._loop is not None
+        now = self._loop.time()
+        expired = [
+            pending
+            for part in parts
+            for pending in part
+            if pending.state is State.RUNNING and pending.arrived + self._timeout <= now
+        ]
+        if not expired:
+            return
+        log.warning("%d requests of a refused batch passed their deadline", len(expired))
+        waited_ms = self._timeout * 1000
+        outcome = Outcome(
+            504,
+            error=f"the model refused the batch this request was in, and its deadline of "
+            f"{waited_ms:g}ms passed while the sidecar isolated the request at fault",
+        )
+        for pending in expired:
+            self._metrics.rejected["split_deadline"].inc()
+            self._resolve(pending, outcome)
+
+    async def _call(self, batch: list[Pending]) -> list[Outcome]:
+        """One model call: an outcome for each request of ``batch``, in order."""
+        result = await self._model.infer([p.payload for p in batch])
         if len(result.outputs) != len(batch) or len(result.errors) != len(batch):
             raise ModelFailed(
                 f"the model returned {len(result.outputs)} outputs and {len(result.errors)} "

@@ -1,8 +1,10 @@
 """Sidecar settings: command-line flags, each also readable from a MODELROLL_* variable.
 
-Flag names mirror the ModelVersion's ``spec.batching`` so the operator can pass them through.
-Invalid values exit with a message that names the flag, or the variable the value came from
-(parsing is :mod:`modelroll_common.flags`'s, shared with the gateway and the operator).
+The settings a ModelVersion tunes (``spec.batching``, ``spec.sidecar``) take their flag names,
+defaults and bounds from :mod:`modelroll_common.settings`, the table the operator and the CRD
+use, so the sidecar refuses exactly the values the CRD refuses. Invalid values exit with a
+message that names the flag, or the variable the value came from (parsing is
+:mod:`modelroll_common.flags`'s, shared with the gateway and the operator).
 """
 
 from __future__ import annotations
@@ -11,11 +13,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from modelroll_common.flags import EnvArgumentParser, number
+from modelroll_common.settings import (
+    BATCHING_CHOICES,
+    BATCHING_SETTINGS,
+    PROTOCOL,
+    SIDECAR_SETTINGS,
+)
 
+TUNED = {s.attr: s for s in (*BATCHING_SETTINGS, *SIDECAR_SETTINGS)}
+"""The integer settings a ModelVersion tunes, by SidecarConfig field."""
+CHOICES = {c.attr: c for c in (*BATCHING_CHOICES, PROTOCOL)}
+"""The word settings a ModelVersion tunes, by SidecarConfig field."""
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
-BATCH_BY = ("arrival", "length")
-WAIT_POLICIES = ("fixed", "adaptive")
-PROTOCOLS = ("batch", "openai")
+BATCH_BY = CHOICES["batch_by"].words
+WAIT_POLICIES = CHOICES["wait_policy"].words
+PROTOCOLS = CHOICES["protocol"].words
+
+
+def _default(attr: str) -> int:
+    return TUNED[attr].default
+
+
+def _word(attr: str) -> str:
+    """A word setting's default, as the flag spells it."""
+    return CHOICES[attr].default.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,21 +48,22 @@ class SidecarConfig:
     version: str = "v1"
     host: str = "0.0.0.0"
     port: int = 8000
-    max_batch_size: int = 32
-    max_wait_ms: float = 10.0
-    max_queue_size: int = 1024
-    max_batch_tokens: int = 0
-    timeout_ms: float = 30000.0
-    max_concurrent_batches: int = 1
-    batch_by: str = "arrival"
-    wait_policy: str = "fixed"
-    protocol: str = "batch"
-    max_in_flight: int = 256
-    max_body_bytes: int = 1 << 20
-    read_timeout_ms: float = 30000.0
-    upstream_timeout_ms: float = 60000.0
+    max_batch_size: int = _default("max_batch_size")
+    max_wait_ms: float = float(_default("max_wait_ms"))
+    max_queue_size: int = _default("max_queue_size")
+    max_batch_tokens: int = _default("max_batch_tokens")
+    timeout_ms: float = float(_default("timeout_ms"))
+    max_concurrent_batches: int = _default("max_concurrent_batches")
+    batch_by: str = _word("batch_by")
+    wait_policy: str = _word("wait_policy")
+    protocol: str = _word("protocol")
+    max_in_flight: int = _default("max_in_flight")
+    max_body_bytes: int = _default("max_body_bytes")
+    read_timeout_ms: float = float(_default("read_timeout_ms"))
+    upstream_timeout_ms: float = float(_default("upstream_timeout_ms"))
     readiness_interval_ms: float = 1000.0
-    drain_timeout_s: float = 30.0
+    readiness_timeout_ms: float = float(_default("readiness_timeout_ms"))
+    drain_timeout_s: float = float(_default("drain_timeout_s"))
     prestop_delay_ms: float = 3000.0
     event_loop: str = "auto"
 
@@ -56,44 +78,22 @@ class SidecarConfig:
 
     def problem(self) -> str | None:
         """The first invalid setting, phrased with its flag name, or None."""
-        at_least_one = (
-            "max_batch_size",
-            "max_queue_size",
-            "max_concurrent_batches",
-            "max_in_flight",
-            "max_body_bytes",
-            "port",
-        )
-        for name in at_least_one:
-            if getattr(self, name) < 1:
-                return f"{flag(name)} must be at least 1, got {getattr(self, name)}"
-        if self.max_wait_ms < 0:
-            return (
-                f"--max-wait-ms must be 0 (send what is queued at once) or more, "
-                f"got {self.max_wait_ms:g}"
-            )
-        positive = (
-            "timeout_ms",
-            "read_timeout_ms",
-            "upstream_timeout_ms",
-            "readiness_interval_ms",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                return f"{flag(name)} must be greater than 0, got {getattr(self, name)}"
+        bounds = {s.flag: (s.attr, s.low, s.high) for s in TUNED.values()}
+        bounds["--port"] = ("port", 1, 65535)
+        for name, (attr, low, high) in bounds.items():
+            value = getattr(self, attr)
+            if not low <= value <= high:  # .15g: 3600001 (not 3.6e+06), 0.5, -1
+                return f"{name} must be within {low}..{high}, got {value:.15g}"
+        if self.readiness_interval_ms <= 0:
+            interval = self.readiness_interval_ms
+            return f"--readiness-interval-ms must be greater than 0, got {interval:g}"
+        if self.prestop_delay_ms < 0:
+            return f"--prestop-delay-ms must be 0 or more, got {self.prestop_delay_ms:g}"
         if self.max_wait_ms > self.timeout_ms:
             return (
                 f"--max-wait-ms ({self.max_wait_ms:g}) must not exceed "
                 f"--timeout-ms ({self.timeout_ms:g})"
             )
-        if self.max_batch_tokens < 0:
-            return f"--max-batch-tokens must be 0 (no budget) or more, got {self.max_batch_tokens}"
-        if self.drain_timeout_s < 0:
-            return f"--drain-timeout-s must be 0 or more, got {self.drain_timeout_s}"
-        if self.prestop_delay_ms < 0:
-            return f"--prestop-delay-ms must be 0 or more, got {self.prestop_delay_ms:g}"
-        if self.port > 65535:
-            return f"--port must be at most 65535, got {self.port}"
         if not self.upstream.startswith(("http://", "https://")):
             return f"--upstream must be an http(s) URL, got {self.upstream!r}"
         choices = {
@@ -148,6 +148,8 @@ HELP = {
     "byte (a new connection: of connecting), or it gets 408 and its connection closes",
     "upstream_timeout_ms": "a model call slower than this fails its batch with 502",
     "readiness_interval_ms": "how often the model's /readyz is probed",
+    "readiness_timeout_ms": "a probe of the model's /readyz (--protocol openai: /health) that "
+    "takes longer counts as not ready",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
     "prestop_delay_ms": "GET /prestop (the pod's preStop hook) answers after this long, while "
     "requests are still served but every connection is closed after its answer",

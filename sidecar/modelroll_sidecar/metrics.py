@@ -37,7 +37,7 @@ EFFICIENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 CODES = ("200", "400", "404", "408", "413", "415", "422", "429", "502", "503", "504")
 CLOSE_REASONS = ("full", "timeout", "tokens", "idle", "drain")
 TOKEN_KINDS = ("useful", "padded")
-REJECT_REASONS = ("queue_full", "deadline", "disconnect", "shutting_down")
+REJECT_REASONS = ("queue_full", "deadline", "split_deadline", "disconnect", "shutting_down")
 
 
 class SidecarMetrics:
@@ -108,7 +108,7 @@ class SidecarMetrics:
         ).labels(model, version)
         rejected = Counter(
             "modelroll_rejected_total",
-            "Requests refused or dropped before reaching the model, by reason.",
+            "Requests refused or dropped before the model answered them, by reason.",
             [*labels, "reason"],
             registry=registry,
         )

@@ -925,3 +925,20 @@ def test_the_charts_default_sidecar_image_is_the_operators_default() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     image = values["sidecar"]["image"]
     assert f"{image['repository']}:{chart_meta()['appVersion']}" == DEFAULT_SIDECAR_IMAGE
+
+
+def test_the_sidecars_resources_in_values_reach_the_operator_parsed_as_its_flag(
+    helm: Helm,
+) -> None:
+    assert not [a for a in operator_args(helm.template()) if a.startswith("--sidecar-resources")]
+    guaranteed = (
+        "sidecar.resources.requests.cpu=250m,sidecar.resources.limits.cpu=250m,"
+        "sidecar.resources.requests.memory=256Mi,sidecar.resources.limits.memory=256Mi"
+    )
+    given = operator_args(helm.template("--set", guaranteed))
+    (flag,) = [a for a in given if a.startswith("--sidecar-resources=")]
+    config = operator_cli.parse_config(operator_cli.build_parser({}).parse_args([flag]))
+    assert config.sidecar_resources == {
+        "requests": {"cpu": "250m", "memory": "256Mi"},
+        "limits": {"cpu": "250m", "memory": "256Mi"},
+    }

@@ -7,6 +7,8 @@ model does; the HTTP tests (tests/unit/sidecar/) cover the HTTP layer.
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from modelroll_sidecar.batching import Batcher, Outcome, QueueFull, ShuttingDown
+from modelroll_sidecar.batching import Batcher, Outcome, Pending, QueueFull, ShuttingDown
 from modelroll_sidecar.cost_model import MIN_BATCHES, CostModel
 from modelroll_sidecar.metrics import SidecarMetrics
 from modelroll_sidecar.protocol import BatchResult, ModelFailed, ModelRejected
@@ -24,6 +26,13 @@ Answer = Callable[[list[Any]], BatchResult]
 
 def echo(inputs: list[Any]) -> BatchResult:
     return BatchResult(list(inputs), [None] * len(inputs))
+
+
+def refuse_poison(inputs: list[Any]) -> BatchResult:
+    """A model that refuses, as bad input, any batch holding "poison"."""
+    if "poison" in inputs:
+        raise ModelRejected("model answered 400: cannot parse")
+    return echo(inputs)
 
 
 @dataclass
@@ -105,6 +114,18 @@ async def answers(*pendings: Any) -> list[Outcome]:
 
 def statuses(outcomes: list[Outcome]) -> list[int]:
     return [o.status for o in outcomes]
+
+
+def answered_at(pendings: list[Pending]) -> list[float]:
+    """The loop time each request is answered at, filled in as they are."""
+    times = [math.nan] * len(pendings)
+
+    def record(i: int, _: object) -> None:
+        times[i] = now()
+
+    for i, pending in enumerate(pendings):
+        pending.future.add_done_callback(functools.partial(record, i))
+    return times
 
 
 # -- what closes a batch --------------------------------------------------------------------
@@ -237,11 +258,6 @@ async def test_per_item_errors_fail_only_their_own_requests(start: Any) -> None:
 
 
 async def test_a_batch_the_model_refuses_is_split_until_the_culprit_is_alone(start: Any) -> None:
-    def refuse_poison(inputs: list[Any]) -> BatchResult:
-        if "poison" in inputs:
-            raise ModelRejected("model answered 400: cannot parse")
-        return echo(inputs)
-
     model = ScriptedModel(answer=refuse_poison)
     h = start(model, max_batch_size=4)
     outcomes = await answers(*(h.batcher.submit(x) for x in ("a", "b", "poison", "d")))
@@ -253,6 +269,71 @@ async def test_a_batch_the_model_refuses_is_split_until_the_culprit_is_alone(sta
         ["poison"],
         ["d"],
     ]
+
+
+async def test_a_slow_refusal_is_split_only_while_each_requests_deadline_lasts(
+    start: Any,
+) -> None:
+    """Each call takes 1 s and the deadline is 2.5 s: the half without the poison keeps its
+    answers (given as soon as the model answers it), the rest get 504 once their deadline has
+    passed and are not sent again. Unbounded, the split would take 7 calls."""
+    model = ScriptedModel(seconds=1.0, answer=refuse_poison)
+    h = start(model, max_batch_size=8, timeout_s=2.5)
+    t0 = now()
+    inputs = ["a", "b", "c", "d", "e", "poison", "g", "h"]
+    pendings = [h.batcher.submit(x) for x in inputs]
+    times = answered_at(pendings)
+    outcomes = await answers(*pendings)
+
+    assert statuses(outcomes) == [200] * 4 + [504] * 4
+    assert [o.output for o in outcomes[:4]] == inputs[:4]
+    assert outcomes[4].error == (
+        "the model refused the batch this request was in, and its deadline of 2500ms passed "
+        "while the sidecar isolated the request at fault"
+    )
+    assert model.calls == [inputs, inputs[:4], inputs[4:]]
+    assert [t - t0 for t in times] == pytest.approx([2.0] * 4 + [3.0] * 4)
+    assert max(times) <= t0 + 2.5 + model.seconds
+    assert h.rejected("split_deadline") == 4
+    assert h.rejected("deadline") == 0
+
+
+async def test_answers_given_during_a_split_stand_when_a_later_call_fails(start: Any) -> None:
+    """The model answers the half without the poison, then fails the other half (a 500)."""
+
+    def fail_the_third_call(inputs: list[Any]) -> BatchResult:
+        if len(model.calls) == 3:
+            raise ModelFailed("model answered 500")
+        return refuse_poison(inputs)
+
+    model = ScriptedModel(answer=fail_the_third_call)
+    h = start(model, max_batch_size=4)
+    a, b, poison, d = await answers(*(h.batcher.submit(x) for x in ("a", "b", "poison", "d")))
+    assert (a, b) == (Outcome(200, "a"), Outcome(200, "b"))
+    assert poison == d == Outcome(502, error="model answered 500")
+
+
+async def test_a_split_still_isolates_a_culprit_whose_deadline_lasts(start: Any) -> None:
+    """Requests that arrived later have later deadlines: while the older ones get 504, the
+    poison, the newest, is sent alone and gets 422."""
+    model = ScriptedModel(seconds=1.0, answer=refuse_poison)
+    h = start(model, max_batch_size=8, max_wait_s=2.0, timeout_s=2.5)
+    t0 = now()
+    older = [h.batcher.submit(x) for x in "abcd"]
+    await asyncio.sleep(0.4)
+    later = [h.batcher.submit(x) for x in "efg"]
+    await asyncio.sleep(0.6)
+    pendings = [*older, *later, h.batcher.submit("poison")]  # full: the batch goes at t0 + 1
+    times = answered_at(pendings)
+    outcomes = await answers(*pendings)
+
+    assert statuses(outcomes) == [200] * 4 + [504] * 3 + [422]
+    assert model.calls == [[*"abcdefg", "poison"], [*"abcd"], ["poison"]]
+    assert [t - t0 for t in model.started] == pytest.approx([1.0, 2.0, 3.0])
+    assert [t - t0 for t in times] == pytest.approx([3.0] * 7 + [4.0])
+    deadlines = [t0 + 2.5] * 4 + [t0 + 2.9] * 3 + [t0 + 3.5]
+    assert all(t <= d + model.seconds for t, d in zip(times, deadlines, strict=True))
+    assert h.rejected("split_deadline") == 3
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
 
 from modelroll_operator.cli import build_parser, parse_config
-from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
+from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig
 from tests.unit.common.test_flags import help_entries
 
 
@@ -135,6 +136,7 @@ DEFAULTS = {
     "--namespace": "all namespaces",
     "--all-namespaces": "off",
     "--sidecar-image": DEFAULT_SIDECAR_IMAGE,
+    "--sidecar-resources": json.dumps(SIDECAR_RESOURCES, separators=(",", ":")),
     "--drain-timeout-s": "30",
     "--kubeconfig": "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     "--liveness": "http://0.0.0.0:8081/healthz",
@@ -155,3 +157,17 @@ def test_help_shows_every_flags_default_and_variable(monkeypatch: pytest.MonkeyP
     for flag, default in DEFAULTS.items():
         variable = "MODELROLL_" + flag[2:].replace("-", "_").upper()
         assert f"(default: {default}; env {variable})" in entries[flag]
+
+
+def test_sidecar_resources_come_from_json_and_a_bad_value_names_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    given = '{"requests": {"cpu": "250m"}, "limits": {"cpu": "250m", "memory": "256Mi"}}'
+    config = parse_config(parsed(f"--sidecar-resources={given}"))
+    assert config.sidecar_resources == json.loads(given)
+    assert parse_config(parsed()).sidecar_resources == SIDECAR_RESOURCES
+    with pytest.raises(SystemExit):
+        parsed('--sidecar-resources={"cpu": "1"}')
+    assert (
+        "--sidecar-resources must be an object with requests and limits" in capsys.readouterr().err
+    )

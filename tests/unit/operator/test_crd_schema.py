@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from modelroll_operator.spec import (
-    BATCHING_CHOICES,
-    BATCHING_SETTINGS,
-    SIDECAR_SETTINGS,
-    Batching,
-    parse_batching,
-)
+from modelroll_common.settings import BATCHING_CHOICES, BATCHING_SETTINGS, SIDECAR_SETTINGS
+from modelroll_operator.spec import Batching, parse_batching
 from modelroll_sidecar import config as sidecar_config
 from modelroll_sidecar.config import SidecarConfig
 
@@ -63,6 +58,10 @@ PASSED_THROUGH = {
     "spec.server.env[].valueFrom",
     "spec.server.envFrom[]",
     "spec.server.startupProbe",
+    "spec.server.readinessProbe",
+    "spec.server.livenessProbe",
+    "spec.server.securityContext",
+    "spec.server.topologySpreadConstraints[]",
     "spec.server.volumes[]",
     "spec.server.initContainers[]",
     "spec.server.tolerations[]",
@@ -105,8 +104,8 @@ def test_printer_columns_are_the_documented_ones_with_extras_for_wide() -> None:
 
 def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> None:
     """spec.batching and spec.sidecar: each field's minimum, maximum and default in the CRD are
-    the ones the operator checks and the sidecar uses (one table: spec.BATCHING_SETTINGS and
-    spec.SIDECAR_SETTINGS)."""
+    the ones the operator checks and the sidecar uses (one table: BATCHING_SETTINGS and
+    SIDECAR_SETTINGS in modelroll_common.settings)."""
     (version,) = load()["spec"]["versions"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     for block, settings, defaulted in (
@@ -115,7 +114,8 @@ def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> 
     ):
         fields = spec[block]["properties"]
         choices = BATCHING_CHOICES if block == "batching" else ()
-        assert set(fields) == {s.key for s in (*settings, *choices)}, block
+        others = {"resources"} if block == "sidecar" else set()  # the container's, not a flag
+        assert set(fields) == {s.key for s in (*settings, *choices)} | others, block
         for s in settings:
             field = fields[s.key]
             assert (field["minimum"], field["maximum"]) == (s.low, s.high), s.key
@@ -129,7 +129,7 @@ def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> 
 
 def test_the_crd_enums_and_defaults_of_batching_choices_are_the_operators_and_sidecars() -> None:
     """spec.batching.batchBy and waitPolicy: the CRD's enum and default are the operator's
-    (spec.BATCHING_CHOICES), and, lowercased, the sidecar's choices and default."""
+    (BATCHING_CHOICES), and, lowercased, the sidecar's choices and default."""
     (version,) = load()["spec"]["versions"]
     fields = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["batching"]
     sidecar_choices = {

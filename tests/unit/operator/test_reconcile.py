@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
+import pytest
+
 from modelroll_operator.kube import Api, KubeApiError
 from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
 from modelroll_operator.settings import OperatorConfig
@@ -175,9 +177,9 @@ async def test_a_managed_version_is_applied_once_and_a_weight_change_does_not_re
     world = World(version("canary-v2", weight=1, uid="uid-c"))
     await world.reconciler.reconcile(("prod", "sentiment"))
     applied = [p for op, p in world.api.writes if op == "apply"]
-    assert applied == [
-        "/api/v1/namespaces/prod/services/canary-v2",
+    assert applied == [  # the Deployment first: a refused one leaves no Service behind
         "/apis/apps/v1/namespaces/prod/deployments/canary-v2",
+        "/api/v1/namespaces/prod/services/canary-v2",
     ]
     assert world.route("sentiment")["versions"] == []  # no ready replica yet
 
@@ -322,3 +324,117 @@ async def test_sidecar_settings_on_an_external_version_are_said_to_be_ignored() 
         "spec.sidecar.upstreamTimeoutMs are ignored: an external version runs no modelroll sidecar"
     )
     assert ("stable-v1", "SettingsIgnored") in {(n, r) for n, r, _ in world.api.events}
+
+
+def serving(world: World, name: str, **status: Any) -> None:
+    """What the watches show once the version's pod is ready (the status of its Deployment)."""
+    world.observe()
+    key = ("prod", name)
+    (deployment,) = world.deployments[key]
+    figures = {"replicas": 1, "ready_replicas": 1, **status}
+    world.deployments[key] = [dataclasses.replace(deployment, **figures)]
+
+
+DEPLOYMENT = "/apis/apps/v1/namespaces/prod/deployments/solo-v1"
+SERVICE = "/api/v1/namespaces/prod/services/solo-v1"
+
+
+@pytest.mark.parametrize(
+    ("server", "refusal", "says"),
+    [
+        ({"port": 8000}, None, "spec.server.port 8000 is the batching sidecar's port"),
+        (
+            {"tolerations": [{"key": "gpu", "operator": "Sometimes"}]},
+            KubeApiError(422, "Invalid", 'spec.template.spec.tolerations[0].operator: "Sometimes"'),
+            "tolerations[0].operator",
+        ),
+        (
+            {"imagePullSecrets": [{"name": "r"}, {"name": "r"}]},
+            KubeApiError(
+                500,
+                "InternalError",
+                "failed to create typed patch object: .spec.template.spec.imagePullSecrets: "
+                'duplicate entries for key [name="r"]',
+            ),
+            "duplicate entries for key",
+        ),
+    ],
+    ids=["operator refuses", "422", "server-side apply's duplicate keys"],
+)
+async def test_a_refused_edit_of_the_only_serving_version_changes_nothing_that_serves(
+    server: dict[str, Any], refusal: KubeApiError | None, says: str
+) -> None:
+    """A single-version model whose edit cannot be applied keeps answering from its previous
+    pods: same route, Ready on the previous spec with the refusal named, and a refusal for good
+    is not retried (the pass reports no problem to retry)."""
+    image = {"image": "ghcr.io/acme/solo:1", "port": 9000}
+    world = World(version("solo-v1", weight=1, uid="uid-s", server=image))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    serving(world, "solo-v1")
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    before = world.route("sentiment")
+    assert [v["name"] for v in before["versions"]] == ["solo-v1"]
+
+    world.observe()
+    world.versions[("prod", "sentiment")] = [
+        version("solo-v1", weight=1, uid="uid-s", generation=2, server={**image, **server})
+    ]
+    serving(world, "solo-v1")
+    if refusal is not None:
+        world.api.refuse[DEPLOYMENT] = refusal
+    world.api.writes.clear()
+    result = await world.reconciler.reconcile(("prod", "sentiment"))
+    assert world.route("sentiment") == before
+    ready = condition_of(world, "solo-v1", "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "UpdateRefused")
+    assert "running its previous spec" in ready["message"]
+    assert says in ready["message"]
+    assert result.problems == ()  # nothing to retry: the same spec would be refused again
+    assert not [p for op, p in world.api.writes if op == "apply"]  # nothing was changed
+
+
+async def test_a_new_version_whose_deployment_is_refused_gets_no_service() -> None:
+    world = World(version("solo-v1", weight=1, uid="uid-s"))
+    world.api.refuse[DEPLOYMENT] = KubeApiError(422, "Invalid", "spec.template: bad")
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    ready = condition_of(world, "solo-v1", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert SERVICE not in world.api.objects
+
+
+async def test_pods_the_cluster_refuses_are_named_in_the_versions_status() -> None:
+    """The ReplicaSet's FailedCreate (a quota, Pod Security admission), which the Deployment
+    carries as its ReplicaFailure condition, is the version's Ready message and a Warning."""
+    world = World(version("solo-v1", weight=1, uid="uid-s"))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    why = 'pods "solo-v1-abc" is forbidden: failed quota: q: must specify limits.cpu for: sidecar'
+    serving(world, "solo-v1", ready_replicas=0, replicas=0, failure=why)
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    ready = condition_of(world, "solo-v1", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PodsRefused")
+    assert why in ready["message"]
+    assert ("solo-v1", "PodsRefused") in {(n, r) for n, r, _ in world.api.events}
+
+
+def test_the_deployments_replica_failure_is_read_from_its_conditions() -> None:
+    body: dict[str, Any] = {
+        "metadata": {"name": "solo-v1", "labels": {"modelroll.io/version": "solo-v1"}},
+        "status": {
+            "conditions": [
+                {"type": "Available", "status": "False"},
+                {
+                    "type": "ReplicaFailure",
+                    "status": "True",
+                    "reason": "FailedCreate",
+                    "message": "pods is forbidden: violates PodSecurity",
+                },
+            ]
+        },
+    }
+    info = WorkloadInfo.from_body("Deployment", body)
+    assert info is not None
+    assert info.failure == "pods is forbidden: violates PodSecurity"
+    body["status"]["conditions"][1]["status"] = "False"
+    info = WorkloadInfo.from_body("Deployment", body)
+    assert info is not None
+    assert info.failure is None

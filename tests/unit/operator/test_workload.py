@@ -69,14 +69,13 @@ def test_the_model_outlives_the_sidecar_and_the_sidecar_outlives_its_endpoints()
     assert hook == {"httpGet": {"path": "/prestop", "port": "http"}}
 
 
-def test_the_sidecar_runs_locked_down_and_resources_stay_unset_unless_given() -> None:
+def test_the_sidecar_runs_locked_down_and_the_models_resources_stay_unset_unless_given() -> None:
     pod = containers(deployment_manifest(version(), CONFIG))
     security = pod["sidecar"]["securityContext"]
     assert security["runAsNonRoot"] is True
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
-    assert "resources" not in pod["sidecar"]
     assert "resources" not in pod["model"]
     given = version(server={"image": "m:1", "resources": {"limits": {"nvidia.com/gpu": 1}}})
     model = containers(deployment_manifest(given, CONFIG))["model"]

@@ -16,7 +16,7 @@ from tests.unit.common.test_flags import help_entries
         (
             [],
             {"MODELROLL_MAX_BATCH_SIZE": "0"},
-            "MODELROLL_MAX_BATCH_SIZE=0: --max-batch-size must be at least 1, got 0",
+            "MODELROLL_MAX_BATCH_SIZE=0: --max-batch-size must be within 1..4096, got 0",
         ),
         (
             ["--max-wait-ms=10"],
@@ -31,10 +31,12 @@ from tests.unit.common.test_flags import help_entries
         ),
         ([], {"MODELROLL_PORT": "http"}, "MODELROLL_PORT=http: invalid integer"),
         ([], {"MODELROLL_MAX_WAIT_MS": "nan"}, "MODELROLL_MAX_WAIT_MS=nan: invalid number"),
+        (["--max-wait-ms=-1"], {}, "--max-wait-ms must be within 0..60000, got -1"),
         (
-            ["--max-wait-ms=-1"],
-            {},
-            "--max-wait-ms must be 0 (send what is queued at once) or more, got -1",
+            [],
+            {"MODELROLL_MAX_CONCURRENT_BATCHES": "65"},
+            "MODELROLL_MAX_CONCURRENT_BATCHES=65: --max-concurrent-batches must be within 1..64, "
+            "got 65",
         ),
         (["--timeout-ms", "inf"], {}, "--timeout-ms inf: invalid number"),
     ],

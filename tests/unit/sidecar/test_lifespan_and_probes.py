@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.app import create_app, handle_infer, handle_livez
 from modelroll_sidecar.config import SidecarConfig
@@ -29,6 +31,35 @@ async def test_readyz_is_503_until_the_model_is_ready(
     assert "not ready" in (await before.json())["error"]
     assert after.status == 200
     assert (await sidecar.client.get("/livez")).status == 200
+
+
+async def test_a_model_slower_to_answer_readyz_than_the_probe_timeout_stays_unready(
+    aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
+) -> None:
+    """A model whose /readyz takes 1.2 s: never ready behind the default 1 s probe timeout,
+    ready once --readiness-timeout-ms gives it 2 s."""
+
+    async def slow_readyz(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.2)
+        return web.json_response({"status": "ready"})
+
+    app = web.Application()
+    app.router.add_get("/readyz", slow_readyz)
+    url = str((await aiohttp_server(app)).make_url("")).rstrip("/")
+    hasty, patient = await asyncio.gather(
+        start_sidecar(url), start_sidecar(url, readiness_timeout_ms=2000)
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    while (await patient.client.get("/readyz")).status != 200:
+        assert loop.time() - started < 3.0, "the patient sidecar never became ready"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(started + 2.5 - loop.time())  # the hasty one's second probe gave up too
+    unready = await hasty.client.get("/readyz")
+
+    assert unready.status == 503
+    assert "not ready" in (await unready.json())["error"]
 
 
 async def test_an_app_whose_lifespan_never_started_answers_503_at_once() -> None:
