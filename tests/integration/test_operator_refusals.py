@@ -123,14 +123,34 @@ def test_a_new_version_whose_deployment_is_refused_gets_no_service(
     assert not cluster.exists("deploy", "solo-v1", namespace=namespace)
 
 
-def test_the_crd_refuses_two_equal_image_pull_secrets(cluster: Cluster, namespace: str) -> None:
-    twice = {**SERVER, "imagePullSecrets": [{"name": "registry"}, {"name": "registry"}]}
-    doc = model_version("solo-v1", "solo", weight=1, server=twice)
+SPREAD = {"topologyKey": "topology.kubernetes.io/zone", "maxSkew": 1}
+
+
+@pytest.mark.parametrize(
+    ("twice", "says"),
+    [
+        (
+            {"imagePullSecrets": [{"name": "registry"}, {"name": "registry"}]},
+            "spec.server.imagePullSecrets[1]: Duplicate value",
+        ),
+        (
+            {"topologySpreadConstraints": [SPREAD, {**SPREAD, "maxSkew": 2}]},
+            "spec.server.topologySpreadConstraints[1]: Duplicate value",
+        ),
+    ],
+    ids=["imagePullSecrets", "topologySpreadConstraints"],
+)
+@pytest.mark.usefixtures("crd")
+def test_the_crd_refuses_a_list_whose_keys_repeat(
+    cluster: Cluster, namespace: str, twice: dict[str, Any], says: str
+) -> None:
+    """Refused at kubectl apply, by name, rather than by server-side apply of the Deployment."""
+    doc = model_version("solo-v1", "solo", weight=1, server={**SERVER, **twice})
     refused = cluster.kubectl(
         "apply", "-f", "-", namespace=namespace, input=json.dumps(doc), check=False
     )
     assert refused.returncode != 0
-    assert "spec.server.imagePullSecrets[1]: Duplicate value" in refused.stderr
+    assert says in refused.stderr
 
 
 QUOTA = {
