@@ -15,6 +15,10 @@ PACKAGES := $(patsubst %/__init__.py,%,$(foreach p,$(PROJECTS),$(wildcard $(p)/m
 PYTEST_ARGS ?=
 ARGS ?=
 
+# $(call timed,TIER,COMMAND): run COMMAND and print how long the tier took, pass or fail.
+timed = @start=$$(date +%s); $(2); status=$$?; \
+	echo "== modelroll $(1): $$(( $$(date +%s) - start )) s (exit $$status)"; exit $$status
+
 include hack/cluster.mk
 include hack/prometheus.mk
 include hack/chart.mk
@@ -49,17 +53,19 @@ fmt: venv ## Format and auto-fix with ruff.
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check) and mypy strict.
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy $(PACKAGES) tests
+	$(call timed,lint,$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
+		$(VENV)/bin/mypy $(PACKAGES) tests)
 
 .PHONY: test-unit
 test-unit: venv ## Unit and component tests (real processes on loopback, no cluster).
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(call timed,unit,$(PY) -m pytest tests/unit $(PYTEST_ARGS))
 
 .PHONY: test-integration
 test-integration: venv cluster-bins $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm).
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(call timed,integration,$(PY) -m pytest tests/integration $(PYTEST_ARGS))
+
+.PHONY: check
+check: lint test-unit ## The fast loop: lint and the unit tests (no cluster, no node).
 
 .PHONY: test
 test: lint test-unit test-integration chart-test test-e2e test-node ## Everything CI runs.

@@ -60,4 +60,4 @@ chart-lint: $(HELM) ## helm lint, and helm template with default and full values
 
 .PHONY: chart-test
 chart-test: venv cluster-bins $(PROMETHEUS_BINS) monitoring-crds chart-lint ## Chart checks: lint, templates, dry-run apply, PromQL against a real Prometheus.
-	$(PY) -m pytest tests/chart $(PYTEST_ARGS)
+	$(call timed,chart,$(PY) -m pytest tests/chart $(PYTEST_ARGS))

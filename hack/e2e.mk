@@ -4,7 +4,7 @@
 
 .PHONY: test-e2e
 test-e2e: venv cluster-bins $(PROMETHEUS_BINS) ## The rollout story on loopback: control plane, operator, gateway, sidecars, Prometheus.
-	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+	$(call timed,e2e,$(PY) -m pytest tests/e2e $(PYTEST_ARGS))
 
 .PHONY: e2e-kind
 e2e-kind: venv cluster-bins $(HELM) ## The same scenario on a kind cluster with the chart (needs Docker and kind).

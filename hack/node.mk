@@ -59,4 +59,4 @@ node-prereqs: node-packages venv node-bins images $(PROMETHEUS_BINS) $(HELM) ## 
 
 .PHONY: test-node
 test-node: node-prereqs ## The chart and managed ModelVersions on a real local node, under load.
-	$(PY) -m pytest tests/node $(PYTEST_ARGS)
+	$(call timed,node,$(PY) -m pytest tests/node $(PYTEST_ARGS))
