@@ -56,11 +56,14 @@ def choose_baseline(
     versions: list[VersionInfo], canary: str, named: str | None
 ) -> tuple[VersionInfo | None, str]:
     """The baseline: the one named, else the model's highest-weight Ready version other than
-    the canary (ties: by name). None, with why, when there is none."""
+    the canary (ties: by name). None, with why, when there is none or the named one is not
+    Ready (a version that serves nothing is no comparison)."""
     others = [v for v in versions if v.name != canary and not v.deleting and v.spec is not None]
     if named is not None:
         found = next((v for v in others if v.name == named), None)
-        return found, "" if found else f"the baseline {named} is not a version of this model"
+        if found is None:
+            return None, f"the baseline {named} is not a version of this model"
+        return (found, "") if found.ready else (None, f"the baseline {named} is not Ready")
     ready = [v for v in others if v.ready and v.spec is not None and v.spec.weight > 0]
     if not ready:
         return None, "no other version of this model is Ready with a weight above 0"

@@ -43,6 +43,9 @@ class _Sums:
         )  # fmt: skip
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        """Add one sample; a counter that is NaN, infinite or negative is a read error."""
+        if not math.isfinite(value) or value < 0:
+            raise MetricsUnavailable(f"{name}{dict(labels)} reads {value}, not a count")
         version = labels.get("version", "")
         if name == REQUESTS:
             self.codes[version][labels.get("code", "")] += value

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import judge
-from .analysis_spec import HOLD, PROMOTE, ROLLBACK, AnalysisSpec, ErrorCheck, LatencyCheck
+from .analysis_spec import PROMOTE, ROLLBACK, AnalysisSpec, ErrorCheck, LatencyCheck
 
 PENDING = "Pending"
 """The phase while no analysis can start (no baseline yet): canary.py writes it, not this."""
@@ -541,7 +541,9 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, snapshot: Snapshot, now: fl
 
     judged_for = now - (state.window_start.at if state.window_start else now)
     canary_requests = snapshot.canary.requests - state.window_start.canary.requests
-    enough = judged_for >= spec.min_seconds and canary_requests >= spec.min_requests
+    # No evidence, no verdict: a baseline that answered nothing in the window is no comparison.
+    compared = snapshot.baseline.requests - state.window_start.baseline.requests > 0
+    enough = compared and judged_for >= spec.min_seconds and canary_requests >= spec.min_requests
     passed = all(c.verdict == judge.PASS or _dry(spec, n) for n, c in checks.items())
     if enough and passed:
         step = spec.steps[state.step]
@@ -559,15 +561,17 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, snapshot: Snapshot, now: fl
             f"{canary_requests:.0f}/{spec.min_requests} canary requests, "
             f"{judged_for:.0f}/{spec.min_seconds} s judged"
         )
+        if not compared:
+            detail = f"{detail}, no baseline requests"
     else:
         detail = "the evidence is not yet clear either way"
     if now - state.step_started >= spec.max_seconds:
         late = f"Step {state.step + 1} had no verdict after {spec.max_seconds} s ({detail})."
-        if spec.on_inconclusive == ROLLBACK:
+        # Without baseline requests there is nothing to be inconclusive about: always hold.
+        if compared and spec.on_inconclusive == ROLLBACK:
             return rollback(judged, reason, f"{late} {evidence}")
-        if spec.on_inconclusive == PROMOTE:
+        if compared and spec.on_inconclusive == PROMOTE:
             return _to_step(spec, judged, len(spec.steps), now, late)
-        assert spec.on_inconclusive == HOLD
         message = (
             f"Holding at step {state.step + 1}: no verdict after {spec.max_seconds} s "
             f"({detail}; {evidence})"

@@ -36,3 +36,12 @@ def test_two_replicas_are_summed_and_other_models_ignored() -> None:
 def test_text_that_is_not_the_exposition_format_is_unavailable() -> None:
     with pytest.raises(MetricsUnavailable, match="could not be parsed"):
         add_exposition(_Sums(), 'modelroll_gateway_requests_total{model="m" 1\n', "m", ("a",))
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-3.0"])
+def test_a_counter_that_is_no_count_is_a_read_error_not_a_crash(value: str) -> None:
+    """A NaN, infinite or negative counter holds the analysis (MetricsUnavailable, said in its
+    condition) instead of reaching the judge."""
+    broken = ONE.replace('code="422"} 10.0', f'code="422"}} {value}')
+    with pytest.raises(MetricsUnavailable, match="not a count"):
+        add_exposition(_Sums(), broken, "m", ("canary", "stable"))

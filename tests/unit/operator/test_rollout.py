@@ -259,3 +259,17 @@ def test_default_checks_and_types() -> None:
     assert parsed.errors.is_error("503")
     assert parsed.errors.is_error("422")
     assert not parsed.errors.is_error("404")
+
+
+def test_a_baseline_with_no_requests_is_never_a_pass() -> None:
+    """A canary judged against a baseline that answers nothing holds, whatever its own traffic,
+    and even a policy of promoting inconclusive steps does not promote it."""
+    for policy in (PROMOTE, ROLLBACK, "Hold"):
+        story = Story(spec(steps=[{"weight": 10}], maxSeconds=60, onInconclusive=policy))
+        story.run(60, canary=30, baseline=0)
+        assert story.state.phase == rollout.HOLDING, policy
+        assert story.state.reason == rollout.INSUFFICIENT_DATA, policy
+        assert "no baseline requests" in story.state.message, policy
+        assert story.weights == [rollout.Weights(10, 90)], policy
+        story.run(60, canary=30, baseline=270)  # the baseline serves again: judged, promoted
+        assert story.state.phase == rollout.PROMOTED, policy
