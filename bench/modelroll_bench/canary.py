@@ -319,7 +319,8 @@ def modelroll(spec: AnalysisSpec, traffic: Traffic) -> Outcome:
         now += interval
         canary.add(data.canary)
         baseline.add(data.baseline)
-        snapshot = rollout.Snapshot(now, canary.counts(), baseline.counts())
+        gateway = rollout.Tally(now, canary.counts(), baseline.counts())
+        snapshot = rollout.Snapshot(now, {"pod/gateway": gateway})
         decision = rollout.evaluate(spec, decision.state, snapshot, now)
         state = decision.state
         if state.phase == rollout.ROLLED_BACK:

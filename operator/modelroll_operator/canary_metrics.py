@@ -1,9 +1,11 @@
 """Where a canary analysis reads its counters: the gateway pods' /metrics, or Prometheus.
 
 By default the operator lists the gateway pods by label selector and reads every Ready pod's
-/metrics itself, summing over replicas: no Prometheus needed, and no scrape delay. A pod that
-cannot be read makes the whole reading fail (a partial sum would look like a counter reset);
-the analysis then holds. With ``metrics.prometheus.url`` the same sums come from Prometheus.
+/metrics itself: no Prometheus needed, and no scrape delay. With ``metrics.prometheus.url`` the
+same counters come from Prometheus. Either way each source's counters come back apart (a pod's,
+``pod/<name>``; in Prometheus, by its ``pod`` label, else its ``instance``): the analysis takes
+deltas per source (rollout.count), so a pod that is not read adds nothing instead of looking
+like a reset. A reading fails (and the analysis holds) only when no source could be read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .analysis_spec import MetricsSource
 from .kube import UNREACHABLE, Api, KubeApiError, core_path
-from .rollout import Snapshot, VersionCounts
+from .rollout import Snapshot, Tally, VersionCounts
 
 REQUESTS = "modelroll_gateway_requests_total"
 BUCKETS = "modelroll_gateway_request_duration_seconds_bucket"
@@ -32,7 +34,7 @@ class MetricsUnavailable(Exception):
 
 
 class _Sums:
-    """Per version: requests by code, and histogram buckets by le, summed over sources."""
+    """One source's counters, per version: requests by code, histogram buckets by le."""
 
     def __init__(self) -> None:
         self.codes: defaultdict[str, defaultdict[str, float]] = defaultdict(
@@ -59,8 +61,8 @@ class _Sums:
             ordered = (*ordered, (math.inf, ordered[-1][1]))
         return VersionCounts(codes=dict(self.codes.get(version) or {}), buckets=ordered)
 
-    def snapshot(self, at: float, canary: str, baseline: str) -> Snapshot:
-        return Snapshot(at, self.counts(canary), self.counts(baseline))
+    def tally(self, at: float, canary: str, baseline: str) -> Tally:
+        return Tally(at, self.counts(canary), self.counts(baseline))
 
 
 def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) -> None:
@@ -77,6 +79,14 @@ def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) 
                     sums.add(sample.name, sample.labels, sample.value)
     except ValueError as exc:
         raise MetricsUnavailable(f"the gateway's /metrics could not be parsed: {exc}") from exc
+
+
+def source_name(labels: Mapping[str, str]) -> str:
+    """The source a Prometheus series belongs to: its gateway pod (the ServiceMonitor's ``pod``
+    label), else its scrape target (``instance``)."""
+    if pod := labels.get("pod"):
+        return f"pod/{pod}"
+    return f"instance/{labels.get('instance', '')}"
 
 
 class MetricsReader:
@@ -107,18 +117,43 @@ class MetricsReader:
         baseline: str,
         now: float,
     ) -> Snapshot:
-        """Both versions' counters now; raises MetricsUnavailable."""
-        sums = _Sums()
+        """Each source's counters of both versions now; raises MetricsUnavailable when no
+        source could be read (a source that could not be read is left out)."""
+        versions = (canary, baseline)
         if source.prometheus_url:
-            await self._prometheus(sums, source.prometheus_url, model, (canary, baseline))
+            found = await self._prometheus(source.prometheus_url, model, versions)
         else:
-            urls = [source.url] if source.url else await self._gateway_urls(source, namespace)
-            texts = await asyncio.gather(*(self._get_text(u) for u in urls))
-            for text in texts:
-                add_exposition(sums, text, model, (canary, baseline))
-        return sums.snapshot(now, canary, baseline)
+            targets = (
+                [(source.url, source.url)]
+                if source.url
+                else await self._gateway_targets(source, namespace)
+            )
+            read = await asyncio.gather(*(self._gateway(u, model, versions) for _, u in targets))
+            found = {
+                name: sums
+                for (name, _), sums in zip(targets, read, strict=True)
+                if isinstance(sums, _Sums)
+            }
+            if not found:
+                errors = sorted({str(e) for e in read if isinstance(e, MetricsUnavailable)})
+                raise MetricsUnavailable("; ".join(errors))
+        return Snapshot(now, {n: sums.tally(now, canary, baseline) for n, sums in found.items()})
 
-    async def _gateway_urls(self, source: MetricsSource, namespace: str) -> list[str]:
+    async def _gateway(
+        self, url: str, model: str, versions: tuple[str, str]
+    ) -> _Sums | MetricsUnavailable:
+        """One gateway's counters, or why they could not be read."""
+        sums = _Sums()
+        try:
+            add_exposition(sums, await self._get_text(url), model, versions)
+        except MetricsUnavailable as exc:
+            return exc
+        return sums
+
+    async def _gateway_targets(
+        self, source: MetricsSource, namespace: str
+    ) -> list[tuple[str, str]]:
+        """The Ready gateway pods: (``pod/<name>``, its /metrics URL) each."""
         where = source.namespace or namespace
         selector = ",".join(f"{k}={v}" for k, v in sorted(source.selector.items()))
         try:
@@ -127,14 +162,17 @@ class MetricsReader:
             )
         except (KubeApiError, *UNREACHABLE) as exc:
             raise MetricsUnavailable(f"cannot list the gateway pods: {exc}") from exc
-        urls = [
-            f"http://{_host(ip)}:{source.port}/metrics"
+        targets = [
+            (
+                f"pod/{(pod.get('metadata') or {}).get('name', ip)}",
+                f"http://{_host(ip)}:{source.port}/metrics",
+            )
             for pod in pods.get("items") or []
             if _ready(pod) and (ip := (pod.get("status") or {}).get("podIP"))
         ]
-        if not urls:
+        if not targets:
             raise MetricsUnavailable(f"no Ready gateway pod in {where} matches {selector}")
-        return urls
+        return targets
 
     async def _get_text(self, url: str) -> str:
         try:
@@ -149,14 +187,16 @@ class MetricsReader:
         return body.decode("utf-8", "replace")
 
     async def _prometheus(
-        self, sums: _Sums, base: str, model: str, versions: tuple[str, str]
-    ) -> None:
+        self, base: str, model: str, versions: tuple[str, str]
+    ) -> dict[str, _Sums]:
+        """The counters Prometheus holds, by source (:func:`source_name`)."""
         match = f'model="{model}",version=~"{"|".join(versions)}"'
         queries = {
-            REQUESTS: f"sum by (version, code) ({REQUESTS}{{{match}}})",
-            BUCKETS: f"sum by (version, le) ({BUCKETS}{{{match}}})",
+            REQUESTS: f"sum by (version, code, pod, instance) ({REQUESTS}{{{match}}})",
+            BUCKETS: f"sum by (version, le, pod, instance) ({BUCKETS}{{{match}}})",
         }
         url = base.rstrip("/") + "/api/v1/query"
+        found: defaultdict[str, _Sums] = defaultdict(_Sums)
         for name, query in queries.items():
             try:
                 async with self._client().get(url, params={"query": query}) as response:
@@ -167,7 +207,9 @@ class MetricsReader:
                 error = doc.get("error") if isinstance(doc, dict) else doc
                 raise MetricsUnavailable(f"Prometheus at {base} refused the query: {error}")
             for item in (doc.get("data") or {}).get("result") or []:
-                sums.add(name, item.get("metric") or {}, float(item["value"][1]))
+                labels = item.get("metric") or {}
+                found[source_name(labels)].add(name, labels, float(item["value"][1]))
+        return dict(found)
 
 
 def _host(ip: str) -> str:

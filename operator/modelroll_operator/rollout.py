@@ -8,7 +8,9 @@ the tests and the simulation in ``modelroll-bench analysis`` run the same code.
 A step: the operator writes its weights (canary ``w``, baseline ``100 - w``, scaled to the
 baseline's weight when that was above 100). The first ``warmupSeconds`` (and ``warmupRequests``
 canary requests) are not judged. Then every interval the deltas of both versions' counters feed
-each check (judge.py). A check that fails rolls back at once; the step passes when every check
+each check (judge.py): taken per source (a gateway replica) and summed (:func:`count`), so that
+a replica missing from a reading, restarted or new never passes its history off as one
+interval's counts. A check that fails rolls back at once; the step passes when every check
 passes after ``minSeconds`` and ``minRequests``; at ``maxSeconds`` without a verdict the
 ``onInconclusive`` policy applies (Hold: the weights stay, the analysis goes on and says why).
 """
@@ -67,9 +69,19 @@ _DEFAULT_ERRORS = ErrorCheck(max_ratio=1.5)
 """What counts as an error for the guardrail when the spec has no error check."""
 
 
+SOURCE_TTL_S = 300.0
+"""Seconds a source that is not read is remembered (default 300): one back within them counts
+what it counted since its last reading; one gone longer is forgotten, and if it comes back its
+next reading is a first one. Long enough for a gateway pod's restart or a readiness blip, short
+enough that replicas scaled away do not stay in ``status.analysis``."""
+MAX_SOURCES = 64
+"""At most this many sources are remembered (the most recently read): a bound on the size of
+``status.analysis``, far above a gateway's replica count."""
+
+
 @dataclass(frozen=True)
 class VersionCounts:
-    """One version's cumulative counters, summed over the gateway's replicas."""
+    """One version's counters: cumulative, as one source exports them, or the sum of deltas."""
 
     codes: Mapping[str, float] = field(default_factory=dict)
     """Requests by status code."""
@@ -83,13 +95,39 @@ class VersionCounts:
     def errors(self, check: ErrorCheck) -> float:
         return sum(n for code, n in self.codes.items() if check.is_error(code))
 
-    def minus(self, earlier: VersionCounts) -> VersionCounts:
-        """The counts since ``earlier`` (the same series, read later)."""
+    def lacks_series_of(self, earlier: VersionCounts) -> bool:
+        """Whether a series (a code, a bucket) that ``earlier`` has is missing here."""
+        les = {le for le, _ in self.buckets}
+        return not earlier.codes.keys() <= self.codes.keys() or any(
+            le not in les for le, _ in earlier.buckets
+        )
+
+    def went_down_since(self, earlier: VersionCounts) -> bool:
+        """Whether a series is lower than in ``earlier`` (the same source, read before)."""
+        before = dict(earlier.buckets)
+        return any(n < earlier.codes.get(c, n) for c, n in self.codes.items()) or any(
+            n < before.get(le, n) for le, n in self.buckets
+        )
+
+    def increase(self, earlier: VersionCounts) -> VersionCounts:
+        """What each series counted since ``earlier`` (the same source, read before), as
+        Prometheus's increase() takes it: the difference; for a series that went down (its
+        process restarted) or that ``earlier`` lacks (created since), its value now."""
         before = dict(earlier.buckets)
         return VersionCounts(
-            codes={c: n - earlier.codes.get(c, 0.0) for c, n in self.codes.items()},
-            buckets=tuple((le, n - before.get(le, 0.0)) for le, n in self.buckets),
+            codes={c: _increase(n, earlier.codes.get(c)) for c, n in self.codes.items()},
+            buckets=tuple((le, _increase(n, before.get(le))) for le, n in self.buckets),
         )
+
+    def plus(self, other: VersionCounts) -> VersionCounts:
+        """Both counts together: two sources' deltas, or two intervals'."""
+        codes = dict(self.codes)
+        for code, n in other.codes.items():
+            codes[code] = codes.get(code, 0.0) + n
+        buckets = dict(self.buckets)
+        for le, n in other.buckets:
+            buckets[le] = buckets.get(le, 0.0) + n
+        return VersionCounts(codes, tuple(sorted(buckets.items())))
 
     def to_dict(self) -> dict[str, Any]:
         # Lists, not maps keyed by code: the state is written with JSON merge patches, which
@@ -106,6 +144,10 @@ class VersionCounts:
         return cls(codes=codes, buckets=buckets)
 
 
+def _increase(now: float, before: float | None) -> float:
+    return now if before is None or now < before else now - before
+
+
 def _num(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
@@ -119,12 +161,16 @@ EMPTY = VersionCounts()
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """Both versions' counters at one moment (unix seconds)."""
+class Tally:
+    """Both versions' counters and a time: a source's cumulative counters as read at ``at``,
+    or what the per-source deltas summed to since ``at``."""
 
     at: float
-    canary: VersionCounts
-    baseline: VersionCounts
+    canary: VersionCounts = EMPTY
+    baseline: VersionCounts = EMPTY
+
+    def plus(self, canary: VersionCounts, baseline: VersionCounts) -> Tally:
+        return Tally(self.at, self.canary.plus(canary), self.baseline.plus(baseline))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,7 +180,7 @@ class Snapshot:
         }
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> Snapshot | None:
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> Tally | None:
         if not raw:
             return None
         return cls(
@@ -143,12 +189,75 @@ class Snapshot:
             baseline=VersionCounts.from_dict(raw.get("baseline") or {}),
         )
 
-    def reset_since(self, earlier: Snapshot) -> bool:
-        """Whether a counter went down (a gateway restarted): deltas across it mean nothing."""
-        return (
-            self.canary.requests < earlier.canary.requests
-            or self.baseline.requests < earlier.baseline.requests
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One reading of the metrics: each source's cumulative counters, by the source's name (a
+    gateway pod, ``pod/<name>``, or what Prometheus keeps for one)."""
+
+    at: float
+    sources: Mapping[str, Tally]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What the sources counted between two readings, and the sources to compare with next."""
+
+    canary: VersionCounts
+    baseline: VersionCounts
+    sources: Mapping[str, Tally]
+    unread: tuple[str, ...] = ()
+    """Sources of the last reading that this one lacks."""
+    incomplete: tuple[str, ...] = ()
+    """Sources read without a series they had, and with none lower: left for a later reading."""
+
+    def note(self) -> str:
+        """The interval's gaps in words ("" if none)."""
+        notes = [f"gateway {n} not read this interval" for n in self.unread]
+        notes += [f"gateway {n} read without some of its series" for n in self.incomplete]
+        return "; ".join(notes)
+
+
+def count(last: Mapping[str, Tally], snapshot: Snapshot) -> Interval:
+    """The interval from the sources' last readings to ``snapshot``: the sum of each source's
+    own deltas. A source new since then (or in the step) adds nothing: its reading is where its
+    deltas start. A source missing from the snapshot adds nothing now and, back within
+    :data:`SOURCE_TTL_S`, what it counted since its own last reading."""
+    canary, baseline = EMPTY, EMPTY
+    sources: dict[str, Tally] = {}
+    incomplete: list[str] = []
+    for name, now in sorted(snapshot.sources.items()):
+        before = last.get(name)
+        if before is None:
+            sources[name] = now
+            continue
+        restarted = now.canary.went_down_since(before.canary) or now.baseline.went_down_since(
+            before.baseline
         )
+        partial = now.canary.lacks_series_of(before.canary) or now.baseline.lacks_series_of(
+            before.baseline
+        )
+        if partial and not restarted:
+            # Not a restart (that would take some series lower): a partial answer. The source
+            # waits for a whole reading, so that its series' deltas span the same time.
+            if snapshot.at - before.at > SOURCE_TTL_S:
+                sources[name] = now  # what it lacks is gone for good: start again from here
+            else:
+                sources[name] = before
+                incomplete.append(name)
+            continue
+        canary = canary.plus(now.canary.increase(before.canary))
+        baseline = baseline.plus(now.baseline.increase(before.baseline))
+        sources[name] = now
+    unread = sorted(
+        n for n, t in last.items() if n not in sources and snapshot.at - t.at <= SOURCE_TTL_S
+    )
+    for name in unread:
+        sources[name] = last[name]
+    if len(sources) > MAX_SOURCES:
+        newest = sorted(sources, key=lambda n: sources[n].at, reverse=True)[:MAX_SOURCES]
+        sources = {n: sources[n] for n in sorted(newest)}
+    return Interval(canary, baseline, sources, tuple(unread), tuple(incomplete))
 
 
 @dataclass(frozen=True)
@@ -204,12 +313,13 @@ class AnalysisState:
     baseline_step_weight: int
     reason: str = WARMING_UP
     message: str = ""
-    step_first: Snapshot | None = None
-    """The counters at the first reading of this step (the warm-up's start)."""
-    window_start: Snapshot | None = None
-    """The counters when judging started (the end of the warm-up)."""
-    last: Snapshot | None = None
-    """The counters at the last evaluation."""
+    sources: Mapping[str, Tally] = field(default_factory=dict)
+    """Each source's counters at its last reading in this step (the next deltas start there)."""
+    step_counts: Tally | None = None
+    """What the sources counted in this step (warm-up included), since its first reading."""
+    window: Tally | None = None
+    """What the sources counted in the judged intervals, since judging started (None: warming
+    up)."""
     checks: Mapping[str, CheckState] = field(default_factory=dict)
     guardrail: judge.Counts = field(default_factory=lambda: judge.Counts(0, 0))
     """The canary's judged requests and errors in this step (for the guardrail)."""
@@ -243,17 +353,26 @@ class AnalysisState:
             "applied": self.applied,
             "lastCommand": self.last_command,
         }
+        out["sources"] = [{"name": n, **t.to_dict()} for n, t in sorted(self.sources.items())]
         # Every key, null when unset: a merge patch removes what a null names.
-        out["stepFirst"] = self.step_first.to_dict() if self.step_first else None
-        out["windowStart"] = self.window_start.to_dict() if self.window_start else None
-        out["last"] = self.last.to_dict() if self.last else None
+        out["stepCounts"] = self.step_counts.to_dict() if self.step_counts else None
+        out["window"] = self.window.to_dict() if self.window else None
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> AnalysisState | None:
-        """The state a status holds; None if it holds none (or not one this code can read)."""
+        """The state a status holds; None if it holds none (or not one this code can read).
+
+        A state without a ``window`` is warming up: its checks, if any, are dropped, and one
+        without ``sources`` takes its next reading as a first one. A status that holds neither
+        (only summed counters, ``last`` and ``windowStart``) so starts its step's window again.
+        """
         try:
             guard = raw.get("guardrail") or {}
+            window = Tally.from_dict(raw.get("window"))
+            sources = {
+                str(s["name"]): Tally.from_dict(s) or Tally(0.0) for s in raw.get("sources") or []
+            }
             return cls(
                 phase=str(raw["phase"]),
                 step=int(raw["step"]) - 1,
@@ -264,11 +383,17 @@ class AnalysisState:
                 baseline_step_weight=int(raw["baselineStepWeight"]),
                 reason=str(raw.get("reason") or ""),
                 message=str(raw.get("message") or ""),
-                step_first=Snapshot.from_dict(raw.get("stepFirst")),
-                window_start=Snapshot.from_dict(raw.get("windowStart")),
-                last=Snapshot.from_dict(raw.get("last")),
-                checks={str(c["name"]): CheckState.from_dict(c) for c in raw.get("checks") or []},
-                guardrail=judge.Counts(int(guard.get("requests", 0)), int(guard.get("bad", 0))),
+                sources=sources,
+                step_counts=Tally.from_dict(raw.get("stepCounts")),
+                window=window,
+                checks={
+                    str(c["name"]): CheckState.from_dict(c)
+                    for c in (raw.get("checks") or [] if window else [])
+                },
+                guardrail=judge.Counts(
+                    int(guard.get("requests", 0)) if window else 0,
+                    int(guard.get("bad", 0)) if window else 0,
+                ),
                 spec_hash=str(raw.get("specHash") or ""),
                 applied=bool(raw.get("applied", True)),
                 last_command=str(raw.get("lastCommand") or ""),
@@ -367,9 +492,9 @@ def _fresh_step(state: AnalysisState, now: float) -> AnalysisState:
     return replace(
         state,
         step_started=now,
-        step_first=None,
-        window_start=None,
-        last=None,
+        sources={},
+        step_counts=None,
+        window=None,
         checks={},
         guardrail=judge.Counts(0, 0),
     )
@@ -451,46 +576,42 @@ def evaluate(
         return Decision(held, event=held.message if first else None, warning=True)
     if state.reason == METRICS_UNAVAILABLE:
         state = replace(state, phase=PROGRESSING, reason=INCONCLUSIVE)
-    if state.last is not None and snapshot.reset_since(state.last):
-        # A gateway restarted: start the window again from here (the evidence stays).
-        restarted = replace(
-            state,
-            last=snapshot,
-            step_first=snapshot,
-            window_start=snapshot if state.window_start is not None else None,
-            message="The gateway's counters were reset; judging goes on from now",
-        )
-        return Decision(restarted)
-    if state.window_start is None:
-        return _warm_up(spec, state, snapshot, now)
-    return _judge(spec, state, snapshot, now)
+    interval = count(state.sources, snapshot)
+    state = replace(state, sources=interval.sources)
+    if state.window is None:
+        decision = _warm_up(spec, state, interval, now)
+    else:
+        decision = _judge(spec, state, interval, now)
+    note = interval.note()
+    if note and decision.weights is None and not decision.state.finished:
+        noted = replace(decision.state, message=f"{decision.state.message}; {note}")
+        decision = replace(decision, state=noted)
+    return decision
 
 
-def _warm_up(spec: AnalysisSpec, state: AnalysisState, snapshot: Snapshot, now: float) -> Decision:
-    first = state.step_first or snapshot
-    seen = snapshot.canary.requests - first.canary.requests
+def _warm_up(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: float) -> Decision:
+    step = (state.step_counts or Tally(now)).plus(interval.canary, interval.baseline)
+    seen = step.canary.requests
     if now - state.step_started >= spec.warmup_seconds and seen >= spec.warmup_requests:
         judging = replace(
             state,
-            step_first=first,
-            window_start=snapshot,
-            last=snapshot,
+            step_counts=step,
+            window=Tally(now),
             checks={name: CheckState(judge.new_evidence()) for name in spec.checks()},
             reason=INSUFFICIENT_DATA,
             message=f"Step {state.step + 1}: judging from now on",
         )
         return Decision(judging)
-    return Decision(replace(state, step_first=first, reason=WARMING_UP, last=snapshot))
+    return Decision(replace(state, step_counts=step, reason=WARMING_UP))
 
 
-def _judge(spec: AnalysisSpec, state: AnalysisState, snapshot: Snapshot, now: float) -> Decision:
-    assert state.window_start is not None
-    assert state.last is not None
-    canary = snapshot.canary.minus(state.last.canary)
-    baseline = snapshot.baseline.minus(state.last.baseline)
+def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: float) -> Decision:
+    assert state.window is not None
+    canary, baseline = interval.canary, interval.baseline
+    step_counts = state.step_counts or Tally(state.window.at)
     # The latency bound comes from the baseline's requests before this interval (the step's,
     # warm-up included): one taken from the same requests it judges would favour the baseline.
-    earlier_baseline = state.last.baseline.minus((state.step_first or state.window_start).baseline)
+    earlier_baseline = step_counts.baseline
     active = [c for c in spec.checks().values() if not c.dry_run]
     alpha = judge.check_alpha(spec.false_rollback_budget, max(1, len(active)), len(spec.steps))
     checks: dict[str, CheckState] = {}
@@ -519,7 +640,14 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, snapshot: Snapshot, now: fl
         state.guardrail.requests + round(canary.requests),
         state.guardrail.bad + round(canary.errors(guard_check)),
     )
-    judged = replace(state, last=snapshot, checks=checks, guardrail=guardrail)
+    window = state.window.plus(canary, baseline)
+    judged = replace(
+        state,
+        step_counts=step_counts.plus(canary, baseline),
+        window=window,
+        checks=checks,
+        guardrail=guardrail,
+    )
     evidence = "; ".join(describe(n, c) for n, c in sorted(checks.items()))
 
     g = spec.guardrail
@@ -539,10 +667,10 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, snapshot: Snapshot, now: fl
     if failed:
         return rollback(judged, CANARY_WORSE, f"The canary is worse: {evidence}.")
 
-    judged_for = now - (state.window_start.at if state.window_start else now)
-    canary_requests = snapshot.canary.requests - state.window_start.canary.requests
+    judged_for = now - window.at
+    canary_requests = window.canary.requests
     # No evidence, no verdict: a baseline that answered nothing in the window is no comparison.
-    compared = snapshot.baseline.requests - state.window_start.baseline.requests > 0
+    compared = window.baseline.requests > 0
     enough = compared and judged_for >= spec.min_seconds and canary_requests >= spec.min_requests
     passed = all(c.verdict == judge.PASS or _dry(spec, n) for n, c in checks.items())
     if enough and passed:

@@ -132,7 +132,8 @@ def test_a_healthy_canary_is_promoted_through_every_step(start_stack: StartStack
             if weight is not None and (not seen or seen[-1] != weight):
                 seen.append(weight)
             time.sleep(0.2)
-    assert [w for w in seen if w] == [10, 30, 50]  # every step, in order, none skipped
+    # Every step, in order, none skipped (the promotion's 100 may show before its condition).
+    assert [w for w in seen if 0 < w < 100] == [10, 30, 50]
     # the baseline stays, warm, at 0
     eventually(lambda: weights(stack) == {STABLE: 0, CANARY: 100}, "the promotion's routes", 5)
     assert all(r.status == 200 for r in traffic.responses)

@@ -18,7 +18,7 @@ from modelroll_operator.analysis_metrics import (
     serve,
 )
 from modelroll_operator.analysis_spec import AnalysisSpec, parse_analysis
-from modelroll_operator.rollout import AnalysisState, CheckState, Snapshot, VersionCounts
+from modelroll_operator.rollout import AnalysisState, CheckState, Snapshot, Tally, VersionCounts
 from tests.conftest import free_port
 
 NS, MODEL, CANARY = "prod", "sentiment", "canary-v2"
@@ -164,9 +164,8 @@ def test_a_new_step_drops_the_last_steps_checks(
         now += analysis.interval_seconds
         canary_codes["200"] += 30
         baseline_codes["200"] += 270
-        snapshot = Snapshot(
-            now, VersionCounts(dict(canary_codes)), VersionCounts(dict(baseline_codes))
-        )
+        counts = Tally(now, VersionCounts(dict(canary_codes)), VersionCounts(dict(baseline_codes)))
+        snapshot = Snapshot(now, {"pod/gateway": counts})
         state = rollout.evaluate(analysis, state, snapshot, now).state
         metrics.observe(NS, MODEL, CANARY, state)
         if state.step == 1:

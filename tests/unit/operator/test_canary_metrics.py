@@ -1,12 +1,22 @@
-"""Reading both versions' counters from gateway /metrics text: sums over replicas."""
+"""Reading both versions' counters: from gateway /metrics text and from Prometheus, each source
+(a gateway pod) apart."""
 
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import pytest
 
-from modelroll_operator.canary_metrics import MetricsUnavailable, _Sums, add_exposition
+from modelroll_operator.analysis_spec import MetricsSource
+from modelroll_operator.canary_metrics import (
+    MetricsReader,
+    MetricsUnavailable,
+    _Sums,
+    add_exposition,
+    source_name,
+)
+from modelroll_operator.kube import Api
 
 ONE = """# HELP modelroll_gateway_requests_total Requests.
 # TYPE modelroll_gateway_requests_total counter
@@ -22,15 +32,14 @@ modelroll_gateway_request_duration_seconds_sum{model="m",version="canary"} 1.5
 """
 
 
-def test_two_replicas_are_summed_and_other_models_ignored() -> None:
+def test_one_gateways_counters_and_other_models_ignored() -> None:
     sums = _Sums()
     add_exposition(sums, ONE, "m", ("canary", "stable"))
-    add_exposition(sums, ONE, "m", ("canary", "stable"))  # a second gateway replica
-    snap = sums.snapshot(1.0, "canary", "stable")
-    assert snap.canary.codes == {"200": 180.0, "422": 20.0}
-    assert snap.canary.buckets == ((0.01, 80.0), (math.inf, 200.0))
-    assert snap.baseline.codes == {"200": 1800.0}
-    assert snap.baseline.buckets == ()
+    tally = sums.tally(1.0, "canary", "stable")
+    assert tally.canary.codes == {"200": 90.0, "422": 10.0}
+    assert tally.canary.buckets == ((0.01, 40.0), (math.inf, 100.0))
+    assert tally.baseline.codes == {"200": 900.0}
+    assert tally.baseline.buckets == ()
 
 
 def test_text_that_is_not_the_exposition_format_is_unavailable() -> None:
@@ -45,3 +54,112 @@ def test_a_counter_that_is_no_count_is_a_read_error_not_a_crash(value: str) -> N
     broken = ONE.replace('code="422"} 10.0', f'code="422"}} {value}')
     with pytest.raises(MetricsUnavailable, match="not a count"):
         add_exposition(_Sums(), broken, "m", ("canary", "stable"))
+
+
+def pod(name: str, ip: str, ready: bool = True) -> dict[str, Any]:
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {
+        "metadata": {"name": name},
+        "status": {"phase": "Running", "podIP": ip, "conditions": [condition]},
+    }
+
+
+class Pods:
+    """The API server's answer to the gateway pods' list."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.pods = list(pods)
+
+    async def send(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        return {"items": self.pods}
+
+
+def reader(pods: Pods, texts: dict[str, str]) -> MetricsReader:
+    """A reader whose gateways answer ``texts`` by pod IP (a missing IP: a timeout)."""
+    out = MetricsReader(cast(Api, pods))
+
+    async def get_text(url: str) -> str:
+        ip = url.split("//")[1].split(":")[0]
+        if ip not in texts:
+            raise MetricsUnavailable(f"cannot read {url}: TimeoutError")
+        return texts[ip]
+
+    out._get_text = get_text  # type: ignore[method-assign]
+    return out
+
+
+async def test_each_ready_gateway_pod_is_a_source_and_one_unreadable_is_left_out() -> None:
+    pods = Pods(pod("gw-a", "10.0.0.1"), pod("gw-b", "10.0.0.2"), pod("gw-c", "10.0.0.3", False))
+    texts = {"10.0.0.1": ONE, "10.0.0.3": ONE}
+    snapshot = await reader(pods, texts).read(MetricsSource(), "ns", "m", "canary", "stable", 5.0)
+    assert set(snapshot.sources) == {"pod/gw-a"}  # b does not answer, c is not Ready
+    assert snapshot.sources["pod/gw-a"].canary.codes == {"200": 90.0, "422": 10.0}
+    assert snapshot.sources["pod/gw-a"].at == 5.0
+
+
+async def test_a_reading_fails_only_when_no_gateway_pod_could_be_read() -> None:
+    pods = Pods(pod("gw-a", "10.0.0.1"), pod("gw-b", "10.0.0.2"))
+    with pytest.raises(MetricsUnavailable, match="TimeoutError"):
+        await reader(pods, {}).read(MetricsSource(), "ns", "m", "canary", "stable", 5.0)
+
+
+class Answer:
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    async def json(self, content_type: str | None = None) -> dict[str, Any]:
+        return self.doc
+
+    async def __aenter__(self) -> Answer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+
+class Prometheus:
+    """Answers instant queries with ``series`` (label sets and values), recording the queries."""
+
+    def __init__(self, requests: list[Any], buckets: list[Any]) -> None:
+        self.answers = {"requests_total": requests, "bucket": buckets}
+        self.queries: list[str] = []
+
+    def get(self, url: str, params: dict[str, str]) -> Answer:
+        query = params["query"]
+        self.queries.append(query)
+        found = self.answers["requests_total" if "requests_total" in query else "bucket"]
+        result = [{"metric": m, "value": [0, str(v)]} for m, v in found]
+        return Answer({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+async def test_prometheus_series_are_kept_apart_by_pod_or_by_instance() -> None:
+    requests = [
+        ({"version": "canary", "code": "200", "pod": "gw-a", "instance": "10.0.0.1:8080"}, 10),
+        ({"version": "canary", "code": "200", "pod": "gw-b", "instance": "10.0.0.2:8080"}, 20),
+        ({"version": "stable", "code": "200", "instance": "127.0.0.1:9000"}, 7),
+    ]
+    buckets = [({"version": "canary", "le": "+Inf", "pod": "gw-a"}, 10)]
+    prometheus = Prometheus(requests, buckets)
+    out = MetricsReader(cast(Api, Pods()))
+    out._client = lambda: prometheus  # type: ignore[assignment,method-assign,return-value]
+    source = MetricsSource(prometheus_url="http://prometheus:9090")
+    snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
+    assert set(snapshot.sources) == {"pod/gw-a", "pod/gw-b", "instance/127.0.0.1:9000"}
+    assert snapshot.sources["pod/gw-a"].canary.codes == {"200": 10.0}
+    assert snapshot.sources["pod/gw-a"].canary.buckets == ((math.inf, 10.0),)
+    assert snapshot.sources["pod/gw-b"].canary.codes == {"200": 20.0}
+    assert snapshot.sources["instance/127.0.0.1:9000"].baseline.codes == {"200": 7.0}
+    assert all("by (version," in q and "pod, instance)" in q for q in prometheus.queries)
+
+
+async def test_an_empty_prometheus_answer_is_a_reading_with_no_source() -> None:
+    out = MetricsReader(cast(Api, Pods()))
+    out._client = lambda: Prometheus([], [])  # type: ignore[assignment,method-assign,return-value]
+    source = MetricsSource(prometheus_url="http://prometheus:9090")
+    snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
+    assert snapshot.sources == {}
+
+
+def test_a_series_without_pod_or_instance_is_one_source() -> None:
+    assert source_name({"version": "canary"}) == "instance/"
+    assert source_name({"pod": "gw-a", "instance": "x"}) == "pod/gw-a"

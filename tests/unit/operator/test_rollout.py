@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modelroll_operator import rollout
@@ -18,14 +19,14 @@ from modelroll_operator.analysis_spec import (
     Step,
     parse_analysis,
 )
-from modelroll_operator.rollout import AnalysisState, Decision, Snapshot, VersionCounts
+from modelroll_operator.rollout import AnalysisState, Decision, Snapshot, Tally, VersionCounts
 
 BOUNDS = (0.01, 0.05, 0.1, math.inf)
 
 
 @dataclass
 class Arm:
-    """A version's cumulative counters, fed by ticks of traffic."""
+    """A version's cumulative counters on one gateway replica, fed by ticks of traffic."""
 
     ok: float = 0
     errors: float = 0
@@ -48,21 +49,74 @@ class Arm:
         return VersionCounts(codes, tuple(zip(BOUNDS, (*cumulative, total), strict=True)))
 
 
-class Story:
-    """An analysis run against simulated traffic, one evaluation every interval."""
+@dataclass
+class Replica:
+    """One gateway replica: both versions' counters, as its /metrics exports them."""
 
-    def __init__(self, spec: AnalysisSpec, baseline_weight: int = 100) -> None:
+    canary: Arm = field(default_factory=Arm)
+    baseline: Arm = field(default_factory=Arm)
+
+
+@dataclass
+class Served:
+    """Requests the replicas served (the truth the evidence should add up to)."""
+
+    canary: int = 0
+    canary_errors: int = 0
+    baseline: int = 0
+    baseline_errors: int = 0
+
+    def add(self, other: Served) -> None:
+        self.canary += other.canary
+        self.canary_errors += other.canary_errors
+        self.baseline += other.baseline
+        self.baseline_errors += other.baseline_errors
+
+
+def _share(total: int, parts: int, i: int) -> int:
+    """Replica ``i``'s part of ``total`` split evenly over ``parts`` (the rest to the first)."""
+    return total // parts + (total % parts if i == 0 else 0)
+
+
+class Story:
+    """An analysis run against simulated traffic, one evaluation every interval, read from
+    gateway replicas the way the operator reads them (each replica a source)."""
+
+    def __init__(self, spec: AnalysisSpec, baseline_weight: int = 100, replicas: int = 1) -> None:
         self.spec = spec
         self.now = 1000.0
-        self.canary = Arm()
-        self.baseline = Arm()
+        self.replicas = {f"pod/gateway-{chr(ord('a') + i)}": Replica() for i in range(replicas)}
         decision = rollout.start(spec, "stable", baseline_weight, self.now, "h")
         self.state = decision.state
         self.weights = [decision.weights]
         self.events = [decision.event]
+        self.judged = Served()
+        """What the replicas served in the intervals judged so far."""
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self.now, self.canary.counts(), self.baseline.counts())
+    @property
+    def canary(self) -> Arm:
+        """The first replica's canary counters (the only replica, in most stories)."""
+        return next(iter(self.replicas.values())).canary
+
+    @property
+    def baseline(self) -> Arm:
+        return next(iter(self.replicas.values())).baseline
+
+    def replica(self, letter: str) -> Replica:
+        return self.replicas[f"pod/gateway-{letter}"]
+
+    def snapshot(self, read: str | None = None) -> Snapshot:
+        """What a reading gives; ``read``: the replicas read (letters), default every one."""
+        names = [n for n in self.replicas if read is None or n[-1] in read]
+        return Snapshot(
+            self.now,
+            {
+                n: Tally(
+                    self.now, self.replicas[n].canary.counts(), self.replicas[n].baseline.counts()
+                )
+                for n in names
+            },
+        )
 
     def tick(
         self,
@@ -73,12 +127,29 @@ class Story:
         canary_slow: int = 0,
         baseline_slow: int = 0,
         readable: bool = True,
+        read: str | None = None,
+        edit: Callable[[Snapshot], Snapshot] | None = None,
     ) -> Decision:
         self.now += self.spec.interval_seconds
-        self.canary.add(canary, canary_errors, canary_slow)
-        self.baseline.add(baseline, baseline_errors, baseline_slow)
-        snapshot = self.snapshot() if readable else None
+        parts = len(self.replicas)
+        for i, replica in enumerate(self.replicas.values()):
+            replica.canary.add(
+                _share(canary, parts, i),
+                _share(canary_errors, parts, i),
+                _share(canary_slow, parts, i),
+            )
+            replica.baseline.add(
+                _share(baseline, parts, i),
+                _share(baseline_errors, parts, i),
+                _share(baseline_slow, parts, i),
+            )
+        judged = self.state.window is not None
+        snapshot = self.snapshot(read) if readable else None
+        if snapshot is not None and edit is not None:
+            snapshot = edit(snapshot)
         decision = rollout.evaluate(self.spec, self.state, snapshot, self.now, "gone")
+        if judged and not self.state.finished:
+            self.judged.add(Served(canary, canary_errors, baseline, baseline_errors))
         # What the operator does: the state goes to status.analysis and is read back from it
         # at the next evaluation (numbers rounded as the status keeps them).
         restored = AnalysisState.from_dict(json.loads(json.dumps(decision.state.to_dict())))
@@ -103,6 +174,11 @@ class Story:
             self.tick(**traffic)
             if self.state.finished or self.state.phase == rollout.PAUSED:
                 return
+
+    def evidence(self, check: str = "errors") -> Served:
+        """What a check judged, in the same terms as :attr:`judged`."""
+        ev = self.state.checks[check].evidence
+        return Served(ev.canary.requests, ev.canary.bad, ev.baseline.requests, ev.baseline.bad)
 
 
 def spec(**overrides: object) -> AnalysisSpec:
@@ -237,17 +313,6 @@ def test_weights_scale_to_a_baseline_above_100() -> None:
     assert rollout.promoted_weights(story.state) == rollout.Weights(900, 0)
 
 
-def test_a_gateway_restart_starts_the_window_again() -> None:
-    story = Story(spec())
-    story.run(4)
-    story.canary, story.baseline = Arm(), Arm()  # counters back to zero
-    decision = story.tick()
-    assert decision.weights is None
-    assert story.state.phase == rollout.PROGRESSING
-    story.run(5, canary=30, baseline=270)
-    assert story.state.checks["errors"].evidence.canary.requests > 0
-
-
 def test_default_checks_and_types() -> None:
     parsed = spec()
     assert set(parsed.checks()) == {"errors", "latency"}
@@ -273,3 +338,174 @@ def test_a_baseline_with_no_requests_is_never_a_pass() -> None:
         assert story.weights == [rollout.Weights(10, 90)], policy
         story.run(60, canary=30, baseline=270)  # the baseline serves again: judged, promoted
         assert story.state.phase == rollout.PROMOTED, policy
+
+
+# -- counters read per gateway replica -------------------------------------------------------
+
+INCIDENT: dict[str, Any] = {
+    "canary": 100,
+    "canary_errors": 2,
+    "baseline": 900,
+    "baseline_errors": 18,
+}
+"""An interval of an incident that fails 2% of both versions' requests: the canary is no worse."""
+
+
+def incident(replicas: int = 2) -> Story:
+    """An identical canary at 10% during an incident, judged for one interval, on gateway
+    replicas whose counters hold hours of the baseline at 0.5% errors and the canary's earlier
+    steps, in the incident."""
+    story = Story(spec(steps=[{"weight": 10}], minSeconds=600, maxSeconds=1200), replicas=replicas)
+    for replica in story.replicas.values():
+        replica.baseline.add(2_000_000, 10_000)
+        replica.canary.add(4_000, 80)
+    story.run(3, **INCIDENT)  # warm-up, judging starts, one judged interval
+    assert story.state.window is not None
+    assert story.evidence() == story.judged
+    return story
+
+
+def assert_unharmed(story: Story) -> None:
+    assert story.state.phase == rollout.PROGRESSING, story.state.message
+    assert story.weights == [rollout.Weights(10, 90)]
+
+
+def test_a_reading_without_a_replica_adds_nothing_and_the_replica_brings_its_counts_back() -> None:
+    story = incident()
+    before = story.evidence()
+    story.tick(**INCIDENT, read="a")
+    assert_unharmed(story)
+    assert "gateway pod/gateway-b not read this interval" in story.state.message
+    a_only = Served(50, 1, 450, 9)  # replica a's half of the interval
+    assert story.evidence() == Served(
+        before.canary + a_only.canary,
+        before.canary_errors + a_only.canary_errors,
+        before.baseline + a_only.baseline,
+        before.baseline_errors + a_only.baseline_errors,
+    )
+    story.run(10, **INCIDENT)
+    assert_unharmed(story)
+    assert "not read" not in story.state.message
+    assert story.evidence() == story.judged  # b's missed interval came back with b
+
+
+def test_a_replica_restarted_counts_from_zero_and_loses_nothing() -> None:
+    story = incident()
+    story.replicas["pod/gateway-b"] = Replica()  # its counters back to 0
+    story.tick(**INCIDENT)
+    assert_unharmed(story)
+    assert story.evidence() == story.judged
+    story.run(10, **INCIDENT)
+    assert_unharmed(story)
+    assert story.evidence() == story.judged
+
+
+def test_a_replica_that_appears_counts_from_its_first_reading_on() -> None:
+    for history in (0, 1):  # a new pod, and one that was not Ready until now
+        story = incident()
+        new = Replica()
+        new.baseline.add(2_000_000 * history, 10_000 * history)
+        new.canary.add(4_000 * history, 80 * history)
+        story.replicas["pod/gateway-c"] = new
+        story.tick(**INCIDENT)
+        assert_unharmed(story)
+        # c's part of this interval (a third) comes before its first reading: not counted
+        unseen = Served(*(_share(n, 3, 2) for n in INCIDENT.values()))
+        story.run(10, **INCIDENT)
+        assert_unharmed(story)
+        judged, counted = story.judged, story.evidence()
+        assert (judged.canary - unseen.canary, judged.baseline - unseen.baseline) == (
+            counted.canary,
+            counted.baseline,
+        ), history
+        assert judged.canary_errors - unseen.canary_errors == counted.canary_errors, history
+        assert judged.baseline_errors - unseen.baseline_errors == counted.baseline_errors
+
+
+def test_an_empty_reading_adds_nothing_and_the_next_one_spans_it() -> None:
+    story = incident()
+    before = story.evidence()
+    story.tick(**INCIDENT, read="")  # Prometheus answered with no series at all
+    assert_unharmed(story)
+    assert story.evidence() == before
+    assert "gateway pod/gateway-a not read this interval" in story.state.message
+    assert "gateway pod/gateway-b not read this interval" in story.state.message
+    story.run(10, **INCIDENT)
+    assert_unharmed(story)
+    assert story.evidence() == story.judged
+
+
+def without(source: str, version: str, code: str) -> Callable[[Snapshot], Snapshot]:
+    """A reading that lacks one series of one source (``version``: canary or baseline)."""
+
+    def edit(snapshot: Snapshot) -> Snapshot:
+        tally = snapshot.sources[source]
+        counts: VersionCounts = getattr(tally, version)
+        codes = {c: n for c, n in counts.codes.items() if c != code}
+        lacks = replace(counts, codes=codes)
+        lacking = (
+            replace(tally, canary=lacks) if version == "canary" else replace(tally, baseline=lacks)
+        )
+        return replace(snapshot, sources={**snapshot.sources, source: lacking})
+
+    return edit
+
+
+def test_a_series_missing_for_several_intervals_is_counted_when_it_is_back() -> None:
+    for version in ("canary", "baseline"):
+        story = incident()
+        for _ in range(4):
+            story.tick(**INCIDENT, edit=without("pod/gateway-a", version, "200"))
+            assert_unharmed(story)
+            assert "gateway pod/gateway-a read without some of its series" in story.state.message
+        story.run(10, **INCIDENT)
+        assert_unharmed(story)
+        assert story.evidence() == story.judged, version
+
+
+def test_a_replica_gone_for_long_is_forgotten_and_starts_again_when_back() -> None:
+    story = incident()
+    ticks = int(rollout.SOURCE_TTL_S // story.spec.interval_seconds) + 2
+    for _ in range(ticks):
+        story.tick(**INCIDENT, read="a")
+    assert_unharmed(story)
+    assert set(story.state.sources) == {"pod/gateway-a"}
+    assert "not read" not in story.state.message
+    before = story.evidence()
+    story.tick(**INCIDENT)  # b is back: a first reading, its history not counted
+    assert_unharmed(story)
+    assert story.evidence().baseline == before.baseline + 450
+    assert len(json.dumps(story.state.to_dict())) < 4000
+
+
+def test_a_canary_failing_a_fifth_is_rolled_back_as_fast_across_a_replica_blip() -> None:
+    story = Story(spec(), replicas=2)
+    started = story.now
+    story.tick(canary=30, canary_errors=6)
+    story.tick(canary=30, canary_errors=6)  # judging starts
+    story.tick(canary=30, canary_errors=6, read="a")  # replica b not read
+    story.run(100, canary=30, canary_errors=6)
+    assert story.state.phase == rollout.ROLLED_BACK
+    assert story.state.reason == rollout.CANARY_WORSE
+    assert story.now - started <= 15
+    assert story.weights[-1] == rollout.Weights(0, 100)
+
+
+def test_a_state_with_summed_counters_starts_its_window_again() -> None:
+    """status.analysis as written with one summed reading (``last``, ``windowStart``): read,
+    it restarts judging from the next reading, and the analysis goes on."""
+    story = incident(replicas=1)
+    summed = {"at": story.now, "canary": story.canary.counts().to_dict(), "baseline": {}}
+    raw = story.state.to_dict()
+    for key in ("sources", "stepCounts", "window"):
+        del raw[key]
+    raw.update(stepFirst=summed, windowStart=summed, last=summed)
+    state = AnalysisState.from_dict(raw)
+    assert state is not None
+    assert (state.step, state.window, state.sources, state.checks) == (0, None, {}, {})
+    story.state = state
+    story.judged = Served()
+    story.run(12, **INCIDENT)
+    assert_unharmed(story)
+    assert story.state.window is not None
+    assert story.evidence() == story.judged  # from the interval after the first reading
