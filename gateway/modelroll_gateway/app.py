@@ -4,6 +4,9 @@
 and start the routes source (the ConfigMap watch, or the routes file), and close both on exit.
 Setting the app's `STOPPING_KEY` event begins its shutdown (cli.serve does it on SIGTERM): /readyz
 answers 503 and every inference answer closes its connection, while requests go on being served.
+
+A request the gateway refuses itself raises `Refused` wherever it fails; the handler of its path
+renders it once, as `{"error": "..."}` on the batch path or in OpenAI's shape on OpenAI's paths.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from aiohttp import web
 from kubernetes import client as k8s
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from modelroll_common.kube import Connection, connect
+from modelroll_common.openai_errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 
 from .config import GatewayConfig
@@ -40,17 +45,62 @@ log = logging.getLogger(__name__)
 VERSION_HEADER = "X-Modelroll-Version"
 _FORWARDED_REQUEST_HEADERS = ("Content-Type", "X-Request-Id", "traceparent", "tracestate")
 _JSON = "application/json"
+_NO_VERSION = {VERSION_HEADER: ""}
+"""The version header of an inference request no version answered."""
 _WARN_EVERY = 10.0  # seconds between two warnings about the same failing version
+_MODEL_PATH = re.compile(r"/v1/models/[^/]+")
+_INFER_PATH = re.compile(r"/v1/models/[^/]+/infer")
+
+
+class Refused(Exception):
+    """The gateway answers this request itself with an error (`close`: and closes the
+    connection, whose client may still be sending)."""
+
+    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.close = close
+
+
+def _refusal(
+    exc: Refused, *, openai: bool, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """`exc` as the answer: in OpenAI's error shape on its paths, which its clients parse into
+    their exceptions, else the gateway's own `{"error": ...}`."""
+    if openai:
+        response = openai_error(exc.status, exc.message, dict(headers or {}))
+    else:
+        body = json.dumps({"error": exc.message}).encode()
+        response = web.Response(body=body, status=exc.status, content_type=_JSON, headers=headers)
+    if exc.close:
+        response.force_close()
+    return response
 
 
 def _error(status: int, message: str, version: str = "") -> web.Response:
-    """The gateway's own error response: JSON, and the version header (empty: none was chosen)."""
-    return web.Response(
-        body=json.dumps({"error": message}).encode(),
-        status=status,
-        content_type=_JSON,
-        headers={VERSION_HEADER: version},
-    )
+    """An inference request's error: the version header says which version failed (empty: none
+    was chosen)."""
+    return _refusal(Refused(status, message), openai=False, headers={VERSION_HEADER: version})
+
+
+def _is_openai_path(path: str) -> bool:
+    """OpenAI's paths: generations, embeddings, /v1/models and what is under it, but for the
+    gateway's own batch path, /v1/models/{model}/infer."""
+    if path in OPENAI_PATHS or path == "/v1/models":
+        return True
+    return path.startswith("/v1/models/") and not _INFER_PATH.fullmatch(path)
+
+
+def _decode(body: bytes) -> object:
+    """The body as JSON, or a 400. Nesting too deep for the parser's recursion (a body of
+    100 000 `[`) is the client's fault like any malformed body, not a server error."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise Refused(400, "malformed JSON: arrays and objects nested too deeply") from None
+    except ValueError as exc:
+        raise Refused(400, f"malformed JSON: {exc}") from None
 
 
 class _Pick:
@@ -70,10 +120,14 @@ class Proxy:
         self.pool: UpstreamPool | None = None
         self.llm: StreamingForwarder | None = None
         self._warned: dict[tuple[str, str], float] = {}
+        self._pin_ignored_logged = False
 
     async def infer(self, request: web.Request) -> web.Response:
         """POST /v1/models/{model}/infer."""
-        response = await self._answer(request)
+        try:
+            response = await self._answer(request)
+        except Refused as exc:
+            response = _refusal(exc, openai=False, headers=_NO_VERSION)
         if self.stopping.is_set():
             response.force_close()  # "Connection: close": the client's next request goes elsewhere
         return response
@@ -81,12 +135,8 @@ class Proxy:
     async def _answer(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         model = request.match_info["model"]
-        target = self._select(model, request.headers.get(VERSION_HEADER))
-        if isinstance(target, web.Response):
-            return target
+        target = self._select(model, self._pin(request))
         body = await self._read(request, model)
-        if isinstance(body, web.Response):
-            return body
         if isinstance(target, _Pick):
             target = self.table.models[model].picker.pick()
         request_headers = request.headers
@@ -100,31 +150,51 @@ class Proxy:
         target.stats.record(response.status, time.perf_counter() - started)
         return response
 
-    def _select(self, model: str, pinned: str | None) -> Target | web.Response | _Pick:
-        """The pinned version, PICK (pick by weight once the body is read), or the error: 404
-        for an unknown model or version, 503 for a model nothing can serve."""
+    def _pin(self, request: web.Request) -> str | None:
+        """The version the request pins, if any. With --pin-trusted-only, a client outside
+        --trusted-networks pins nothing: its request is routed by weight, as if unpinned, so
+        that clients which always send the header keep working."""
+        pinned = request.headers.get(VERSION_HEADER)
+        config = self.config
+        if pinned is None or not config.pin_trusted_only or config.trusts(request.remote):
+            return pinned
+        self.table.metrics.pins_ignored.inc()
+        if not self._pin_ignored_logged:
+            self._pin_ignored_logged = True
+            log.warning(
+                "Ignored the %s header of a client at %s, outside --trusted-networks, and "
+                "routed its request by weight; further ones are counted in "
+                "modelroll_gateway_pins_ignored_total, not logged",
+                VERSION_HEADER,
+                request.remote,
+            )
+        return None
+
+    def _select(self, model: str, pinned: str | None) -> Target | _Pick:
+        """The pinned version or PICK (pick by weight once the body is read); refuses with 404
+        an unknown model or version, with 503 a model nothing can serve."""
         table = self.table
         entry = table.models.get(model)
         if entry is None:
             reason = table.invalid_reason(model)
             if reason is not None:
                 table.unrouted_counter(None, 503).inc()
-                return _error(503, f"model {model!r} has no valid routes: {reason}")
+                raise Refused(503, f"model {model!r} has no valid routes: {reason}")
             table.unrouted_counter(None, 404).inc()
-            return _error(404, f"unknown model {model!r}")
+            raise Refused(404, f"unknown model {model!r}")
         if pinned is not None:
             target = entry.targets.get(pinned)
             if target is None:
                 table.unrouted_counter(model, 404).inc()
-                return _error(404, f"unknown version {pinned!r} of model {model!r}")
+                raise Refused(404, f"unknown version {pinned!r} of model {model!r}")
             return target
         if not entry.picker:
             table.unrouted_counter(model, 503).inc()
-            return _error(503, f"model {model!r} has no routable version (total weight is 0)")
+            raise Refused(503, f"model {model!r} has no routable version (total weight is 0)")
         return PICK
 
-    async def _read(self, request: web.Request, model: str | None) -> bytes | web.Response:
-        """The request's body, or the 413 or 408 that ends it."""
+    async def _read(self, request: web.Request, model: str | None) -> bytes:
+        """The request's body; refuses with 413 one too large, with 408 one too slow."""
         table = self.table
         try:
             # Raises past client_max_size (= max_body_bytes). A body already in full needs no
@@ -133,12 +203,11 @@ class Proxy:
             return await (request.read() if content.is_eof() else read_body(request))
         except web.HTTPRequestEntityTooLarge:
             table.unrouted_counter(model, 413).inc()
-            return _error(413, f"request body exceeds {self.config.max_body_bytes} bytes")
+            raise Refused(413, f"request body exceeds {self.config.max_body_bytes} bytes") from None
         except RequestTimedOut as exc:
             table.unrouted_counter(model, 408).inc()
-            response = _error(408, str(exc))
-            response.force_close()  # the rest of the body may still come: no next request
-            return response
+            # The rest of the body may still come: no next request on this connection.
+            raise Refused(408, str(exc), close=True) from None
 
     async def openai(self, request: web.Request) -> web.StreamResponse:
         """POST /v1/chat/completions, /v1/completions, /v1/embeddings: routed by the body's
@@ -146,21 +215,12 @@ class Proxy:
         stays on the version it started on, whatever the weights do meanwhile; a client that
         goes away closes the connection to the version, so its engine stops generating."""
         started = time.perf_counter()
-        body = await self._read(request, None)
-        if isinstance(body, web.Response):
-            return body
         try:
-            parsed = json.loads(body)
-        except ValueError:
-            self.table.unrouted_counter(None, 400).inc()
-            return _error(400, "malformed JSON")
-        model = parsed.get("model") if isinstance(parsed, dict) else None
-        if not isinstance(model, str) or not model:
-            self.table.unrouted_counter(None, 400).inc()
-            return _error(400, 'the body needs a "model": the name of the model to route to')
-        target = self._select(model, request.headers.get(VERSION_HEADER))
-        if isinstance(target, web.Response):
-            return target
+            body = await self._read(request, None)
+            model = self._model_of(body)
+            target = self._select(model, self._pin(request))
+        except Refused as exc:
+            return _refusal(exc, openai=True, headers=_NO_VERSION)
         if isinstance(target, _Pick):
             target = self.table.models[model].picker.pick()
         assert self.llm is not None, "the streaming client opens with the app"
@@ -169,6 +229,19 @@ class Proxy:
             response.force_close()
         target.stats.record(response.status, time.perf_counter() - started)
         return response
+
+    def _model_of(self, body: bytes) -> str:
+        """The model an OpenAI request names; refuses with 400 a body that names none."""
+        try:
+            parsed = _decode(body)
+        except Refused:
+            self.table.unrouted_counter(None, 400).inc()
+            raise
+        model = parsed.get("model") if isinstance(parsed, dict) else None
+        if not isinstance(model, str) or not model:
+            self.table.unrouted_counter(None, 400).inc()
+            raise Refused(400, 'the body needs a "model": the name of the model to route to')
+        return model
 
     async def _forward(self, target: Target, body: bytes, headers: bytes) -> web.Response:
         pool = self.pool
@@ -223,7 +296,35 @@ reconnect to another replica; requests still arrive meanwhile, and are all answe
 
 
 async def _models(request: web.Request) -> web.Response:
-    """GET /v1/models: the routes in force, with per-version request counts."""
+    """GET /v1/models: OpenAI's list of the models a client may call (a version with weight).
+    Versions and endpoints stay out: they are the operators' (GET /v1/routes)."""
+    return web.json_response({"object": "list", "data": request.app[TABLE_KEY].served_models()})
+
+
+async def _model(request: web.Request) -> web.Response:
+    """GET /v1/models/{model}: OpenAI's model object, or a 404 in its error shape."""
+    model = request.match_info["model"]
+    table = request.app[TABLE_KEY]
+    served = table.served(model)
+    if served is not None:
+        return web.json_response(served)
+    if model in table.models:
+        message = f"model {model!r} has no version taking traffic (total weight is 0)"
+    else:
+        message = f"unknown model {model!r}"
+    return _refusal(Refused(404, message), openai=True)
+
+
+async def _routes(request: web.Request) -> web.Response:
+    """GET /v1/routes: the routes in force, with versions, weights, endpoints and per-version
+    counts. Only for clients in --trusted-networks: it names internal endpoints."""
+    if not request.app[CONFIG_KEY].trusts(request.remote):
+        message = (
+            f"GET /v1/routes is for operators: the client address {request.remote} is not in "
+            "the gateway's --trusted-networks (kubectl port-forward reaches it from loopback, "
+            "which is trusted by default); GET /v1/models lists the models"
+        )
+        return _refusal(Refused(403, message), openai=False)
     return web.json_response(request.app[TABLE_KEY].describe())
 
 
@@ -249,6 +350,7 @@ async def _readyz(request: web.Request) -> web.Response:
 
 _KNOWN = {
     "/v1/models": "GET",
+    "/v1/routes": "GET",
     "/metrics": "GET",
     "/livez": "GET",
     "/readyz": "GET",
@@ -257,18 +359,22 @@ _KNOWN = {
 
 
 async def _fallback(request: web.Request) -> web.Response:
-    """Every other path or method: a JSON 404 or 405 (registered last, so off the hot path)."""
+    """Every other path or method: a JSON 404 or 405 (registered last, so off the hot path),
+    in OpenAI's error shape on its paths."""
     path = request.path
     allowed = _KNOWN.get(path)
-    if allowed is None and path.startswith("/v1/models/") and path.endswith("/infer"):
+    if allowed is None and _INFER_PATH.fullmatch(path):
         allowed = "POST"
+    elif allowed is None and _MODEL_PATH.fullmatch(path):
+        allowed = "GET"
+    if allowed is None:
+        refused = Refused(404, f"no such path {path!r}")
+    else:
+        refused = Refused(405, f"method {request.method} is not allowed on {path}; use {allowed}")
+    response = _refusal(refused, openai=_is_openai_path(path))
     if allowed is not None:
-        return web.json_response(
-            {"error": f"method {request.method} is not allowed on {path}; use {allowed}"},
-            status=405,
-            headers={"Allow": allowed},
-        )
-    return web.json_response({"error": f"no such path {path!r}"}, status=404)
+        response.headers["Allow"] = allowed
+    return response
 
 
 async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
@@ -361,6 +467,8 @@ def create_app(
     for path in OPENAI_PATHS:
         app.router.add_post(path, proxy.openai)
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/v1/models/{model}", _model)
+    app.router.add_get("/v1/routes", _routes)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)

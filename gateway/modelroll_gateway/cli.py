@@ -22,7 +22,7 @@ from modelroll_common.kube import Connection, KubeConfigError, connect
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
 from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
-from .config import GatewayConfig
+from .config import DEFAULT_TRUSTED_NETWORKS, GatewayConfig, Network, parse_networks
 from .routes import CONFIGMAP_NAME
 
 log = logging.getLogger("modelroll_gateway")
@@ -45,6 +45,14 @@ def drain_seconds(config: GatewayConfig) -> float:
     one setting that bounds a request; the chart's terminationGracePeriodSeconds is derived from
     the same value (charts/modelroll/templates/gateway-deployment.yaml)."""
     return UNREADY_SECONDS + config.upstream_timeout + LAST_ANSWER_SECONDS
+
+
+def networks(text: str) -> tuple[Network, ...]:
+    """The --trusted-networks type: a comma-separated list of CIDR networks."""
+    try:
+        return parse_networks(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
@@ -88,7 +96,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "--upstream-timeout",
         type=positive_float,
         default=30.0,
-        help="seconds a sidecar may take to answer before the gateway answers 504; after "
+        help="seconds a sidecar may take to answer before the gateway answers 504, and a "
+        "stream's client to take data before the stream is cut; after "
         f"SIGTERM (and {UNREADY_SECONDS:g} s more of serving, unready), how long open requests "
         "get to finish",
     )
@@ -126,6 +135,19 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "connection: from connecting); slower ones get 408 and are disconnected",
     )
     p.add_argument(
+        "--trusted-networks",
+        type=networks,
+        default=DEFAULT_TRUSTED_NETWORKS,
+        help="comma-separated CIDR networks whose clients may read GET /v1/routes (and pin "
+        "versions, with --pin-trusted-only), by their connection's address; empty: none",
+    )
+    p.add_argument(
+        "--pin-trusted-only",
+        action="store_true",
+        help="ignore the X-Modelroll-Version header of clients outside --trusted-networks: "
+        "their requests are routed by weight as if unpinned",
+    )
+    p.add_argument(
         "--event-loop",
         default="auto",
         choices=["auto", "asyncio", "uvloop"],
@@ -156,6 +178,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         upstream_max_connections=args.upstream_max_connections,
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
+        trusted_networks=args.trusted_networks,
+        pin_trusted_only=args.pin_trusted_only,
     )
 
 

@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from pathlib import Path
 
 from .routes import CONFIGMAP_NAME
+
+Network = IPv4Network | IPv6Network
+
+DEFAULT_TRUSTED_NETWORKS = "127.0.0.0/8,::1/128"
+"""Loopback only: the gateway's own host, and `kubectl port-forward`, whose connections reach
+the pod from its own loopback."""
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    """A comma-separated list of CIDR networks (a bare address is one host); empty: none.
+    Host bits set (`10.1.2.3/8`) are refused rather than widened to the network silently."""
+    # ip_network's messages name the item: "10.1.2.3/8 has host bits set".
+    return tuple(ip_network(item) for item in (p.strip() for p in text.split(",")) if item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +53,25 @@ class GatewayConfig:
     from connecting); past it the gateway answers 408 and closes the connection."""
     watch_timeout_seconds: int = 300
     """How long one watch request lasts before it is renewed (the server ends it then)."""
+    trusted_networks: tuple[Network, ...] = parse_networks(DEFAULT_TRUSTED_NETWORKS)
+    """Clients allowed GET /v1/routes (the versions' internal endpoints), and pins when
+    `pin_trusted_only`; judged by the connection's peer address, never by a header."""
+    pin_trusted_only: bool = False
+    """Ignore the version header of clients outside `trusted_networks` (route them by weight).
+    Off by default: any client may pin, a weight-0 version too."""
+
+    def trusts(self, address: str | None) -> bool:
+        """Whether a peer at `address` (aiohttp's `request.remote`) is in `trusted_networks`; an
+        IPv4 client of a dual-stack listener (`::ffff:10.0.0.1`) counts as its IPv4 address."""
+        if not address:
+            return False
+        try:
+            peer = ip_address(address)
+        except ValueError:
+            return False
+        if isinstance(peer, IPv6Address) and peer.ipv4_mapped is not None:
+            peer = peer.ipv4_mapped
+        return any(peer in network for network in self.trusted_networks)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

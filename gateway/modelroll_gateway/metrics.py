@@ -116,6 +116,12 @@ class GatewayMetrics:
         )
         for phase in PHASES:
             self.client_timeouts.labels(phase)
+        self.pins_ignored = Counter(
+            "modelroll_gateway_pins_ignored",
+            "Requests whose version header was ignored (routed by weight instead): the client "
+            "was outside --trusted-networks and --pin-trusted-only is on.",
+            registry=registry,
+        )
         self.llm_ttft = Histogram(
             "modelroll_gateway_llm_time_to_first_token_seconds",
             "OpenAI generation streams: time from a request's arrival at the gateway to the first "
@@ -128,9 +134,10 @@ class GatewayMetrics:
             "modelroll_gateway_llm_requests",
             "OpenAI requests forwarded (generations and embeddings), by model, version and how "
             "they ended: completed, error (the version sent an error event), upstream_error (the "
-            "stream broke off: the client got an error event), client_disconnect, cut (still "
-            "open when the shutdown drain ran out), whole (not "
-            "streamed), unreachable, timeout.",
+            "stream broke off: the client got an error event; or a 502 for an answer that cannot "
+            "be passed on), client_disconnect, client_stalled (the client took nothing for "
+            "--upstream-timeout: cut off), cut (still open when the shutdown drain ran out), "
+            "whole (not streamed), unreachable, timeout.",
             ["model", "version", "outcome"],
             registry=registry,
         )

@@ -2,7 +2,8 @@
 ``/v1/embeddings``): forwarded to the picked version's sidecar through aiohttp's client, whose
 answers can be streamed. The batch path keeps its own pooled client (upstream.py), which reads
 whole answers; a generation streams for seconds, so what matters here is passing each event on
-the moment it arrives.
+the moment it arrives (modelroll_common.sse, as the sidecar does), and counting every stream
+however it ends, its client's going away included.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 import aiohttp
 from aiohttp import web
 
-from modelroll_common.sse import OpenStreams
+from modelroll_common import sse
+from modelroll_common.openai_errors import openai_error
 
 from .metrics import GatewayMetrics
 from .table import Target
@@ -22,11 +24,6 @@ log = logging.getLogger(__name__)
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 CONNECT_S = 5.0
-
-
-def _openai_error(status: int, message: str, headers: dict[str, str]) -> web.Response:
-    body = {"error": {"message": message, "type": "server_error", "code": status}}
-    return web.json_response(body, status=status, headers=headers)
 
 
 def _whole_headers(upstream: aiohttp.ClientResponse, ours: dict[str, str]) -> dict[str, str]:
@@ -48,8 +45,11 @@ class StreamingForwarder:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
         )
-        self.streams = OpenStreams()
+        self.streams = sse.OpenStreams()
         """Cut at the end of the gateway's drain (cli.serve)."""
+        self.max_answer_bytes = sse.MAX_ANSWER_BYTES
+        """The largest whole (not streamed) answer passed on, as on the batch path; a larger
+        one is a 502."""
 
     async def close(self) -> None:
         await self._session.close()
@@ -57,9 +57,28 @@ class StreamingForwarder:
     async def forward(
         self, request: web.Request, target: Target, body: bytes
     ) -> web.StreamResponse:
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        labels = (target.stats.model, target.name)
+
+        def record(outcome: str, relayed: sse.Relayed, abandoned: bool) -> None:
+            watch = relayed.watch
+            if watch.first_token_at is not None:
+                self._metrics.llm_ttft.labels(*labels).observe(watch.first_token_at - started)
+            self._metrics.llm_requests.labels(*labels, outcome).inc()
+            if abandoned and (status := relayed.sent_status) is not None:
+                # Proxy.openai counts every other answer; a cancelled forward never returns.
+                target.stats.record(status, loop.time() - started)
+
+        return await sse.recorded(
+            lambda relayed: self._exchange(request, target, body, relayed), record
+        )
+
+    async def _exchange(
+        self, request: web.Request, target: Target, body: bytes, relayed: sse.Relayed
+    ) -> web.StreamResponse:
+        """The version's answer to ``body``, passed on; how it went in ``relayed``."""
         version = target.name
-        labels = (target.stats.model, version)
         headers = {self._header: version}
         # sock_read: the longest silence allowed while the version is generating, not a cap on
         # the whole answer (a long generation streams for longer than any request timeout).
@@ -71,31 +90,42 @@ class StreamingForwarder:
             async with self._session.post(
                 url, data=body, timeout=timeout, headers={"Content-Type": "application/json"}
             ) as upstream:
-                if upstream.content_type != "text/event-stream":
-                    answer = await upstream.read()
-                    self._count(labels, "whole")
-                    return web.Response(
-                        status=upstream.status,
-                        body=answer,
-                        headers=_whole_headers(upstream, headers),
+                if upstream.content_type == sse.EVENT_STREAM:
+                    # A client that takes nothing is given as long as a silent version.
+                    return await self.streams.relay(
+                        request,
+                        upstream,
+                        relayed,
+                        stall_timeout=self._read_timeout,
+                        headers=headers,
                     )
-                relayed = await self.streams.relay(request, upstream, headers)
+                if sse.unstreamed(upstream, body):
+                    relayed.outcome = "upstream_error"
+                    kind = upstream.content_type
+                    return openai_error(
+                        502,
+                        f"version {version!r} answered a streamed request with {kind}, "
+                        f"not {sse.EVENT_STREAM}",
+                        headers,
+                    )
+                answer = await sse.read_whole(upstream, self.max_answer_bytes)
+                relayed.outcome = "whole"
+                return web.Response(
+                    status=upstream.status, body=answer, headers=_whole_headers(upstream, headers)
+                )
+        except sse.AnswerTooLarge as exc:
+            relayed.outcome = "upstream_error"
+            return openai_error(
+                502, f"version {version!r} answered more than {exc.limit} bytes", headers
+            )
         except aiohttp.ClientConnectorError:
-            self._count(labels, "unreachable")
-            return _openai_error(502, f"version {version!r} could not be reached", headers)
+            relayed.outcome = "unreachable"
+            return openai_error(502, f"version {version!r} could not be reached", headers)
         except TimeoutError:
-            self._count(labels, "timeout")
-            return _openai_error(
+            relayed.outcome = "timeout"
+            return openai_error(
                 504, f"version {version!r} sent nothing for {self._read_timeout:g}s", headers
             )
         except aiohttp.ClientError as exc:
-            self._count(labels, "upstream_error")
-            return _openai_error(502, f"version {version!r} failed: {type(exc).__name__}", headers)
-        watch = relayed.watch
-        if watch.first_token_at is not None:
-            self._metrics.llm_ttft.labels(*labels).observe(watch.first_token_at - started)
-        self._count(labels, relayed.outcome)
-        return relayed.response
-
-    def _count(self, labels: tuple[str, str], outcome: str) -> None:
-        self._metrics.llm_requests.labels(*labels, outcome).inc()
+            relayed.outcome = "upstream_error"
+            return openai_error(502, f"version {version!r} failed: {type(exc).__name__}", headers)

@@ -8,6 +8,7 @@ Per-version counts live outside the entries and survive rebuilds.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +116,8 @@ class RouteTable:
     _rejected: dict[str, _Rejected] = field(default_factory=dict)
     _stats: dict[tuple[str, str], VersionStats] = field(default_factory=dict)
     _document_error: str | None = None
+    _created: dict[str, int] = field(default_factory=dict)
+    """When each routed model was first seen (Unix seconds): OpenAI's `created` of its model."""
 
     def invalid_reason(self, model: str) -> str | None:
         """Why this model's current routes document was rejected, if it was."""
@@ -174,6 +177,7 @@ class RouteTable:
         }
         picker = SmoothWeightedPicker((t, t.route.weight) for t in targets.values())
         self.models[route.model] = ModelEntry(route, targets, picker)
+        self._created.setdefault(route.model, int(time.time()))
         for v in route.versions:
             self.metrics.weight.labels(route.model, v.name).set(v.weight)
         if previous is not None:
@@ -186,6 +190,7 @@ class RouteTable:
 
     def _remove(self, model: str) -> None:
         entry = self.models.pop(model)
+        del self._created[model]
         for name in entry.targets:
             self.metrics.weight.remove(model, name)
         self.metrics.routes_updates.inc()
@@ -196,8 +201,21 @@ class RouteTable:
         label = model if model is not None and model in self.models else UNROUTED
         return self.metrics.requests.labels(label, UNROUTED, str(code))
 
+    def served(self, model: str) -> dict[str, Any] | None:
+        """`model` as OpenAI's model object, if a client may call it (a version with weight)."""
+        entry = self.models.get(model)
+        if entry is None or not entry.picker:
+            return None
+        created = self._created[model]
+        return {"id": model, "object": "model", "created": created, "owned_by": "modelroll"}
+
+    def served_models(self) -> list[dict[str, Any]]:
+        """Every model a client may call, by name, as OpenAI's model objects (GET /v1/models)."""
+        served = (self.served(model) for model in sorted(self.models))
+        return [item for item in served if item is not None]
+
     def describe(self) -> dict[str, Any]:
-        """The routes as the gateway sees them, for GET /v1/models."""
+        """The routes as the gateway sees them, for GET /v1/routes."""
         models = []
         for name in sorted(self.models.keys() | self._rejected.keys()):
             entry = self.models.get(name)

@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from modelroll_common.sse import MAX_ANSWER_BYTES
+
 MAX_HEAD_BYTES = 64 * 1024
 """Largest head (status line and headers, or trailers) accepted."""
 MAX_HEADERS = 100
@@ -46,7 +48,7 @@ MAX_STALL_BYTES = 64 * 1024
 chunk extensions and trailers."""
 MAX_INTERIM = 10
 """Interim (1xx) answers accepted before the final one."""
-MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_BODY_BYTES = MAX_ANSWER_BYTES
 """Largest upstream answer accepted (a larger one is a protocol error: 502)."""
 
 _VALUE = re.compile(rb"[\x20-\x7e\t]*")

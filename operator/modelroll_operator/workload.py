@@ -33,6 +33,12 @@ SIDECAR_CONTAINER = "sidecar"
 MODEL_CONTAINER = "model"
 PORT_NAME = "http"
 MODEL_PORT_NAME = "model"
+CONTROL_PORT = 8001
+"""The sidecar's --control-port in managed pods: GET /prestop on 127.0.0.1 only, which the
+preStop hook calls from inside the sidecar container. Not a container port: nothing outside the
+pod can reach it. spec.server.port may not take it (the model server would hold it first)."""
+PRESTOP_COMMAND = ("python3", "-m", "modelroll_sidecar.prestop", f"--control-port={CONTROL_PORT}")
+"""The preStop exec hook (modelroll_sidecar.prestop in the sidecar image)."""
 
 
 def selector_labels(model: str, version: str) -> dict[str, str]:
@@ -68,7 +74,7 @@ def drain_timeout_s(spec: ModelVersionSpec, config: OperatorConfig) -> int:
 
 
 def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> list[str]:
-    """The sidecar's flags: identity, upstream on localhost, port, batching, the spec.sidecar
+    """The sidecar's flags: identity, upstream on localhost, ports, batching, the spec.sidecar
     settings given, drain."""
     assert spec.server is not None
     return [
@@ -76,6 +82,7 @@ def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> l
         f"--version={name}",
         f"--upstream=http://127.0.0.1:{spec.server.port}",
         f"--port={config.sidecar_port}",
+        f"--control-port={CONTROL_PORT}",
         *spec.batching.sidecar_flags(),
         *spec.sidecar.sidecar_flags(),
         *([PROTOCOL.flag_for(spec.protocol)] if spec.protocol != PROTOCOL.default else []),
@@ -102,8 +109,10 @@ def sidecar_container(name: str, spec: ModelVersionSpec, config: OperatorConfig)
         "livenessProbe": _probe("/livez", 10, 3),
         "readinessProbe": _probe("/readyz", 2, 1),
         # Before SIGTERM: keep serving while the pod leaves its Service's endpoints, closing
-        # every connection after its answer so that the gateway reconnects to other pods.
-        "lifecycle": {"preStop": {"httpGet": {"path": "/prestop", "port": PORT_NAME}}},
+        # every connection after its answer so that the gateway reconnects to other pods. The
+        # hook runs in this container: the control port listens on 127.0.0.1, so only the pod
+        # itself reaches it.
+        "lifecycle": {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}},
         "securityContext": {
             "runAsNonRoot": True,
             "readOnlyRootFilesystem": True,
@@ -139,7 +148,8 @@ def sidecar_resources(spec: ModelVersionSpec, config: OperatorConfig) -> dict[st
 
 
 def model_container(server: Server) -> dict[str, Any]:
-    """The user's model server, as given; its port is only reached over localhost.
+    """The user's model server, as given. The sidecar reaches its port over localhost; other
+    pods reach it unless a NetworkPolicy keeps them off (the chart's does).
 
     It runs as a native sidecar (an init container that keeps running): the kubelet starts it
     before the batching sidecar and stops it only after the batching sidecar has exited, so the
@@ -219,7 +229,7 @@ OPERATOR_CONTAINERS = (MODEL_CONTAINER, SIDECAR_CONTAINER)
 
 
 def conflict(server: Server, sidecar_port: int) -> str | None:
-    """What in spec.server would collide with what the operator injects (the sidecar's port
+    """What in spec.server would collide with what the operator injects (the sidecar's ports
     and the operator's container names), or mount a volume the pod lacks; None when nothing
     does. The message names the field. The CRD refuses some of these already; an object
     stored before it did, or a sidecar port the operator was started with, is caught here."""
@@ -227,6 +237,11 @@ def conflict(server: Server, sidecar_port: int) -> str | None:
         return (
             f"spec.server.port {server.port} is the batching sidecar's port in the pod; "
             "the model server needs another"
+        )
+    if server.port == CONTROL_PORT:
+        return (
+            f"spec.server.port {server.port} is the batching sidecar's control port in the pod "
+            "(its preStop hook's); the model server needs another"
         )
     volumes = {v.get("name") for v in server.volumes}
     for index, container in enumerate(server.init_containers):
@@ -237,7 +252,8 @@ def conflict(server: Server, sidecar_port: int) -> str | None:
                 f"(the names {' and '.join(OPERATOR_CONTAINERS)} are taken)"
             )
         for number, port in enumerate(container.get("ports") or []):
-            if isinstance(port, dict) and port.get("containerPort") in (sidecar_port, server.port):
+            taken = (sidecar_port, CONTROL_PORT, server.port)
+            if isinstance(port, dict) and port.get("containerPort") in taken:
                 return (
                     f"{where}.ports[{number}].containerPort {port['containerPort']} is the "
                     "batching sidecar's or the model server's port"

@@ -1,8 +1,10 @@
-"""The sidecar's aiohttp app, built by :func:`create_app`.
+"""The sidecar's aiohttp apps: the inference app, built by :func:`create_app`, and the control
+app of the same sidecar (GET /prestop), built by :func:`create_control_app`.
 
-The batcher, the model client and the readiness probe start and stop in the app's cleanup_ctx,
-so every test that serves the app (aiohttp's TestServer, AppRunner) runs them for real, and an app
-whose lifespan never started answers 503 at once instead of hanging.
+The batcher, the model client and the readiness probe start and stop in the inference app's
+cleanup_ctx, so every test that serves the app (aiohttp's TestServer, AppRunner) runs them for
+real, and an app whose lifespan never started answers 503 at once instead of hanging. The control
+app is served apart, on 127.0.0.1 only: whoever reaches the inference port cannot stop the pod.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from modelroll_common.openai_errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
 from .metrics import LLMMetrics, SidecarMetrics
-from .openai_proxy import GENERATION_PATHS, EmbeddingsModel, OpenAIProxy, openai_error
+from .openai_proxy import GENERATION_PATHS, EmbeddingsModel, OpenAIProxy
 from .protocol import ModelClient, decode, encode
 
 log = logging.getLogger(__name__)
@@ -59,7 +62,8 @@ class Sidecar:
         )
         self.model_ready = False
         self.closing = False
-        """Set by GET /prestop: still serving, but unready and closing every connection."""
+        """Set by the control app's GET /prestop: still serving, but unready and closing every
+        connection."""
         self.close_idle_connections: Callable[[], int] = lambda: 0
         """Closes the server's idle keep-alive connections (set by whoever runs the server)."""
         self.draining = False
@@ -242,7 +246,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     started = loop.time()
     if sidecar.proxy is None:
-        return openai_error(503, "the sidecar is not running", "server_error")
+        return openai_error(503, "the sidecar is not running")
     response = await sidecar.proxy.generate(request)
     sidecar.metrics.count_request(response.status, loop.time() - started)
     if sidecar.closing:
@@ -261,36 +265,34 @@ async def handle_embeddings(request: web.Request) -> web.Response:
 
 
 async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
-    invalid = "invalid_request_error"
     if sidecar.draining:
-        return openai_error(503, "the sidecar is shutting down", "server_error")
+        return openai_error(503, "the sidecar is shutting down")
     try:
         raw = await read_body(request)
         body = decode(raw)
     except web.HTTPRequestEntityTooLarge:
-        return openai_error(413, f"body is larger than {sidecar.config.max_body_bytes} bytes",
-                            invalid)  # fmt: skip
+        return openai_error(413, f"body is larger than {sidecar.config.max_body_bytes} bytes")
     except RequestTimedOut as exc:
-        return openai_error(408, str(exc), invalid)
+        return openai_error(408, str(exc))
     except ValueError as exc:
-        return openai_error(400, f"malformed JSON: {exc}", invalid)
+        return openai_error(400, f"malformed JSON: {exc}")
     given = body.get("input") if isinstance(body, dict) else None
     inputs = [given] if isinstance(given, str) else given
     if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
-        return openai_error(400, '"input" must be a string or a non-empty list of strings', invalid)
+        return openai_error(400, '"input" must be a string or a non-empty list of strings')
     try:
         pending = sidecar.batcher.submit({"model": body.get("model"), "input": inputs})
     except QueueFull as exc:
-        return openai_error(429, str(exc), "rate_limit_error", {"Retry-After": RETRY_AFTER_S})
+        return openai_error(429, str(exc), {"Retry-After": RETRY_AFTER_S})
     except (ShuttingDown, BatcherNotRunning) as exc:
-        return openai_error(503, str(exc), "server_error")
+        return openai_error(503, str(exc))
     try:
         outcome: Outcome = await pending.future
     except asyncio.CancelledError:
         sidecar.batcher.abandon(pending)
         raise
     if outcome.status != 200:
-        return openai_error(outcome.status, outcome.error or "request failed", "server_error")
+        return openai_error(outcome.status, outcome.error or "request failed")
     tokens = sum(max(1, len(text.split())) for text in inputs)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}  # words: the engine's are per batch
     return json_response(200, {**outcome.output, "usage": usage})
@@ -307,8 +309,7 @@ async def handle_models(request: web.Request) -> web.Response:
                 status=up.status, body=await up.read(), content_type=up.content_type
             )
     except aiohttp.ClientError as exc:
-        return openai_error(502, f"the engine's model list failed: {type(exc).__name__}",
-                            "server_error")  # fmt: skip
+        return openai_error(502, f"the engine's model list failed: {type(exc).__name__}")
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
@@ -338,7 +339,8 @@ async def handle_readyz(request: web.Request) -> web.Response:
 
 
 async def handle_prestop(request: web.Request) -> web.Response:
-    """The pod's preStop hook (an httpGet the kubelet sends before SIGTERM)."""
+    """The pod's preStop hook: the kubelet runs ``python3 -m modelroll_sidecar.prestop`` in the
+    sidecar container before SIGTERM, which sends this GET to the control listener."""
     sidecar = request.app[SIDECAR]
     await sidecar.prestop()
     response = json_response(200, {"status": "closing", "queued": sidecar.depth})
@@ -388,5 +390,13 @@ def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/livez", handle_livez)
     app.router.add_get("/readyz", handle_readyz)
+    return app
+
+
+def create_control_app(sidecar: Sidecar) -> web.Application:
+    """The control app of a sidecar that ``create_app`` built: GET /prestop only. It shares the
+    sidecar (started and stopped by the inference app) and is served on 127.0.0.1 only."""
+    app = web.Application(middlewares=[json_errors])
+    app[SIDECAR] = sidecar
     app.router.add_get("/prestop", handle_prestop)
     return app

@@ -48,6 +48,7 @@ class SidecarConfig:
     version: str = "v1"
     host: str = "0.0.0.0"
     port: int = 8000
+    control_port: int = 0
     max_batch_size: int = _default("max_batch_size")
     max_wait_ms: float = float(_default("max_wait_ms"))
     max_queue_size: int = _default("max_queue_size")
@@ -80,6 +81,7 @@ class SidecarConfig:
         """The first invalid setting, phrased with its flag name, or None."""
         bounds = {s.flag: (s.attr, s.low, s.high) for s in TUNED.values()}
         bounds["--port"] = ("port", 1, 65535)
+        bounds["--control-port"] = ("control_port", 0, 65535)
         for name, (attr, low, high) in bounds.items():
             value = getattr(self, attr)
             if not low <= value <= high:  # .15g: 3600001 (not 3.6e+06), 0.5, -1
@@ -87,6 +89,8 @@ class SidecarConfig:
         if self.readiness_interval_ms <= 0:
             interval = self.readiness_interval_ms
             return f"--readiness-interval-ms must be greater than 0, got {interval:g}"
+        if self.control_port == self.port:
+            return f"--control-port must differ from --port, got {self.port} for both"
         if self.prestop_delay_ms < 0:
             return f"--prestop-delay-ms must be 0 or more, got {self.prestop_delay_ms:g}"
         if self.max_wait_ms > self.timeout_ms:
@@ -127,6 +131,8 @@ HELP = {
     "version": "version name, used in responses and metric labels",
     "host": "address to listen on",
     "port": "port to listen on",
+    "control_port": "port on 127.0.0.1 only (never --host) that serves GET /prestop, the pod's "
+    "preStop hook, out of reach of other pods; 0: no such listener",
     "max_batch_size": "a batch closes when it holds this many requests",
     "max_wait_ms": "a batch closes when its oldest request has waited this long",
     "max_queue_size": "requests waiting beyond this are refused with 429",
@@ -146,13 +152,14 @@ HELP = {
     "max_body_bytes": "largest accepted request body; larger ones get 413",
     "read_timeout_ms": "a client must send its whole request within this time of its first "
     "byte (a new connection: of connecting), or it gets 408 and its connection closes",
-    "upstream_timeout_ms": "a model call slower than this fails its batch with 502",
+    "upstream_timeout_ms": "a model call slower than this fails its batch with 502; a stream "
+    "whose client takes no data for this long is cut (client_stalled)",
     "readiness_interval_ms": "how often the model's /readyz is probed",
     "readiness_timeout_ms": "a probe of the model's /readyz (--protocol openai: /health) that "
     "takes longer counts as not ready",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
-    "prestop_delay_ms": "GET /prestop (the pod's preStop hook) answers after this long, while "
-    "requests are still served but every connection is closed after its answer",
+    "prestop_delay_ms": "GET /prestop on --control-port (the pod's preStop hook) answers after "
+    "this long, while requests are still served but every connection is closed after its answer",
     "event_loop": "auto (uvloop when installed), asyncio or uvloop",
 }
 

@@ -152,8 +152,10 @@ TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
 STREAM_OUTCOMES = (
     "completed",  # ended with data: [DONE]
     "error",  # the engine sent an error event itself
-    "upstream_error",  # the engine broke the stream off: the client got an error event
+    "upstream_error",  # the engine broke the stream off (the client got an error event), or
+    # answered what cannot be passed on (502): a stream that is not one, a whole answer too large
     "client_disconnect",  # the client went away; the engine's connection was closed
+    "client_stalled",  # the client took nothing for the upstream timeout: cut off, engine too
     "cut",  # still open when the drain ran out: the client got an error event saying so
     "whole",  # a non-streamed answer, passed on whole
     "unreachable",  # no connection to the engine (503)
@@ -207,10 +209,15 @@ class LLMMetrics:
         )
         self._outcomes = {o: streams.labels(model, version, o) for o in STREAM_OUTCOMES}
         self.rejected_full = sidecar.rejected["queue_full"]
+        self._sidecar = sidecar
 
-    def count(self, status: int, outcome: str) -> None:
-        del status  # the sidecar's modelroll_requests_total{code} counts it
+    def count(self, outcome: str) -> None:
         self._outcomes[outcome].inc()
+
+    def count_abandoned(self, status: int, seconds: float) -> None:
+        """An answer already begun when its client went away: cancelled, the handler that
+        counts every other answer in ``modelroll_requests_total`` never returns."""
+        self._sidecar.count_request(status, seconds)
 
     def observe(self, watch: GenerationWatch, started: float) -> None:
         """A stream's figures, once it has ended (however it ended)."""

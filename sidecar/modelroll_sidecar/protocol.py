@@ -14,6 +14,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from modelroll_common.sse import MAX_ANSWER_BYTES, AnswerTooLarge, read_whole
+
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in a request (or a model's answer)."""
 
@@ -143,6 +145,8 @@ class ModelClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self.max_answer_bytes = MAX_ANSWER_BYTES
+        """A larger answer fails its batch (502) unread: answers are read whole."""
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=self._max_connections + 2, force_close=False)
@@ -182,11 +186,13 @@ class ModelClient:
                 data=data,
                 headers={"Content-Type": "application/json"},
             ) as resp:
-                raw = await resp.read()
+                raw = await read_whole(resp, self.max_answer_bytes)
                 if 400 <= resp.status < 500 and resp.status not in (408, 429):
                     raise ModelRejected(f"model refused the input: HTTP {resp.status}")
                 if resp.status != 200:
                     raise ModelFailed(f"model answered HTTP {resp.status} for the batch")
+        except AnswerTooLarge as exc:
+            raise ModelFailed(f"the model's answer is larger than {exc.limit} bytes") from exc
         except aiohttp.ClientConnectorError as exc:
             raise ModelUnreachable(f"model unreachable at {self._base}: {exc.os_error}") from exc
         except TimeoutError as exc:

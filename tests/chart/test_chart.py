@@ -75,6 +75,7 @@ def test_default_install_is_operator_and_gateway_without_monitoring(helm: Helm) 
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "NetworkPolicy",
         "Role",
         "RoleBinding",
         "Service",

@@ -168,10 +168,15 @@ def test_helm_install_creates_the_release_and_prints_the_next_commands(
     fullname = f"{release}-modelroll"
     assert f"port-forward service/{fullname}-gateway 8080:8080" in output
     assert f"rollout status deployment/{fullname}-operator" in output
+    assert (
+        f"NetworkPolicy/{fullname}-model-pods lets only the gateway, the scraper "
+        f"(networkPolicy.scraper) reach the model pods in {namespace}, on the sidecar's port 8000"
+    ) in output
     for kind, name in (
         ("deployment", f"{fullname}-operator"),
         ("deployment", f"{fullname}-gateway"),
         ("service", f"{fullname}-gateway"),
+        ("networkpolicy", f"{fullname}-model-pods"),
         ("podmonitor", f"{fullname}-sidecars"),
         ("podmonitor", f"{fullname}-operator"),
         ("servicemonitor", f"{fullname}-gateway"),

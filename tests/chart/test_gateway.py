@@ -1,5 +1,6 @@
 """The gateway's Deployment as Kubernetes stops it: a grace period that outlasts the gateway's
-own drain, and a PodDisruptionBudget when there are replicas to keep serving."""
+own drain, and a PodDisruptionBudget when there are replicas to keep serving; and the clients it
+trusts, from values to flags."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from modelroll_gateway import GatewayConfig
 from modelroll_gateway import cli as gateway_cli
 from tests.chart.conftest import CHART, FULL_VALUES, Helm, Manifest, by_kind, one
 
@@ -99,3 +101,26 @@ def test_a_budget_that_would_block_every_drain_or_means_nothing_is_refused(
     )  # fmt: skip
     assert result.returncode != 0, f"maxUnavailable={setting} was accepted"
     assert "values don't meet the specifications of the schema" in result.stderr
+
+
+def test_trusted_networks_and_trusted_pins_reach_the_gateway_as_its_flags(helm: Helm) -> None:
+    """Empty by default: the gateway's own default (loopback) stands, and anyone may pin."""
+    parser = gateway_cli.build_parser()
+
+    def config(*settings: str) -> GatewayConfig:
+        args = pod_template(helm.template(*settings))["spec"]["containers"][0]["args"]
+        return gateway_cli.config_from_args(parser.parse_args(args))
+
+    default = config()
+    assert [str(n) for n in default.trusted_networks] == ["127.0.0.0/8", "::1/128"]
+    assert not default.pin_trusted_only
+    trusted = config(
+        "--set",
+        "gateway.trustedNetworks={10.244.0.0/16,fd00::/8}",
+        "--set",
+        "gateway.pinTrustedOnly=true",
+    )
+    assert [str(n) for n in trusted.trusted_networks] == ["10.244.0.0/16", "fd00::/8"]
+    assert trusted.pin_trusted_only
+    assert trusted.trusts("10.244.3.1")
+    assert not trusted.trusts("127.0.0.1")

@@ -93,7 +93,7 @@ class InCluster:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True)
 
     def routes(self) -> dict[str, Any]:
-        doc = get_json(f"{self.gateway_url}/v1/models")
+        doc = get_json(f"{self.gateway_url}/v1/routes")
         return {m["model"]: m for m in doc["models"]}
 
     def configmap_data(self) -> dict[str, str]:

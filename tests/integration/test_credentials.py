@@ -43,7 +43,7 @@ the kubelet rotates a projected token long before it expires, at 80% of its life
 
 
 def gateway_weights(port: int, model: str) -> dict[str, int] | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/routes", timeout=5) as resp:
         doc = json.load(resp)
     for item in doc["models"]:
         if item["model"] == model:
@@ -52,7 +52,7 @@ def gateway_weights(port: int, model: str) -> dict[str, int] | None:
 
 
 def gateway_source(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/routes", timeout=5) as resp:
         return str(json.load(resp)["source"])
 
 

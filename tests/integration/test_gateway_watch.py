@@ -84,14 +84,14 @@ class GatewayProcess:
         self.base = f"http://127.0.0.1:{port}"
         self.session = session
 
-    async def models(self) -> dict[str, Any]:
-        async with self.session.get(f"{self.base}/v1/models") as resp:
+    async def routes(self) -> dict[str, Any]:
+        async with self.session.get(f"{self.base}/v1/routes") as resp:
             assert resp.status == 200
             doc: dict[str, Any] = await resp.json()
             return doc
 
     async def weights(self, model: str) -> dict[str, int] | None:
-        for item in (await self.models())["models"]:
+        for item in (await self.routes())["models"]:
             if item["model"] == model:
                 return {v["name"]: v["weight"] for v in item["versions"]}
         return None
@@ -99,10 +99,10 @@ class GatewayProcess:
     async def until(
         self, check: Callable[[dict[str, Any]], bool], within: float = 15.0
     ) -> tuple[float, dict[str, Any]]:
-        """Poll GET /v1/models until `check` holds: (seconds it took, the document)."""
+        """Poll GET /v1/routes until `check` holds: (seconds it took, the document)."""
         started = time.monotonic()
         while True:
-            doc = await self.models()
+            doc = await self.routes()
             if check(doc):
                 return time.monotonic() - started, doc
             if time.monotonic() - started > within:
@@ -220,7 +220,7 @@ async def test_a_missing_configmap_means_no_routes_while_the_watch_goes_on(
     routes: RoutesConfigMap, start_gateway: StartGateway
 ) -> None:
     gw = start_gateway()  # ready although the ConfigMap does not exist yet
-    assert (await gw.models())["models"] == []
+    assert (await gw.routes())["models"] == []
     assert await gw.infer("sentiment") == (404, "")
 
     await kubectl(routes.create, {})
@@ -404,6 +404,6 @@ async def test_weight_changes_under_load_fail_no_request(
 
     assert sum(codes.values()) > 100
     assert codes == {200: sum(codes.values())}, f"failed requests: {codes}"
-    versions = {v["name"]: v for v in (await gw.models())["models"][0]["versions"]}
+    versions = {v["name"]: v for v in (await gw.routes())["models"][0]["versions"]}
     assert versions["stable"]["requests"] > 0
     assert versions["canary"]["requests"] > 0

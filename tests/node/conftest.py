@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from modelroll_devcluster import Cluster
+from modelroll_devcluster.node import POD_CIDR
 from modelroll_devcluster.prometheus import Prometheus, pod_monitor_job
 from tests.chart.conftest import CHART, Helm, helm
 from tests.e2e.incluster import InCluster
@@ -30,8 +31,14 @@ INSTALL_TIMEOUT_S = 110  # within Helm.run's own 120 s
 
 
 #: What the local node needs on top of the chart's defaults: nothing can be pulled, so the images
-#: `make images` imported are used as they are.
-NODE_VALUES = ("operator.image.pullPolicy=Never", "gateway.image.pullPolicy=Never")
+#: `make images` imported are used as they are; and the tests, on the host, read the gateway's
+#: GET /v1/routes through its Service, whose connections from the host kube-proxy masquerades to
+#: the host's address on the pod network (the CNI bridge's): the gateway trusts that network.
+NODE_VALUES = (
+    "operator.image.pullPolicy=Never",
+    "gateway.image.pullPolicy=Never",
+    f"gateway.trustedNetworks={{{POD_CIDR}}}",
+)
 
 
 def set_flags(*values: str) -> list[str]:

@@ -100,6 +100,20 @@ Service account names.
 {{- end }}
 
 {{/*
+The labels the operator puts on every managed model pod (modelroll_operator.workload's
+workload_labels), and the sidecar's port in those pods (its SIDECAR_PORT): what the
+NetworkPolicy selects and admits.
+*/}}
+{{- define "modelroll.modelPodLabels" -}}
+app.kubernetes.io/managed-by: modelroll-operator
+app.kubernetes.io/component: model-server
+{{- end }}
+
+{{- define "modelroll.sidecarPort" -}}
+8000
+{{- end }}
+
+{{/*
 The routes ConfigMap: one per namespace, named by the contract in docs/design.md.
 */}}
 {{- define "modelroll.routesConfigMap" -}}

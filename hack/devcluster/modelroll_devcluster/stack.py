@@ -425,8 +425,8 @@ class Stack:
         return result
 
     def routes(self) -> dict[str, Any]:
-        """The gateway's view of the routes (``GET /v1/models``), by model."""
-        doc = get_json(f"{self.gateway_url}/v1/models")
+        """The gateway's view of the routes (``GET /v1/routes``), by model."""
+        doc = get_json(f"{self.gateway_url}/v1/routes")
         return {m["model"]: m for m in doc["models"]}
 
     def configmap_data(self) -> dict[str, str]:

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_gateway import GatewayConfig, create_app
+from modelroll_sidecar.demo_llm import DemoLLMConfig, create_demo_llm_app
 
 
 @dataclass
@@ -78,6 +79,21 @@ def start_standin(aiohttp_server: AiohttpServer) -> StartStandIn:
     return start
 
 
+StartEngine = Callable[[], Awaitable[str]]
+
+
+@pytest.fixture
+def start_engine(aiohttp_server: AiohttpServer) -> StartEngine:
+    """``await start_engine()``: a demo LLM engine on 127.0.0.1 (it speaks a version's OpenAI
+    paths, as its sidecar would), by its base URL."""
+
+    async def start() -> str:
+        server = await aiohttp_server(create_demo_llm_app(DemoLLMConfig()), host="127.0.0.1")
+        return str(server.make_url("")).rstrip("/")
+
+    return start
+
+
 def route(model: str, *versions: tuple[str, int, str]) -> dict[str, Any]:
     """A routes document for one model: route("m", ("v1", 9, url), ...)."""
     return {
@@ -131,15 +147,15 @@ class Gateway:
             body = await resp.json()
             return resp.status, resp.headers["X-Modelroll-Version"], body
 
-    async def models(self) -> dict[str, Any]:
-        async with self.session.get(self.url("/v1/models")) as resp:
+    async def routes(self) -> dict[str, Any]:
+        async with self.session.get(self.url("/v1/routes")) as resp:
             assert resp.status == 200
             doc: dict[str, Any] = await resp.json()
             return doc
 
     async def weights(self, model: str) -> dict[str, int]:
         """The weights the gateway is routing by for `model` (empty when it has no route)."""
-        for item in (await self.models())["models"]:
+        for item in (await self.routes())["models"]:
             if item["model"] == model:
                 return {v["name"]: v["weight"] for v in item["versions"]}
         return {}
@@ -147,10 +163,10 @@ class Gateway:
     async def wait_for(
         self, check: Callable[[dict[str, Any]], bool], within: float = 10.0
     ) -> dict[str, Any]:
-        """Poll GET /v1/models until `check` holds (generous deadline: a functional bound)."""
+        """Poll GET /v1/routes until `check` holds (generous deadline: a functional bound)."""
         deadline = time.monotonic() + within
         while True:
-            doc = await self.models()
+            doc = await self.routes()
             if check(doc):
                 return doc
             if time.monotonic() > deadline:
@@ -162,6 +178,18 @@ class Gateway:
         while (seen := await self.weights(model)) != dict(weights):
             if time.monotonic() > deadline:
                 pytest.fail(f"model {model}: gateway kept weights {seen}, expected {weights}")
+            await asyncio.sleep(0.02)
+
+    async def wait_served(self, model: str) -> None:
+        """Wait until GET /v1/models/{model} lists `model` (it takes traffic), as any client
+        can, trusted or not."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            async with self.session.get(self.url(f"/v1/models/{model}")) as resp:
+                if resp.status == 200:
+                    return
+            if time.monotonic() > deadline:
+                pytest.fail(f"the gateway never served model {model}")
             await asyncio.sleep(0.02)
 
     def sample(self, name: str, **labels: str) -> float:

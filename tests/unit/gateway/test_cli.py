@@ -138,6 +138,8 @@ DEFAULTS = {
     "--upstream-max-connections": "100",
     "--max-body-bytes": "1048576",
     "--read-timeout": "30.0",
+    "--trusted-networks": "127.0.0.0/8,::1/128",
+    "--pin-trusted-only": "off",
     "--event-loop": "auto",
     "--log-level": "INFO",
 }

@@ -79,7 +79,7 @@ async def test_unknown_models_and_bodies_without_one_are_refused(
     path = gateway.url("/v1/chat/completions")
     async with gateway.session.post(path, json=chat("nope")) as resp:
         assert resp.status == 404
-        assert "unknown model 'nope'" in (await resp.json())["error"]
+        assert "unknown model 'nope'" in (await resp.json())["error"]["message"]
     async with gateway.session.post(path, json={"messages": []}) as resp:
         assert resp.status == 400
     async with gateway.session.post(path, data=b"{not json") as resp:

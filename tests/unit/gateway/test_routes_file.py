@@ -64,7 +64,7 @@ async def test_an_invalid_document_keeps_the_last_good_routes(
 
     routes_file.write({"m": route("m", ("a", 7, a.url))})
     await gw.wait_weights("m", {"a": 7})
-    doc = await gw.models()
+    doc = await gw.routes()
     assert "invalid" not in doc
     assert all("invalid" not in m for m in doc["models"])
 

@@ -42,7 +42,7 @@ async def test_split_over_1000_requests_follows_the_weights_exactly(
 
     assert seen == {"stable-v1": 900, "canary-v2": 100}
     assert (stable.received, canary.received) == (900, 100)
-    listed = {v["name"]: v for v in (await gw.models())["models"][0]["versions"]}
+    listed = {v["name"]: v for v in (await gw.routes())["models"][0]["versions"]}
     assert listed["stable-v1"]["requests"] == 900
     assert listed["canary-v2"]["requests"] == 100
     assert listed["canary-v2"]["share"] == 0.1
@@ -99,7 +99,7 @@ async def test_a_model_with_no_routable_version_answers_503(
         assert (status, version) == (503, "")
         assert "no routable version" in body["error"]
     assert dark.received == 0
-    listed = {m["model"]: m["routable"] for m in (await gw.models())["models"]}
+    listed = {m["model"]: m["routable"] for m in (await gw.routes())["models"]}
     assert listed == {"dark": False, "empty": False}
 
 
@@ -112,7 +112,7 @@ async def test_an_unreachable_version_answers_502_counted_against_it(
     status, version, body = await gw.infer("sentiment")
     assert (status, version) == (502, "gone-v1")
     assert body == {"error": "version 'gone-v1' could not be reached"}
-    versions = (await gw.models())["models"][0]["versions"]
+    versions = (await gw.routes())["models"][0]["versions"]
     assert versions[0]["responses"] == {"502": 1}
     labels = {"model": "sentiment", "version": "gone-v1"}
     assert gw.sample("modelroll_gateway_requests_total", code="502", **labels) == 1

@@ -166,7 +166,7 @@ async def test_a_broken_answer_is_a_502_naming_the_fault(
         status, version, body = await gw.infer("m")
         assert (status, version) == (502, "v1")
         assert reason in body["error"]
-        listed = (await gw.models())["models"][0]["versions"][0]["responses"]
+        listed = (await gw.routes())["models"][0]["versions"][0]["responses"]
         assert listed == {"502": 1}
 
 

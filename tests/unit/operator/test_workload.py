@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from modelroll_operator.settings import OperatorConfig
-from modelroll_operator.spec import ANNOTATION_SPEC_HASH
-from modelroll_operator.workload import deployment_manifest, service_endpoint, service_manifest
+from modelroll_operator.spec import ANNOTATION_SPEC_HASH, parse_server
+from modelroll_operator.workload import (
+    conflict,
+    deployment_manifest,
+    service_endpoint,
+    service_manifest,
+)
+from modelroll_sidecar import cli as sidecar_cli
+from modelroll_sidecar import prestop
 from modelroll_sidecar.config import parse_args as parse_sidecar_args
 
 from .conftest import version
@@ -38,6 +47,7 @@ def test_the_pod_runs_the_model_and_the_sidecar_configured_from_the_spec() -> No
         "--version=canary-v2",
         "--upstream=http://127.0.0.1:9000",  # the model is reached over localhost only
         "--port=8000",
+        "--control-port=8001",  # GET /prestop, on 127.0.0.1 only
         "--max-batch-size=16",
         "--max-wait-ms=5",
         "--max-queue-size=1024",
@@ -66,7 +76,53 @@ def test_the_model_outlives_the_sidecar_and_the_sidecar_outlives_its_endpoints()
     assert model["restartPolicy"] == "Always"
     assert [c["name"] for c in pod["containers"]] == ["sidecar"]
     hook = pod["containers"][0]["lifecycle"]["preStop"]
-    assert hook == {"httpGet": {"path": "/prestop", "port": "http"}}
+    assert hook == {
+        "exec": {"command": ["python3", "-m", "modelroll_sidecar.prestop", "--control-port=8001"]}
+    }
+
+
+def test_only_the_pod_itself_can_run_the_prestop_hook() -> None:
+    """The hook runs inside the sidecar container and calls the control port, which the sidecar
+    binds to 127.0.0.1 (modelroll_sidecar.cli.CONTROL_HOST) and which no container port, probe
+    or Service names: a pod that reaches the version's Service or the pod's IP cannot drain it."""
+    manifest = deployment_manifest(version(server={"image": "m:1", "port": 9000}), CONFIG)
+    sidecar = containers(manifest)["sidecar"]
+    (command,) = sidecar["lifecycle"]["preStop"]["exec"].values()
+    assert command[:3] == ["python3", "-m", "modelroll_sidecar.prestop"]
+    hook_port = int(prestop.build_parser().parse_args(command[3:]).control_port)
+    config = parse_sidecar_args(sidecar["args"], environ={})
+    assert hook_port == config.control_port == 8001
+    assert config.port == 8000
+    assert sidecar_cli.CONTROL_HOST == "127.0.0.1"
+    exposed = [p["containerPort"] for c in containers(manifest).values() for p in c["ports"]]
+    assert hook_port not in exposed
+    (port,) = service_manifest(version(), CONFIG)["spec"]["ports"]
+    assert port["port"] == 8000
+    probes = [sidecar["livenessProbe"], sidecar["readinessProbe"]]
+    assert all(probe["httpGet"]["port"] == "http" for probe in probes)
+    assert "httpGet" not in sidecar["lifecycle"]["preStop"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"port": 8001}, "spec.server.port 8001 is the batching sidecar's control port"),
+        (
+            {
+                "initContainers": [
+                    {"name": "helper", "image": "h:1", "ports": [{"containerPort": 8001}]}
+                ]
+            },
+            "spec.server.initContainers[0].ports[0].containerPort 8001",
+        ),
+    ],
+    ids=["model port", "init container port"],
+)
+def test_a_model_server_on_the_control_port_is_refused(change: dict[str, Any], field: str) -> None:
+    """The model server starts first and would hold the port: the sidecar could never bind it."""
+    problem = conflict(parse_server({"image": "m:1", "port": 9000, **change}), CONFIG.sidecar_port)
+    assert problem is not None
+    assert field in problem
 
 
 def test_the_sidecar_runs_locked_down_and_the_models_resources_stay_unset_unless_given() -> None:

@@ -96,6 +96,9 @@ async def test_unknown_paths_and_methods_answer_json(
         (["--upstream", "localhost:8080"], "--upstream"),
         (["--max-batch-size", "many"], "--max-batch-size"),
         (["--event-loop", "trio"], "--event-loop"),
+        (["--control-port", "8000"], "--control-port must differ from --port, got 8000 for both"),
+        (["--control-port", "65536"], "--control-port must be within 0..65535, got 65536"),
+        (["--control-port", "-1"], "--control-port must be within 0..65535, got -1"),
     ],
 )
 def test_invalid_settings_exit_with_a_message_naming_the_flag(

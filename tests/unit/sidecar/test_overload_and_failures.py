@@ -134,6 +134,22 @@ async def test_a_model_breaking_the_protocol_gives_502(
     assert "2 outputs for 3 inputs" in results[0][1]["error"]
 
 
+async def test_an_answer_larger_than_the_cap_gives_502_and_is_not_read_whole(
+    aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
+) -> None:
+    async def huge(request: web.Request) -> web.Response:
+        inputs = (await request.json())["inputs"]
+        return web.json_response({"outputs": ["x" * 4096 for _ in inputs]})
+
+    sidecar = await start_sidecar(await serve_model(aiohttp_server, huge), max_wait_ms=20)
+    sidecar.sidecar.model.max_answer_bytes = 1024
+
+    results = await asyncio.gather(*(sidecar.infer(i) for i in range(3)))
+
+    assert [status for status, _ in results] == [502] * 3
+    assert "the model's answer is larger than 1024 bytes" in results[0][1]["error"]
+
+
 async def test_a_model_slower_than_the_upstream_timeout_gives_502(
     aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
 ) -> None:

@@ -97,12 +97,13 @@ async def test_sigterm_answers_every_accepted_request_then_exits(
 
 
 async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -> None:
-    """GET /prestop (the pod's preStop hook): for --prestop-delay-ms the sidecar still answers
-    requests, but turns unready and closes every connection after its next answer, so that a
-    client behind a Service reconnects to another pod. An idle keep-alive connection stays open
-    until the end of the delay: a client writing on it meanwhile gets its answer, not a closed
-    socket (which would cost it the request); one nobody used is closed at the end."""
-    model_port, sidecar_port = free_port(), free_port()
+    """GET /prestop on the control port (the pod's preStop hook): for --prestop-delay-ms the
+    sidecar still answers requests, but turns unready and closes every connection after its
+    next answer, so that a client behind a Service reconnects to another pod. An idle keep-alive
+    connection stays open until the end of the delay: a client writing on it meanwhile gets its
+    answer, not a closed socket (which would cost it the request); one nobody used is closed at
+    the end."""
+    model_port, sidecar_port, control_port = free_port(), free_port(), free_port()
     spawn(
         "modelroll-demo-model", "--port", str(model_port), "--fixed-ms", "1",
         ready=f"http://127.0.0.1:{model_port}/readyz",
@@ -111,6 +112,7 @@ async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -
     sidecar = spawn(
         "modelroll-sidecar", "--port", str(sidecar_port),
         "--upstream", f"http://127.0.0.1:{model_port}", "--prestop-delay-ms", "1500",
+        "--control-port", str(control_port),
         ready=f"{base}/readyz",
     )  # fmt: skip
     body = b'{"payload": "a fine day"}'
@@ -134,7 +136,7 @@ async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -
 
     async with aiohttp.ClientSession() as session:
         started = time.monotonic()
-        prestop = asyncio.ensure_future(session.get(f"{base}/prestop"))
+        prestop = asyncio.ensure_future(session.get(f"http://127.0.0.1:{control_port}/prestop"))
         await asyncio.sleep(0.3)
         async with session.get(f"{base}/readyz") as ready:
             assert ready.status == 503
