@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from modelroll_common.kube import Connection, connect
 from modelroll_common.openai_errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
+from modelroll_common.tracing import passed_on
 
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
@@ -43,7 +44,6 @@ from .watch import ConfigMapWatcher
 log = logging.getLogger(__name__)
 
 VERSION_HEADER = "X-Modelroll-Version"
-_FORWARDED_REQUEST_HEADERS = ("Content-Type", "X-Request-Id", "traceparent", "tracestate")
 _JSON = "application/json"
 _NO_VERSION = {VERSION_HEADER: ""}
 """The version header of an inference request no version answered."""
@@ -139,13 +139,11 @@ class Proxy:
         body = await self._read(request, model)
         if isinstance(target, _Pick):
             target = self.table.models[model].picker.pick()
-        request_headers = request.headers
-        forwarded = []
-        for name in _FORWARDED_REQUEST_HEADERS:
-            value = request_headers.get(name)
-            if value is not None:
-                forwarded.append(f"{name}: {value}\r\n")
-        headers = "".join(forwarded).encode("utf-8", "surrogateescape")
+        forwarded = passed_on(request.headers)
+        if (kind := request.headers.get("Content-Type")) is not None:
+            forwarded["Content-Type"] = kind
+        lines = (f"{name}: {value}\r\n" for name, value in forwarded.items())
+        headers = "".join(lines).encode("utf-8", "surrogateescape")
         response = await self._forward(target, body, headers)
         target.stats.record(response.status, time.perf_counter() - started)
         return response

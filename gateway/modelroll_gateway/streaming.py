@@ -16,6 +16,7 @@ from aiohttp import web
 
 from modelroll_common import sse
 from modelroll_common.openai_errors import openai_error
+from modelroll_common.tracing import passed_on
 
 from .metrics import GatewayMetrics
 from .table import Target
@@ -87,8 +88,9 @@ class StreamingForwarder:
         )
         url = target.route.endpoint.rstrip("/") + request.path
         try:
+            passed = {**passed_on(request.headers), "Content-Type": "application/json"}
             async with self._session.post(
-                url, data=body, timeout=timeout, headers={"Content-Type": "application/json"}
+                url, data=body, timeout=timeout, headers=passed
             ) as upstream:
                 if upstream.content_type == sse.EVENT_STREAM:
                     # A client that takes nothing is given as long as a silent version.

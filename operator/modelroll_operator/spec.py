@@ -86,6 +86,14 @@ Resources = Mapping[str, Mapping[str, int | str]]
 
 
 @dataclass(frozen=True)
+class SecretKey:
+    """One key of a Secret in the version's namespace."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
 class SidecarSettings:
     """spec.sidecar: the sidecar settings a spec gives (None: not given)."""
 
@@ -97,6 +105,8 @@ class SidecarSettings:
     readiness_timeout_ms: int | None = None
     resources: Resources | None = None
     """The sidecar container's resources; None: the operator's --sidecar-resources."""
+    engine_api_key_secret: SecretKey | None = None
+    """The Secret key holding the model server's API key, which the sidecar sends it."""
 
     def sidecar_flags(self) -> list[str]:
         """Flags for the given settings, except drainTimeoutS (the pod's grace period needs
@@ -111,7 +121,8 @@ class SidecarSettings:
         given = [
             f"spec.sidecar.{s.key}" for s in SIDECAR_SETTINGS if getattr(self, s.attr) is not None
         ]
-        return given + (["spec.sidecar.resources"] if self.resources is not None else [])
+        objects = {"resources": self.resources, "engineApiKeySecret": self.engine_api_key_secret}
+        return given + [f"spec.sidecar.{key}" for key, value in objects.items() if value]
 
 
 Json = dict[str, Any]
@@ -246,7 +257,15 @@ def parse_sidecar(raw: object) -> SidecarSettings:
     settings = _settings(raw, "spec.sidecar", SIDECAR_SETTINGS)
     given = raw.get("resources") if isinstance(raw, Mapping) else None
     resources = parse_resources(given, "spec.sidecar.resources") if given is not None else None
-    return SidecarSettings(**settings, resources=resources)
+    secret = raw.get("engineApiKeySecret") if isinstance(raw, Mapping) else None
+    key = None
+    if secret is not None:
+        if not isinstance(secret, Mapping) or not all(
+            isinstance(secret.get(k), str) and secret.get(k) for k in ("name", "key")
+        ):
+            raise SpecError("spec.sidecar.engineApiKeySecret needs a name and a key")
+        key = SecretKey(str(secret["name"]), str(secret["key"]))
+    return SidecarSettings(**settings, resources=resources, engine_api_key_secret=key)
 
 
 def _objects(raw: Mapping[str, Any], key: str, where: str) -> tuple[Json, ...]:

@@ -86,8 +86,28 @@ def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> l
         *spec.batching.sidecar_flags(),
         *spec.sidecar.sidecar_flags(),
         *([PROTOCOL.flag_for(spec.protocol)] if spec.protocol != PROTOCOL.default else []),
+        *(
+            [f"--engine-api-key-file={ENGINE_KEY_FILE}"]
+            if spec.sidecar.engine_api_key_secret
+            else []
+        ),
         f"--drain-timeout-s={drain_timeout_s(spec, config)}",
     ]
+
+
+ENGINE_KEY_VOLUME = "modelroll-engine-api-key"
+"""The pod volume holding spec.sidecar.engineApiKeySecret's key, mounted into the sidecar only."""
+ENGINE_KEY_DIR = "/var/run/modelroll/engine-api-key"
+ENGINE_KEY_FILE = f"{ENGINE_KEY_DIR}/key"
+
+
+def engine_key_volume(spec: ModelVersionSpec) -> list[dict[str, Any]]:
+    """The Secret volume of the engine's API key, when the version names one."""
+    secret = spec.sidecar.engine_api_key_secret
+    if secret is None:
+        return []
+    items = [{"key": secret.key, "path": "key"}]
+    return [{"name": ENGINE_KEY_VOLUME, "secret": {"secretName": secret.name, "items": items}}]
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -106,6 +126,15 @@ def sidecar_container(name: str, spec: ModelVersionSpec, config: OperatorConfig)
         "args": sidecar_args(name, spec, config),
         "ports": [{"name": PORT_NAME, "containerPort": config.sidecar_port, "protocol": "TCP"}],
         "resources": sidecar_resources(spec, config),
+        **(
+            {
+                "volumeMounts": [
+                    {"name": ENGINE_KEY_VOLUME, "mountPath": ENGINE_KEY_DIR, "readOnly": True}
+                ]
+            }
+            if spec.sidecar.engine_api_key_secret
+            else {}
+        ),
         "livenessProbe": _probe("/livez", 10, 3),
         "readinessProbe": _probe("/readyz", 2, 1),
         # Before SIGTERM: keep serving while the pod leaves its Service's endpoints, closing
@@ -244,6 +273,8 @@ def conflict(server: Server, sidecar_port: int) -> str | None:
             "(its preStop hook's); the model server needs another"
         )
     volumes = {v.get("name") for v in server.volumes}
+    if ENGINE_KEY_VOLUME in volumes:
+        return f"spec.server.volumes: the name {ENGINE_KEY_VOLUME} is the operator's"
     for index, container in enumerate(server.init_containers):
         where = f"spec.server.initContainers[{index}]"
         if container.get("name") in OPERATOR_CONTAINERS:
@@ -350,6 +381,9 @@ def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[st
             },
         },
     }
+    if key_volume := engine_key_volume(spec):
+        pod = manifest["spec"]["template"]["spec"]
+        pod["volumes"] = [*pod.get("volumes", []), *key_volume]
     return _finish(manifest, version)
 
 

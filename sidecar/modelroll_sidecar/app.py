@@ -45,6 +45,7 @@ class Sidecar:
             config.upstream_timeout_ms / 1000,
             config.max_concurrent_batches + (config.max_in_flight if self.openai else 0),
             ready_path="/health" if self.openai else "/readyz",
+            api_key=config.engine_api_key(),
         )
         batch_model: BatchModel = EmbeddingsModel(self.model) if self.openai else self.model
         self.proxy: OpenAIProxy | None = None

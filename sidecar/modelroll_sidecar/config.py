@@ -9,6 +9,7 @@ message that names the flag, or the variable the value came from (parsing is
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -66,6 +67,7 @@ class SidecarConfig:
     readiness_timeout_ms: float = float(_default("readiness_timeout_ms"))
     drain_timeout_s: float = float(_default("drain_timeout_s"))
     prestop_delay_ms: float = 3000.0
+    engine_api_key_file: str = ""
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:
@@ -98,6 +100,8 @@ class SidecarConfig:
                 f"--max-wait-ms ({self.max_wait_ms:g}) must not exceed "
                 f"--timeout-ms ({self.timeout_ms:g})"
             )
+        if self.engine_api_key_file and not os.access(self.engine_api_key_file, os.R_OK):
+            return f"--engine-api-key-file {self.engine_api_key_file!r} cannot be read"
         if not self.upstream.startswith(("http://", "https://")):
             return f"--upstream must be an http(s) URL, got {self.upstream!r}"
         choices = {
@@ -115,6 +119,13 @@ class SidecarConfig:
             if not getattr(self, name):
                 return f"{flag(name)} must not be empty"
         return None
+
+    def engine_api_key(self) -> str | None:
+        """The key in --engine-api-key-file (surrounding whitespace stripped), or None."""
+        if not self.engine_api_key_file:
+            return None
+        with open(self.engine_api_key_file, encoding="utf-8") as file:
+            return file.read().strip() or None
 
     @property
     def max_wait_s(self) -> float:
@@ -158,6 +169,8 @@ HELP = {
     "readiness_timeout_ms": "a probe of the model's /readyz (--protocol openai: /health) that "
     "takes longer counts as not ready",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
+    "engine_api_key_file": "a file holding the model server's API key (a mounted Secret), "
+    "sent with every call to it as Authorization: Bearer; empty: none",
     "prestop_delay_ms": "GET /prestop on --control-port (the pod's preStop hook) answers after "
     "this long, while requests are still served but every connection is closed after its answer",
     "event_loop": "auto (uvloop when installed), asyncio or uvloop",

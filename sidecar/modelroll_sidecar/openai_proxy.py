@@ -38,6 +38,7 @@ from modelroll_common.sse import (
     recorded,
     unstreamed,
 )
+from modelroll_common.tracing import passed_on
 
 from .metrics import LLMMetrics
 from .protocol import (
@@ -148,7 +149,8 @@ class OpenAIProxy:
     ) -> web.StreamResponse:
         """The engine's answer to ``raw``, passed on; how it went in ``relayed``."""
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=self._read_timeout)
-        url, headers = self._base + request.path, {"Content-Type": "application/json"}
+        url = self._base + request.path
+        headers = {**passed_on(request.headers), "Content-Type": "application/json"}
         try:
             post = self._session.post(url, data=raw, timeout=timeout, headers=headers)
             async with post as upstream:

@@ -138,10 +138,17 @@ class ModelClient:
     """A pooled HTTP client for one model server."""
 
     def __init__(
-        self, base_url: str, timeout_s: float, max_connections: int, ready_path: str = "/readyz"
+        self,
+        base_url: str,
+        timeout_s: float,
+        max_connections: int,
+        ready_path: str = "/readyz",
+        api_key: str | None = None,
     ) -> None:
         self._base = base_url.rstrip("/")
         self._ready_path = ready_path
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        """Sent with every call to the model: an engine started with an API key needs it."""
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -150,7 +157,9 @@ class ModelClient:
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=self._max_connections + 2, force_close=False)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, headers=self._headers
+        )
 
     async def close(self) -> None:
         if self._session is not None:

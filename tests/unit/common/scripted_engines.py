@@ -197,3 +197,36 @@ def counted_outcomes(registry: CollectorRegistry, counter: str) -> dict[str, flo
             if sample.name == counter and sample.value:
                 found[sample.labels["outcome"]] = sample.value
     return found
+
+
+SEEN = web.AppKey("seen", list)
+
+
+@dataclass(frozen=True)
+class RecordingEngine:
+    url: str
+    seen: list[Any]
+    """The headers of each chat completion request, in order (names case-insensitive)."""
+
+
+async def serve_recording_engine(
+    aiohttp_server: AiohttpServer, key: str | None = None
+) -> RecordingEngine:
+    """An engine answering whole chat completions ("hi") and keeping each request's headers;
+    with ``key``, one started with an API key (as `vllm --api-key`): 401 without it."""
+
+    async def completions(request: web.Request) -> web.Response:
+        request.app[SEEN].append(request.headers.copy())
+        if key is not None and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": {"message": "bad key", "type": "auth"}}, status=401)
+        message = {"role": "assistant", "content": "hi"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        body = {"id": "c", "object": "chat.completion", "created": 0, "model": "demo-llm"}
+        return web.json_response({**body, "choices": [choice]})
+
+    app = web.Application()
+    app[SEEN] = []
+    app.router.add_post(CHAT_PATH, completions)
+    app.router.add_get("/health", _healthy)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    return RecordingEngine(str(server.make_url("")).rstrip("/"), app[SEEN])

@@ -114,7 +114,8 @@ def test_the_crd_bounds_and_defaults_of_sidecar_settings_are_the_operators() -> 
     ):
         fields = spec[block]["properties"]
         choices = BATCHING_CHOICES if block == "batching" else ()
-        others = {"resources"} if block == "sidecar" else set()  # the container's, not a flag
+        # The container's resources and the engine's key are no sidecar settings.
+        others = {"resources", "engineApiKeySecret"} if block == "sidecar" else set()
         assert set(fields) == {s.key for s in (*settings, *choices)} | others, block
         for s in settings:
             field = fields[s.key]

@@ -244,3 +244,22 @@ def test_batch_by_length_and_adaptive_wait_reach_the_sidecar_and_defaults_add_no
     assert parse_sidecar_args(containers(plain)["sidecar"]["args"], environ={}).batch_by == (
         "arrival"
     )
+
+
+def test_the_engines_api_key_is_mounted_into_the_sidecar_only() -> None:
+    secret = {"name": "vllm-key", "key": "token"}
+    v = version(sidecar={"engineApiKeySecret": secret})
+    pod = deployment_manifest(v, CONFIG)["spec"]["template"]["spec"]
+    (volume,) = [vol for vol in pod["volumes"] if vol["name"] == "modelroll-engine-api-key"]
+    assert volume["secret"] == {
+        "secretName": "vllm-key",
+        "items": [{"key": "token", "path": "key"}],
+    }
+    by_name = containers(deployment_manifest(v, CONFIG))
+    (mount,) = by_name["sidecar"]["volumeMounts"]
+    assert mount["readOnly"] is True
+    assert f"--engine-api-key-file={mount['mountPath']}/key" in by_name["sidecar"]["args"]
+    assert "volumeMounts" not in by_name["model"]
+    plain = containers(deployment_manifest(version(), CONFIG))["sidecar"]
+    assert "volumeMounts" not in plain
+    assert not [a for a in plain["args"] if a.startswith("--engine-api-key-file")]
