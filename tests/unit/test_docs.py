@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from modelroll_common.flags import EnvArgumentParser, env_name
 from modelroll_gateway import cli as gateway_cli
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
+from modelroll_models import cli as encoder_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator import plugin
 from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
@@ -152,6 +153,7 @@ COMMANDS = (
     Command("modelroll-gateway", GATEWAY_README, gateway_parser),
     Command("modelroll-operator", OPERATOR_README, operator_parser),
     Command("kubectl modelroll", OPERATOR_README, plugin.build_parser),
+    Command("modelroll-encoder", ROOT / "models" / "README.md", encoder_cli.build_parser),
 )
 
 
