@@ -77,6 +77,15 @@ SIDECAR_SETTINGS = (
     Setting(
         "readinessTimeoutMs", "readiness_timeout_ms", "--readiness-timeout-ms", 1000, 1, 600000
     ),
+    # 10 minutes, the official OpenAI clients' own timeout: past it their caller has given up.
+    Setting(
+        "generationTimeoutMs",
+        "generation_timeout_ms",
+        "--generation-timeout-ms",
+        600000,
+        1,
+        3600000,
+    ),
 )
 """spec.sidecar: the rest of the sidecar's per-version settings. Only the fields a spec gives
 become flags (the others keep the sidecar's defaults, and drainTimeoutS the operator's

@@ -221,16 +221,21 @@ async def read_whole(upstream: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(body)
 
 
-def unstreamed(upstream: aiohttp.ClientResponse, request_body: bytes) -> bool:
-    """A 200 that is not an event stream, to a request that asked for one (``"stream": true``):
-    nothing an OpenAI client can read as the stream it asked for."""
-    if upstream.status != 200 or upstream.content_type == EVENT_STREAM:
-        return False
+def asks_stream(request_body: bytes) -> bool:
+    """Whether an OpenAI request asks for its answer streamed (``"stream": true``)."""
     try:
         body = json.loads(request_body)
     except ValueError:
         return False
     return isinstance(body, dict) and body.get("stream") is True
+
+
+def unstreamed(upstream: aiohttp.ClientResponse, request_body: bytes) -> bool:
+    """A 200 that is not an event stream, to a request that asked for one (``"stream": true``):
+    nothing an OpenAI client can read as the stream it asked for."""
+    if upstream.status != 200 or upstream.content_type == EVENT_STREAM:
+        return False
+    return asks_stream(request_body)
 
 
 class OpenStreams:

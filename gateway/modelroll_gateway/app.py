@@ -181,7 +181,7 @@ class Proxy:
             table.unrouted_counter(None, 404).inc()
             raise Refused(404, f"unknown model {model!r}")
         if pinned is not None:
-            target = entry.targets.get(pinned)
+            target = entry.pinned.get(pinned)
             if target is None:
                 table.unrouted_counter(model, 404).inc()
                 raise Refused(404, f"unknown version {pinned!r} of model {model!r}")
@@ -384,7 +384,9 @@ async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
     )
     proxy = app[PROXY_KEY]
     proxy.pool = pool
-    proxy.llm = StreamingForwarder(app[METRICS_KEY], config.upstream_timeout, VERSION_HEADER)
+    proxy.llm = StreamingForwarder(
+        app[METRICS_KEY], config.upstream_timeout, VERSION_HEADER, config.generation_timeout
+    )
     yield
     await proxy.llm.close()
     await pool.close()

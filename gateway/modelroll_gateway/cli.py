@@ -102,6 +102,13 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "get to finish",
     )
     p.add_argument(
+        "--generation-timeout",
+        type=positive_float,
+        default=600.0,
+        help="seconds a version may take to answer whole an OpenAI request not streamed (a "
+        "generation sends nothing until it is done) before the gateway answers 504",
+    )
+    p.add_argument(
         "--connect-timeout",
         type=positive_float,
         default=2.0,
@@ -173,6 +180,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         routes_poll_seconds=args.routes_poll_seconds,
         kubeconfig=args.kubeconfig,
         upstream_timeout=args.upstream_timeout,
+        generation_timeout=args.generation_timeout,
         connect_timeout=args.connect_timeout,
         upstream_connection_max_age=args.upstream_connection_max_age,
         upstream_max_connections=args.upstream_max_connections,
@@ -229,6 +237,7 @@ async def serve(
     `unready_seconds`, while Kubernetes stops sending new connections; then stop listening and
     give the requests still open the upstream timeout to be answered (see `drain_seconds`)."""
     metrics = app[METRICS_KEY]
+
     runner, _ = await start_server(
         app,
         config.host,

@@ -38,7 +38,11 @@ class GatewayConfig:
     kubeconfig: Path | None = None
     """None: $KUBECONFIG, else the in-cluster service account."""
     upstream_timeout: float = 30.0
-    """Seconds for a whole upstream exchange; past it the gateway answers 504."""
+    """Seconds for a whole upstream exchange; past it the gateway answers 504. On the OpenAI
+    paths, the longest a stream's version may be silent, its headers included."""
+    generation_timeout: float = 600.0
+    """Seconds for a whole answer not streamed on the OpenAI paths (a generation sends nothing
+    until it is done); past it 504. 10 minutes: the official OpenAI clients' own timeout."""
     connect_timeout: float = 2.0
     """Seconds to open a connection to a sidecar; past it the gateway answers 502."""
     upstream_connection_max_age: float = 10.0
@@ -76,7 +80,8 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is outside 0..65535")
-        if self.upstream_timeout <= 0 or self.connect_timeout <= 0 or self.read_timeout <= 0:
+        timeouts = (self.upstream_timeout, self.generation_timeout, self.connect_timeout)
+        if min(*timeouts, self.read_timeout) <= 0:
             raise ValueError("timeouts must be positive")
         if self.upstream_connection_max_age <= 0:
             raise ValueError("upstream_connection_max_age must be positive")

@@ -31,6 +31,13 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
 PRECREATED_CODES = ("200", "502")
 """Codes whose series exist at 0 for every routed version, so error ratios are never absent."""
 
+WEIGHT = "weight"
+PIN = "pin"
+ROUTINGS = (WEIGHT, PIN)
+"""The ``routing`` label of requests a version answered: how the gateway chose the version, by
+the routes' weights or pinned by the version header. Pinned requests are never a canary
+analysis's evidence: any client may pin. A request no version answered has ``""``."""
+
 UPSTREAM_ERROR_REASONS = ("connect", "timeout", "protocol", "closed")
 """The ``reason`` label of modelroll_gateway_upstream_errors_total (UpstreamError.reason)."""
 
@@ -45,14 +52,16 @@ class GatewayMetrics:
         self.registry = registry
         self.requests = Counter(
             "modelroll_gateway_requests",
-            "Requests the gateway answered, by model, version and HTTP status code.",
-            ["model", "version", "code"],
+            "Requests the gateway answered, by model, version, routing (weight: picked by the "
+            "routes' weights; pin: pinned by the version header) and HTTP status code.",
+            ["model", "version", "routing", "code"],
             registry=registry,
         )
         self.duration = Histogram(
             "modelroll_gateway_request_duration_seconds",
-            "Time from a request's arrival at the gateway to its response, by model and version.",
-            ["model", "version"],
+            "Time from a request's arrival at the gateway to its response, by model, version and "
+            "routing.",
+            ["model", "version", "routing"],
             buckets=DURATION_BUCKETS,
             registry=registry,
         )

@@ -3,7 +3,8 @@
 answers can be streamed. The batch path keeps its own pooled client (upstream.py), which reads
 whole answers; a generation streams for seconds, so what matters here is passing each event on
 the moment it arrives (modelroll_common.sse, as the sidecar does), and counting every stream
-however it ends, its client's going away included.
+however it ends, its client's going away included. A stream's version may be silent for
+``--upstream-timeout``; an answer not streamed comes whole within ``--generation-timeout``.
 """
 
 from __future__ import annotations
@@ -25,23 +26,37 @@ log = logging.getLogger(__name__)
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 CONNECT_S = 5.0
+SHOULD_RETRY = "x-should-retry"
+RECEIVED = "it had the request and may have run it: a retry runs it again"
+"""What an error given once the version has the request says; it carries
+``x-should-retry: false``, which OpenAI's clients obey (they retry 5xx by default)."""
 
 
 def _whole_headers(upstream: aiohttp.ClientResponse, ours: dict[str, str]) -> dict[str, str]:
-    """A whole (not streamed) answer's headers: ours, its Content-Type, and a Retry-After (a
-    version whose in-flight bound is full says when to come back)."""
+    """A whole (not streamed) answer's headers: ours, its Content-Type, a Retry-After (a
+    version whose in-flight bound is full says when to come back), and an x-should-retry (a
+    sidecar says whether the engine may have generated the answer already)."""
     headers = {**ours, "Content-Type": upstream.headers.get("Content-Type", "application/json")}
-    if "Retry-After" in upstream.headers:
-        headers["Retry-After"] = upstream.headers["Retry-After"]
+    for name in ("Retry-After", SHOULD_RETRY):
+        if name in upstream.headers:
+            headers[name] = upstream.headers[name]
     return headers
 
 
 class StreamingForwarder:
     """Forwards one OpenAI request to a version and streams its answer back."""
 
-    def __init__(self, metrics: GatewayMetrics, read_timeout_s: float, version_header: str):
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        read_timeout_s: float,
+        version_header: str,
+        generation_timeout_s: float,
+    ):
         self._metrics = metrics
         self._read_timeout = read_timeout_s
+        self.generation_timeout_s = generation_timeout_s
+        """How long an answer not streamed may take, whole (--generation-timeout)."""
         self._header = version_header
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
@@ -81,11 +96,14 @@ class StreamingForwarder:
         """The version's answer to ``body``, passed on; how it went in ``relayed``."""
         version = target.name
         headers = {self._header: version}
-        # sock_read: the longest silence allowed while the version is generating, not a cap on
-        # the whole answer (a long generation streams for longer than any request timeout).
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=CONNECT_S, sock_read=self._read_timeout
-        )
+        received = {**headers, SHOULD_RETRY: "false"}
+        streamed = sse.asks_stream(body)
+        if streamed:
+            # sock_read: the longest silence allowed while the version is generating, not a cap
+            # on the whole answer (a long generation streams for longer than any timeout).
+            timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_S, sock_read=self._read_timeout)
+        else:  # nothing comes until the whole answer is generated
+            timeout = aiohttp.ClientTimeout(total=self.generation_timeout_s, sock_connect=CONNECT_S)
         url = target.route.endpoint.rstrip("/") + request.path
         try:
             passed = {**passed_on(request.headers), "Content-Type": "application/json"}
@@ -101,14 +119,14 @@ class StreamingForwarder:
                         stall_timeout=self._read_timeout,
                         headers=headers,
                     )
-                if sse.unstreamed(upstream, body):
+                if streamed and upstream.status == 200:
                     relayed.outcome = "upstream_error"
                     kind = upstream.content_type
                     return openai_error(
                         502,
                         f"version {version!r} answered a streamed request with {kind}, "
                         f"not {sse.EVENT_STREAM}",
-                        headers,
+                        received,
                     )
                 answer = await sse.read_whole(upstream, self.max_answer_bytes)
                 relayed.outcome = "whole"
@@ -118,16 +136,21 @@ class StreamingForwarder:
         except sse.AnswerTooLarge as exc:
             relayed.outcome = "upstream_error"
             return openai_error(
-                502, f"version {version!r} answered more than {exc.limit} bytes", headers
+                502, f"version {version!r} answered more than {exc.limit} bytes", received
             )
-        except aiohttp.ClientConnectorError:
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
             relayed.outcome = "unreachable"
             return openai_error(502, f"version {version!r} could not be reached", headers)
         except TimeoutError:
             relayed.outcome = "timeout"
-            return openai_error(
-                504, f"version {version!r} sent nothing for {self._read_timeout:g}s", headers
-            )
+            if streamed:
+                waited = f"sent nothing for {self._read_timeout:g}s (--upstream-timeout)"
+            else:
+                waited = (
+                    f"did not answer within {self.generation_timeout_s:g}s (--generation-timeout)"
+                )
+            return openai_error(504, f"version {version!r} {waited}; {RECEIVED}", received)
         except aiohttp.ClientError as exc:
             relayed.outcome = "upstream_error"
-            return openai_error(502, f"version {version!r} failed: {type(exc).__name__}", headers)
+            message = f"version {version!r} failed: {type(exc).__name__}; {RECEIVED}"
+            return openai_error(502, message, received)

@@ -2,7 +2,9 @@
 
 A request picks a `Target` and keeps it: a later update builds a new `ModelEntry` for the model
 and never touches the old one, so a request already in flight finishes where it started.
-Per-version counts live outside the entries and survive rebuilds.
+Per-version counts live outside the entries and survive rebuilds. Each version has two targets,
+one for requests routed by weight and one for those pinned by header, which count apart (the
+``routing`` label): a canary analysis judges only the first.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from .metrics import PRECREATED_CODES, UNROUTED, UPSTREAM_ERROR_REASONS, GatewayMetrics
+from .metrics import (
+    PIN,
+    PRECREATED_CODES,
+    ROUTINGS,
+    UNROUTED,
+    UPSTREAM_ERROR_REASONS,
+    WEIGHT,
+    GatewayMetrics,
+)
 from .routes import ModelRoute, VersionRoute, parse_model_route
 from .wrr import SmoothWeightedPicker
 
@@ -23,7 +33,8 @@ log = logging.getLogger(__name__)
 
 
 class VersionStats:
-    """Counts and metric children of one (model, version); shared by every entry that routes it."""
+    """Counts and metric children of one (model, version) and routing; shared by every entry
+    that routes it."""
 
     __slots__ = (
         "_connections",
@@ -35,19 +46,21 @@ class VersionStats:
         "duration",
         "model",
         "requests",
+        "routing",
         "version",
     )
 
-    def __init__(self, metrics: GatewayMetrics, model: str, version: str) -> None:
+    def __init__(self, metrics: GatewayMetrics, model: str, version: str, routing: str) -> None:
         self.model = model
         self.version = version
+        self.routing = routing
         self.requests = 0
         self.codes: dict[int, int] = {}
         self._metrics = metrics
         self._counters: dict[int, Counter] = {}
         for code in PRECREATED_CODES:
-            self._counters[int(code)] = metrics.requests.labels(model, version, code)
-        self.duration: Histogram = metrics.duration.labels(model, version)
+            self._counters[int(code)] = metrics.requests.labels(model, version, routing, code)
+        self.duration: Histogram = metrics.duration.labels(model, version, routing)
         for reason in UPSTREAM_ERROR_REASONS:  # at 0, so the dashboard shows them all
             metrics.upstream_errors.labels(model, version, reason)
         self._connections = metrics.upstream_connections.labels(model, version)
@@ -71,7 +84,7 @@ class VersionStats:
         counter = self._counters.get(code)
         if counter is None:
             counter = self._counters[code] = self._metrics.requests.labels(
-                self.model, self.version, str(code)
+                self.model, self.version, self.routing, str(code)
             )
         counter.inc()
         self.duration.observe(seconds)
@@ -96,6 +109,9 @@ class ModelEntry:
 
     route: ModelRoute
     targets: dict[str, Target]
+    """By version: the targets of requests routed by weight (the picker's)."""
+    pinned: dict[str, Target]
+    """By version: the targets of requests pinned to it by header."""
     picker: SmoothWeightedPicker[Target]
 
 
@@ -114,7 +130,7 @@ class RouteTable:
     models: dict[str, ModelEntry] = field(default_factory=dict)
     loaded: bool = False
     _rejected: dict[str, _Rejected] = field(default_factory=dict)
-    _stats: dict[tuple[str, str], VersionStats] = field(default_factory=dict)
+    _stats: dict[tuple[str, str, str], VersionStats] = field(default_factory=dict)
     _document_error: str | None = None
     _created: dict[str, int] = field(default_factory=dict)
     """When each routed model was first seen (Unix seconds): OpenAI's `created` of its model."""
@@ -164,19 +180,23 @@ class RouteTable:
         kept = "kept its last good route" if model in self.models else "has no routes"
         log.warning("Rejected the routes of model %s (it %s): %s", model, kept, error)
 
-    def _stats_for(self, model: str, version: str) -> VersionStats:
-        stats = self._stats.get((model, version))
+    def _stats_for(self, model: str, version: str, routing: str) -> VersionStats:
+        key = (model, version, routing)
+        stats = self._stats.get(key)
         if stats is None:
-            stats = self._stats[(model, version)] = VersionStats(self.metrics, model, version)
+            stats = self._stats[key] = VersionStats(self.metrics, model, version, routing)
         return stats
 
-    def _install(self, route: ModelRoute, previous: ModelEntry | None) -> None:
-        targets = {
-            v.name: Target(v, v.infer_url, self._stats_for(route.model, v.name))
+    def _targets(self, route: ModelRoute, routing: str) -> dict[str, Target]:
+        return {
+            v.name: Target(v, v.infer_url, self._stats_for(route.model, v.name, routing))
             for v in route.versions
         }
+
+    def _install(self, route: ModelRoute, previous: ModelEntry | None) -> None:
+        targets = self._targets(route, WEIGHT)
         picker = SmoothWeightedPicker((t, t.route.weight) for t in targets.values())
-        self.models[route.model] = ModelEntry(route, targets, picker)
+        self.models[route.model] = ModelEntry(route, targets, self._targets(route, PIN), picker)
         self._created.setdefault(route.model, int(time.time()))
         for v in route.versions:
             self.metrics.weight.labels(route.model, v.name).set(v.weight)
@@ -199,7 +219,7 @@ class RouteTable:
     def unrouted_counter(self, model: str | None, code: int) -> Counter:
         """The counter for a request no version answered (unknown model, 404, 503, 413)."""
         label = model if model is not None and model in self.models else UNROUTED
-        return self.metrics.requests.labels(label, UNROUTED, str(code))
+        return self.metrics.requests.labels(label, UNROUTED, UNROUTED, str(code))
 
     def served(self, model: str) -> dict[str, Any] | None:
         """`model` as OpenAI's model object, if a client may call it (a version with weight)."""
@@ -225,15 +245,18 @@ class RouteTable:
                 total = entry.route.total_weight
                 shares = entry.route.shares()
                 for v in entry.route.versions:
-                    stats = entry.targets[v.name].stats
+                    responses: dict[int, int] = {}
+                    for routing in ROUTINGS:
+                        for c, n in self._stats_for(name, v.name, routing).codes.items():
+                            responses[c] = responses.get(c, 0) + n
                     versions.append(
                         {
                             "name": v.name,
                             "weight": v.weight,
                             "share": round(shares[v.name], 6),
                             "endpoint": v.endpoint,
-                            "requests": stats.requests,
-                            "responses": {str(c): n for c, n in sorted(stats.codes.items())},
+                            "requests": sum(responses.values()),
+                            "responses": {str(c): n for c, n in sorted(responses.items())},
                         }
                     )
             item: dict[str, Any] = {

@@ -52,13 +52,18 @@ an item (the sidecar's 422), the version overloaded (its queue full: 429). Other
 client's doing and the same for every version."""
 
 
+STREAM_ERROR = "stream_error"
+"""The pseudo status code of a stream that ended badly under a status line that said it went
+well (rollout.VersionCounts.judged): an error for every error check, whatever its codes."""
+
+
 @dataclass(frozen=True)
 class ErrorCheck(RatioCheck):
     codes: tuple[str, ...] = DEFAULT_ERROR_CODES
     """Status codes that count as errors: "5xx"-style classes or exact codes ("429")."""
 
     def is_error(self, code: str) -> bool:
-        return any(
+        return code == STREAM_ERROR or any(
             code == c or (len(c) == 3 and c.endswith("xx") and code[:1] == c[:1])
             for c in self.codes
         )

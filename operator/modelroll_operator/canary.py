@@ -7,6 +7,9 @@ that finds ``applied: false`` writes those weights again; weights are absolute, 
 twice is the same as once. Weights in the spec that differ from the ones the analysis wrote last
 were set by hand: the analysis pauses and says so.
 
+One canary of a model is analysed at a time: two would share the baseline, and each would take
+the other's weights for a change made by hand. Another waits, Pending, until the first is over.
+
 Commands come as an annotation, ``modelroll.io/analysis-command: <verb>:<nonce>`` (``kubectl
 modelroll analysis resume|abort|skip``); the state records the last one handled, so each is done
 once, whatever restarts happen.
@@ -31,7 +34,7 @@ from .canary_metrics import MetricsReader, MetricsUnavailable
 from .kube import Api, KubeApiError, mv_path
 from .rollout import AnalysisState, Decision
 from .spec import PREFIX, SpecError
-from .state import ModelKey, VersionInfo
+from .state import ModelKey, VersionInfo, VersionKey
 
 log = logging.getLogger("modelroll_operator")
 
@@ -43,7 +46,9 @@ RETRY_S = 2.0
 FINISHED_CHECK_S = 10.0
 """Seconds between two looks at a canary whose analysis is over."""
 PENDING = rollout.PENDING
-"""status.analysis.phase while no analysis can start (no baseline yet)."""
+"""status.analysis.phase while no analysis can start (no baseline yet, or another canary)."""
+UNDER_WAY = (rollout.PROGRESSING, rollout.PAUSED, rollout.HOLDING)
+"""The phases of an analysis that holds its model: another canary of the model waits."""
 
 VersionLookup = Callable[[ModelKey], list[VersionInfo]]
 
@@ -87,6 +92,9 @@ class Canaries:
         self.reader = reader
         self.metrics = metrics or AnalysisMetrics(CollectorRegistry())
         self.clock = clock
+        self._holders: dict[ModelKey, VersionKey] = {}
+        """The canary whose analysis this operator runs, by model: it knows them before the
+        index shows their status."""
 
     async def run(
         self, namespace: str, name: str, sleep: Callable[[float], Awaitable[bool]]
@@ -104,6 +112,11 @@ class Canaries:
                     return
         finally:  # gone, no longer a canary, or another replica runs it now
             self.metrics.forget(namespace, name)
+            self._release((namespace, name))
+
+    def _release(self, canary: VersionKey) -> None:
+        for model in [m for m, held in self._holders.items() if held == canary]:
+            del self._holders[model]
 
     async def tick(self, namespace: str, name: str) -> float | None:
         """One look at the canary; the seconds until the next, or None when there is nothing to
@@ -129,8 +142,11 @@ class Canaries:
         if not state.applied:
             weights = rollout.Weights(state.canary_weight, state.baseline_step_weight)
             state = await self._apply(info, state, weights)
+        self._holders.setdefault(info.model_key, info.key)
         decision = await self._next(info, body, spec, state)
         await self._save(info, state, decision)
+        if decision.state.finished:
+            self._release(info.key)
         # A finished analysis is looked at now and then: a new spec.analysis starts another.
         return FINISHED_CHECK_S if decision.state.finished else float(spec.interval_seconds)
 
@@ -188,24 +204,59 @@ class Canaries:
         self, info: VersionInfo, spec: AnalysisSpec, digest: str, current: Mapping[str, Any]
     ) -> float:
         versions = self.versions(info.model_key)
+        if other := await self._other_canary(info, versions):
+            message = (
+                f"Waiting for the analysis of {other}, another canary of model {info.model}, "
+                "to finish: one canary of a model is analysed at a time"
+            )
+            await self._wait(info, rollout.OTHER_CANARY, message, digest, current)
+            return float(spec.interval_seconds)
         baseline, why = choose_baseline(versions, info.name, spec.baseline)
         if baseline is None or baseline.spec is None:
             message = f"Waiting for a baseline: {why}"
-            pending: dict[str, Any] = {
-                "phase": PENDING,
-                "reason": rollout.NO_BASELINE,
-                "message": message,
-                "specHash": digest,
-            }
-            if any(current.get(k) != v for k, v in pending.items()):
-                # a merge patch: null whatever an earlier analysis left
-                pending = {**dict.fromkeys(current), **pending}
-                await self._write_status(info, pending)
-                await self._event(info, rollout.NO_BASELINE, message, warning=True)
+            await self._wait(info, rollout.NO_BASELINE, message, digest, current)
             return float(spec.interval_seconds)
+        self._holders[info.model_key] = info.key
         decision = rollout.start(spec, baseline.name, baseline.spec.weight, self.clock(), digest)
         await self._save(info, None, decision)
         return float(spec.interval_seconds)
+
+    async def _other_canary(self, info: VersionInfo, versions: list[VersionInfo]) -> str:
+        """Another canary of the model whose analysis is under way ("" if none): one this
+        operator runs, or one whose status says so and which is still a canary."""
+        held = self._holders.get(info.model_key)
+        if held is not None and held != info.key:
+            return held[1]
+        for other in versions:
+            analysis = other.status.get("analysis") or {}
+            if other.name == info.name or analysis.get("phase") not in UNDER_WAY:
+                continue
+            body = await self.api.get(mv_path(other.namespace, other.name)) or {}  # the index lags
+            now = (body.get("status") or {}).get("analysis") or {}
+            if (body.get("spec") or {}).get("analysis") and now.get("phase") in UNDER_WAY:
+                return other.name
+        return ""
+
+    async def _wait(
+        self,
+        info: VersionInfo,
+        reason: str,
+        message: str,
+        digest: str,
+        current: Mapping[str, Any],
+    ) -> None:
+        """Say why the analysis cannot start yet (status and an Event, once)."""
+        pending: dict[str, Any] = {
+            "phase": PENDING,
+            "reason": reason,
+            "message": message,
+            "specHash": digest,
+        }
+        if any(current.get(k) != v for k, v in pending.items()):
+            # a merge patch: null whatever an earlier analysis left
+            pending = {**dict.fromkeys(current), **pending}
+            await self._write_status(info, pending)
+            await self._event(info, reason, message, warning=True)
 
     async def _save(
         self, info: VersionInfo, before: AnalysisState | None, decision: Decision

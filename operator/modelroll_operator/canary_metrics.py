@@ -6,6 +6,10 @@ same counters come from Prometheus. Either way each source's counters come back 
 ``pod/<name>``; in Prometheus, by its ``pod`` label, else its ``instance``): the analysis takes
 deltas per source (rollout.count), so a pod that is not read adds nothing instead of looking
 like a reset. A reading fails (and the analysis holds) only when no source could be read.
+
+Requests are read by how the gateway chose their version (``routing``): those routed by weight
+are judged, those pinned by header are kept apart; a series without the label (a gateway that
+does not set it) counts as routed by weight. Stream outcomes are read too (rollout.VersionCounts).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from .rollout import Snapshot, Tally, VersionCounts
 
 REQUESTS = "modelroll_gateway_requests_total"
 BUCKETS = "modelroll_gateway_request_duration_seconds_bucket"
+OUTCOMES = "modelroll_gateway_llm_requests_total"
+WEIGHTED = "weight"
+"""The ``routing`` of requests routed by weight, the judged ones."""
 READ_TIMEOUT_S = 2.0
 MAX_METRICS_BYTES = 16 << 20
 
@@ -34,10 +41,17 @@ class MetricsUnavailable(Exception):
 
 
 class _Sums:
-    """One source's counters, per version: requests by code, histogram buckets by le."""
+    """One source's counters, per version: requests by code (routed by weight, and pinned),
+    histogram buckets by le, stream outcomes."""
 
     def __init__(self) -> None:
         self.codes: defaultdict[str, defaultdict[str, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self.pinned: defaultdict[str, defaultdict[str, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self.outcomes: defaultdict[str, defaultdict[str, float]] = defaultdict(
             lambda: defaultdict(float)
         )
         self.buckets: defaultdict[str, defaultdict[float, float]] = defaultdict(
@@ -49,17 +63,26 @@ class _Sums:
         if not math.isfinite(value) or value < 0:
             raise MetricsUnavailable(f"{name}{dict(labels)} reads {value}, not a count")
         version = labels.get("version", "")
+        weighted = labels.get("routing", WEIGHTED) == WEIGHTED
         if name == REQUESTS:
-            self.codes[version][labels.get("code", "")] += value
-        elif name == BUCKETS:
+            codes = self.codes if weighted else self.pinned
+            codes[version][labels.get("code", "")] += value
+        elif name == BUCKETS and weighted:
             self.buckets[version][float(labels.get("le", "+Inf"))] += value
+        elif name == OUTCOMES:
+            self.outcomes[version][labels.get("outcome", "")] += value
 
     def counts(self, version: str) -> VersionCounts:
         buckets: Mapping[float, float] = self.buckets.get(version) or {}
         ordered = tuple(sorted(buckets.items()))
         if ordered and not math.isinf(ordered[-1][0]):
             ordered = (*ordered, (math.inf, ordered[-1][1]))
-        return VersionCounts(codes=dict(self.codes.get(version) or {}), buckets=ordered)
+        return VersionCounts(
+            codes=dict(self.codes.get(version) or {}),
+            buckets=ordered,
+            pinned=dict(self.pinned.get(version) or {}),
+            outcomes=dict(self.outcomes.get(version) or {}),
+        )
 
     def tally(self, at: float, canary: str, baseline: str) -> Tally:
         return Tally(at, self.counts(canary), self.counts(baseline))
@@ -72,7 +95,7 @@ def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) 
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if (
-                    sample.name in (REQUESTS, BUCKETS)
+                    sample.name in (REQUESTS, BUCKETS, OUTCOMES)
                     and sample.labels.get("model") == model
                     and sample.labels.get("version") in wanted
                 ):
@@ -191,9 +214,11 @@ class MetricsReader:
     ) -> dict[str, _Sums]:
         """The counters Prometheus holds, by source (:func:`source_name`)."""
         match = f'model="{model}",version=~"{"|".join(versions)}"'
+        weighted = f'{match},routing!="pin"'  # a series without the label too
         queries = {
-            REQUESTS: f"sum by (version, code, pod, instance) ({REQUESTS}{{{match}}})",
-            BUCKETS: f"sum by (version, le, pod, instance) ({BUCKETS}{{{match}}})",
+            REQUESTS: f"sum by (version, routing, code, pod, instance) ({REQUESTS}{{{match}}})",
+            BUCKETS: f"sum by (version, le, pod, instance) ({BUCKETS}{{{weighted}}})",
+            OUTCOMES: f"sum by (version, outcome, pod, instance) ({OUTCOMES}{{{match}}})",
         }
         url = base.rstrip("/") + "/api/v1/query"
         found: defaultdict[str, _Sums] = defaultdict(_Sums)

@@ -13,6 +13,9 @@ a replica missing from a reading, restarted or new never passes its history off 
 interval's counts. A check that fails rolls back at once; the step passes when every check
 passes after ``minSeconds`` and ``minRequests``; at ``maxSeconds`` without a verdict the
 ``onInconclusive`` policy applies (Hold: the weights stay, the analysis goes on and says why).
+Those seconds are counted by the evaluations (:data:`CREDIT_INTERVALS`), not read off the wall
+clock. Only requests routed by weight are judged, and a stream that ended badly is an error
+whatever its status line said (:meth:`VersionCounts.judged`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import judge
-from .analysis_spec import PROMOTE, ROLLBACK, AnalysisSpec, ErrorCheck, LatencyCheck
+from .analysis_spec import (
+    PROMOTE,
+    ROLLBACK,
+    STREAM_ERROR,
+    AnalysisSpec,
+    ErrorCheck,
+    LatencyCheck,
+)
 
 PENDING = "Pending"
 """The phase while no analysis can start (no baseline yet): canary.py writes it, not this."""
@@ -48,6 +58,8 @@ STEP_PAUSE = "PausedAtStep"
 MANUAL_WEIGHT = "ManualWeightChange"
 ABORTED = "Aborted"
 NO_BASELINE = "NoBaseline"
+OTHER_CANARY = "OtherCanaryAnalysing"
+"""Pending: another canary of the model is being analysed (canary.py writes it, not this)."""
 REASONS = (
     WARMING_UP,
     INSUFFICIENT_DATA,
@@ -60,6 +72,7 @@ REASONS = (
     MANUAL_WEIGHT,
     ABORTED,
     NO_BASELINE,
+    OTHER_CANARY,
     PROMOTED,
 )
 """Every ``status.analysis.reason``; the canary's conditions take theirs from these and
@@ -74,9 +87,19 @@ SOURCE_TTL_S = 300.0
 what it counted since its last reading; one gone longer is forgotten, and if it comes back its
 next reading is a first one. Long enough for a gateway pod's restart or a readiness blip, short
 enough that replicas scaled away do not stay in ``status.analysis``."""
+CREDIT_INTERVALS = 2
+"""An evaluation adds to a step's time what passed since the last one, at most this many
+intervals (default 2): room for a late tick, while a wall clock that jumps ahead (or an
+operator that was down) cannot skip a step's warm-up, ``minSeconds`` or ``maxSeconds``."""
 MAX_SOURCES = 64
 """At most this many sources are remembered (the most recently read): a bound on the size of
 ``status.analysis``, far above a gateway's replica count."""
+
+
+STREAM_OUTCOMES_NOT_FAILED = ("completed", "whole", "client_disconnect", "client_stalled")
+"""Stream outcomes (modelroll_gateway_llm_requests_total) that are no failure of the version:
+it answered in full, or the client went away or took nothing. Every other outcome (an error
+event, a stream that broke off or was cut, a version unreachable or silent) is a failure."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +107,14 @@ class VersionCounts:
     """One version's counters: cumulative, as one source exports them, or the sum of deltas."""
 
     codes: Mapping[str, float] = field(default_factory=dict)
-    """Requests by status code."""
+    """Requests routed by weight, by status code (the judged ones)."""
     buckets: tuple[tuple[float, float], ...] = ()
-    """The latency histogram: cumulative (le, count), ascending, the last le is +Inf."""
+    """Their latency histogram: cumulative (le, count), ascending, the last le is +Inf."""
+    pinned: Mapping[str, float] = field(default_factory=dict)
+    """Requests pinned to the version by header, by status code: never judged."""
+    outcomes: Mapping[str, float] = field(default_factory=dict)
+    """OpenAI requests by how they ended, pinned ones included (the gateway does not tell them
+    apart there): only :meth:`judged` reads them."""
 
     @property
     def requests(self) -> float:
@@ -95,19 +123,25 @@ class VersionCounts:
     def errors(self, check: ErrorCheck) -> float:
         return sum(n for code, n in self.codes.items() if check.is_error(code))
 
+    def _maps(self) -> tuple[Mapping[str, float], ...]:
+        return (self.codes, self.pinned, self.outcomes)
+
     def lacks_series_of(self, earlier: VersionCounts) -> bool:
-        """Whether a series (a code, a bucket) that ``earlier`` has is missing here."""
+        """Whether a series (a code, an outcome, a bucket) that ``earlier`` has is missing."""
         les = {le for le, _ in self.buckets}
-        return not earlier.codes.keys() <= self.codes.keys() or any(
-            le not in les for le, _ in earlier.buckets
-        )
+        return any(
+            not old.keys() <= new.keys()
+            for new, old in zip(self._maps(), earlier._maps(), strict=True)
+        ) or any(le not in les for le, _ in earlier.buckets)
 
     def went_down_since(self, earlier: VersionCounts) -> bool:
         """Whether a series is lower than in ``earlier`` (the same source, read before)."""
         before = dict(earlier.buckets)
-        return any(n < earlier.codes.get(c, n) for c, n in self.codes.items()) or any(
-            n < before.get(le, n) for le, n in self.buckets
-        )
+        return any(
+            n < old.get(k, n)
+            for new, old in zip(self._maps(), earlier._maps(), strict=True)
+            for k, n in new.items()
+        ) or any(n < before.get(le, n) for le, n in self.buckets)
 
     def increase(self, earlier: VersionCounts) -> VersionCounts:
         """What each series counted since ``earlier`` (the same source, read before), as
@@ -115,33 +149,77 @@ class VersionCounts:
         process restarted) or that ``earlier`` lacks (created since), its value now."""
         before = dict(earlier.buckets)
         return VersionCounts(
-            codes={c: _increase(n, earlier.codes.get(c)) for c, n in self.codes.items()},
+            codes=_increases(self.codes, earlier.codes),
             buckets=tuple((le, _increase(n, before.get(le))) for le, n in self.buckets),
+            pinned=_increases(self.pinned, earlier.pinned),
+            outcomes=_increases(self.outcomes, earlier.outcomes),
         )
+
+    def judged(self) -> VersionCounts:
+        """One source's deltas as the checks judge them: the weighted requests, with the
+        streams that ended badly under a 200 moved from "200" to STREAM_ERROR.
+
+        The stream outcomes count pinned requests too, and count the streams the gateway
+        answered with a 502 or 504 itself, which ``codes`` has as errors already. So the
+        streams moved are a lower bound: the failed outcomes less the weighted 5xx and every
+        pinned request, at most the 200s. Pinned requests can so hide a stream failure, never
+        make one, and no request is counted twice."""
+        failed = sum(n for o, n in self.outcomes.items() if o not in STREAM_OUTCOMES_NOT_FAILED)
+        server_errors = sum(n for c, n in self.codes.items() if c.startswith("5"))
+        ok = self.codes.get("200", 0.0)
+        moved = min(ok, max(0.0, failed - server_errors - sum(self.pinned.values())))
+        codes = {c: n for c, n in self.codes.items() if c != STREAM_ERROR}
+        if moved:
+            codes["200"] = ok - moved
+            codes[STREAM_ERROR] = self.codes.get(STREAM_ERROR, 0.0) + moved
+        return VersionCounts(codes=codes, buckets=self.buckets)
 
     def plus(self, other: VersionCounts) -> VersionCounts:
         """Both counts together: two sources' deltas, or two intervals'."""
-        codes = dict(self.codes)
-        for code, n in other.codes.items():
-            codes[code] = codes.get(code, 0.0) + n
         buckets = dict(self.buckets)
         for le, n in other.buckets:
             buckets[le] = buckets.get(le, 0.0) + n
-        return VersionCounts(codes, tuple(sorted(buckets.items())))
+        return VersionCounts(
+            codes=_sum(self.codes, other.codes),
+            buckets=tuple(sorted(buckets.items())),
+            pinned=_sum(self.pinned, other.pinned),
+            outcomes=_sum(self.outcomes, other.outcomes),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         # Lists, not maps keyed by code: the state is written with JSON merge patches, which
         # would keep keys a new map lacks.
-        return {
+        out: dict[str, Any] = {
             "codes": [{"code": c, "count": _num(n)} for c, n in sorted(self.codes.items())],
             "buckets": [{"le": _le(le), "count": _num(n)} for le, n in self.buckets],
         }
+        # A source's counters only: summed deltas are judged ones, without either.
+        if self.pinned:
+            out["pinned"] = [{"code": c, "count": _num(n)} for c, n in sorted(self.pinned.items())]
+        if self.outcomes:
+            out["outcomes"] = [
+                {"outcome": o, "count": _num(n)} for o, n in sorted(self.outcomes.items())
+            ]
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> VersionCounts:
         codes = {str(c["code"]): float(c["count"]) for c in raw.get("codes") or []}
         buckets = tuple((float(b["le"]), float(b["count"])) for b in raw.get("buckets") or [])
-        return cls(codes=codes, buckets=buckets)
+        pinned = {str(c["code"]): float(c["count"]) for c in raw.get("pinned") or []}
+        outcomes = {str(o["outcome"]): float(o["count"]) for o in raw.get("outcomes") or []}
+        return cls(codes=codes, buckets=buckets, pinned=pinned, outcomes=outcomes)
+
+
+def _increases(now: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    return {k: _increase(n, before.get(k)) for k, n in now.items()}
+
+
+def _sum(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    out = dict(a)
+    for k, n in b.items():
+        out[k] = out.get(k, 0.0) + n
+    return out
 
 
 def _increase(now: float, before: float | None) -> float:
@@ -246,8 +324,8 @@ def count(last: Mapping[str, Tally], snapshot: Snapshot) -> Interval:
                 sources[name] = before
                 incomplete.append(name)
             continue
-        canary = canary.plus(now.canary.increase(before.canary))
-        baseline = baseline.plus(now.baseline.increase(before.baseline))
+        canary = canary.plus(now.canary.increase(before.canary).judged())
+        baseline = baseline.plus(now.baseline.increase(before.baseline).judged())
         sources[name] = now
     unread = sorted(
         n for n, t in last.items() if n not in sources and snapshot.at - t.at <= SOURCE_TTL_S
@@ -305,6 +383,8 @@ class AnalysisState:
     """The current step's index (0-based)."""
     step_started: float
     """When the operator decided on this step's weights (unix seconds)."""
+    evaluated_at: float
+    """When this step's time was last counted (unix seconds)."""
     baseline: str
     baseline_weight: int
     """The baseline's weight before the analysis: restored on rollback."""
@@ -331,6 +411,11 @@ class AnalysisState:
     made by hand)."""
     last_command: str = ""
     """The last command annotation handled (commands carry a nonce: each is done once)."""
+    step_seconds: float = 0.0
+    """Seconds this step has run, as the analysis counts them (:data:`CREDIT_INTERVALS`): the
+    warm-up, ``minSeconds`` and ``maxSeconds`` are measured in these, not on the wall clock."""
+    judging_from: float = 0.0
+    """The ``step_seconds`` at which judging started."""
 
     @property
     def finished(self) -> bool:
@@ -341,6 +426,9 @@ class AnalysisState:
             "phase": self.phase,
             "step": self.step + 1,  # as users count steps (and kubectl get shows it)
             "stepStartedAt": round(self.step_started, 3),
+            "evaluatedAt": round(self.evaluated_at, 3),
+            "stepSeconds": round(self.step_seconds, 3),
+            "judgingFromSeconds": round(self.judging_from, 3),
             "baseline": self.baseline,
             "baselineWeight": self.baseline_weight,
             "canaryWeight": self.canary_weight,
@@ -366,17 +454,25 @@ class AnalysisState:
         A state without a ``window`` is warming up: its checks, if any, are dropped, and one
         without ``sources`` takes its next reading as a first one. A status that holds neither
         (only summed counters, ``last`` and ``windowStart``) so starts its step's window again.
+        One without ``stepSeconds`` counted time on the wall clock and pinned requests with the
+        others: its step's time starts again from 0, and its sources are dropped.
         """
         try:
             guard = raw.get("guardrail") or {}
             window = Tally.from_dict(raw.get("window"))
+            counted = raw.get("stepSeconds") is not None
             sources = {
-                str(s["name"]): Tally.from_dict(s) or Tally(0.0) for s in raw.get("sources") or []
+                str(s["name"]): Tally.from_dict(s) or Tally(0.0)
+                for s in (raw.get("sources") or [] if counted else [])
             }
+            started = float(raw["stepStartedAt"])
             return cls(
                 phase=str(raw["phase"]),
                 step=int(raw["step"]) - 1,
-                step_started=float(raw["stepStartedAt"]),
+                step_started=started,
+                evaluated_at=float(raw.get("evaluatedAt") or started),
+                step_seconds=float(raw.get("stepSeconds") or 0.0),
+                judging_from=float(raw.get("judgingFromSeconds") or 0.0),
                 baseline=str(raw["baseline"]),
                 baseline_weight=int(raw["baselineWeight"]),
                 canary_weight=int(raw["canaryWeight"]),
@@ -443,6 +539,7 @@ def start(
         phase=PROGRESSING,
         step=0,
         step_started=now,
+        evaluated_at=now,
         baseline=baseline,
         baseline_weight=baseline_weight,
         canary_weight=weights.canary,
@@ -492,6 +589,9 @@ def _fresh_step(state: AnalysisState, now: float) -> AnalysisState:
     return replace(
         state,
         step_started=now,
+        evaluated_at=now,
+        step_seconds=0.0,
+        judging_from=0.0,
         sources={},
         step_counts=None,
         window=None,
@@ -576,6 +676,9 @@ def evaluate(
         return Decision(held, event=held.message if first else None, warning=True)
     if state.reason == METRICS_UNAVAILABLE:
         state = replace(state, phase=PROGRESSING, reason=INCONCLUSIVE)
+    # Time counts while the metrics are read (a hold for them leaves it), and by the interval.
+    credit = min(max(0.0, now - state.evaluated_at), CREDIT_INTERVALS * spec.interval_seconds)
+    state = replace(state, evaluated_at=now, step_seconds=state.step_seconds + credit)
     interval = count(state.sources, snapshot)
     state = replace(state, sources=interval.sources)
     if state.window is None:
@@ -592,9 +695,10 @@ def evaluate(
 def _warm_up(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: float) -> Decision:
     step = (state.step_counts or Tally(now)).plus(interval.canary, interval.baseline)
     seen = step.canary.requests
-    if now - state.step_started >= spec.warmup_seconds and seen >= spec.warmup_requests:
+    if state.step_seconds >= spec.warmup_seconds and seen >= spec.warmup_requests:
         judging = replace(
             state,
+            judging_from=state.step_seconds,
             step_counts=step,
             window=Tally(now),
             checks={name: CheckState(judge.new_evidence()) for name in spec.checks()},
@@ -667,7 +771,7 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
     if failed:
         return rollback(judged, CANARY_WORSE, f"The canary is worse: {evidence}.")
 
-    judged_for = now - window.at
+    judged_for = state.step_seconds - state.judging_from
     canary_requests = window.canary.requests
     # No evidence, no verdict: a baseline that answered nothing in the window is no comparison.
     compared = window.baseline.requests > 0
@@ -693,7 +797,7 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
             detail = f"{detail}, no baseline requests"
     else:
         detail = "the evidence is not yet clear either way"
-    if now - state.step_started >= spec.max_seconds:
+    if state.step_seconds >= spec.max_seconds:
         late = f"Step {state.step + 1} had no verdict after {spec.max_seconds} s ({detail})."
         # Without baseline requests there is nothing to be inconclusive about: always hold.
         if compared and spec.on_inconclusive == ROLLBACK:

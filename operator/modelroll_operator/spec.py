@@ -103,6 +103,7 @@ class SidecarSettings:
     drain_timeout_s: int | None = None
     max_in_flight: int | None = None
     readiness_timeout_ms: int | None = None
+    generation_timeout_ms: int | None = None
     resources: Resources | None = None
     """The sidecar container's resources; None: the operator's --sidecar-resources."""
     engine_api_key_secret: SecretKey | None = None

@@ -62,6 +62,7 @@ _UNKNOWN_HEALTH = (
     rollout.INSUFFICIENT_DATA,
     rollout.METRICS_UNAVAILABLE,
     rollout.NO_BASELINE,
+    rollout.OTHER_CANARY,
 )
 
 

@@ -24,7 +24,13 @@ from modelroll_common.server import RequestTimedOut, read_body
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
 from .metrics import LLMMetrics, SidecarMetrics
-from .openai_proxy import GENERATION_PATHS, EmbeddingsModel, OpenAIProxy
+from .openai_proxy import (
+    GENERATION_PATHS,
+    BadEmbeddings,
+    EmbeddingsModel,
+    OpenAIProxy,
+    embeddings_request,
+)
 from .protocol import ModelClient, decode, encode
 
 log = logging.getLogger(__name__)
@@ -80,6 +86,7 @@ class Sidecar:
                 LLMMetrics(self.metrics, config.model, config.version),
                 max_in_flight=config.max_in_flight,
                 upstream_timeout_s=config.upstream_timeout_ms / 1000,
+                generation_timeout_s=config.generation_timeout_ms / 1000,
                 max_body_bytes=config.max_body_bytes,
             )  # fmt: skip
         self.batcher.start()
@@ -277,12 +284,14 @@ async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
         return openai_error(408, str(exc))
     except ValueError as exc:
         return openai_error(400, f"malformed JSON: {exc}")
-    given = body.get("input") if isinstance(body, dict) else None
-    inputs = [given] if isinstance(given, str) else given
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
-        return openai_error(400, '"input" must be a string or a non-empty list of strings')
     try:
-        pending = sidecar.batcher.submit({"model": body.get("model"), "input": inputs})
+        embeddings = embeddings_request(body)
+    except BadEmbeddings as exc:
+        return openai_error(400, str(exc))
+    try:
+        pending = sidecar.batcher.submit(
+            embeddings, length=embeddings.tokens, key=embeddings.key
+        )  # a batch is one engine call with one set of options, within the token budget
     except QueueFull as exc:
         return openai_error(429, str(exc), {"Retry-After": RETRY_AFTER_S})
     except (ShuttingDown, BatcherNotRunning) as exc:
@@ -294,7 +303,7 @@ async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
         raise
     if outcome.status != 200:
         return openai_error(outcome.status, outcome.error or "request failed")
-    tokens = sum(max(1, len(text.split())) for text in inputs)
+    tokens = embeddings.tokens
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}  # words: the engine's are per batch
     return json_response(200, {**outcome.output, "usage": usage})
 

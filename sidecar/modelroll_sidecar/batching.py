@@ -11,7 +11,9 @@ model, by its deadline (504: before its batch was sent, or while a batch the mod
 split to find the request at fault), or by a shutdown that ran out of time (503).
 
 Which requests make up the batch: the oldest ones (``batch_by="arrival"``), or the oldest one and
-the queued requests nearest its length (``"length"``, :mod:`.forming`).
+the queued requests nearest its length (``"length"``, :mod:`.forming`); in either case only
+requests with the oldest one's ``key`` (the options a model call is made with), the others waiting
+for a later batch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Hashable
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
@@ -75,15 +78,24 @@ class State(Enum):
 
 
 class Pending:
-    """One accepted request: its payload, when it arrived, and the future its handler awaits."""
+    """One accepted request: its payload, when it arrived, the future its handler awaits, and
+    its key: only requests with equal keys share a batch."""
 
-    __slots__ = ("arrived", "future", "length", "payload", "state")
+    __slots__ = ("arrived", "future", "key", "length", "payload", "state")
 
-    def __init__(self, payload: Any, length: int, arrived: float, future: asyncio.Future[Outcome]):
+    def __init__(
+        self,
+        payload: Any,
+        length: int,
+        arrived: float,
+        future: asyncio.Future[Outcome],
+        key: Hashable = None,
+    ):
         self.payload = payload
         self.length = length
         self.arrived = arrived
         self.future = future
+        self.key = key
         self.state = State.QUEUED
 
 
@@ -190,8 +202,10 @@ class Batcher:
 
     # -- requests --------------------------------------------------------------------------
 
-    def submit(self, payload: Any) -> Pending:
-        """Queue one request. Raises QueueFull, ShuttingDown or BatcherNotRunning."""
+    def submit(self, payload: Any, *, length: int | None = None, key: Hashable = None) -> Pending:
+        """Queue one request, ``length`` long (by default its payload's length), to share a batch
+        only with requests of the same ``key``. Raises QueueFull, ShuttingDown or
+        BatcherNotRunning."""
         loop = self._loop
         if loop is None or not self.alive:
             raise BatcherNotRunning("the batcher is not running (was the app's lifespan entered?)")
@@ -202,7 +216,9 @@ class Batcher:
             self._metrics.rejected["queue_full"].inc()
             raise QueueFull(f"the queue is full ({self._max_queue} requests waiting)")
         now = loop.time()
-        pending = Pending(payload, payload_length(payload), now, loop.create_future())
+        if length is None:
+            length = payload_length(payload)
+        pending = Pending(payload, length, now, loop.create_future(), key)
         self._queue.append(pending)
         self._live += 1
         if self._adaptive:
@@ -279,10 +295,10 @@ class Batcher:
         return None
 
     def _queued(self, limit: int) -> list[Pending]:
-        """Up to ``limit`` queued requests, oldest first."""
+        """Up to ``limit`` queued requests, oldest first: the oldest, and those with its key."""
         found: list[Pending] = []
         for pending in self._queue:
-            if pending.state is State.QUEUED:
+            if pending.state is State.QUEUED and (not found or pending.key == found[0].key):
                 found.append(pending)
                 if len(found) == limit:
                     break

@@ -63,6 +63,7 @@ class SidecarConfig:
     max_body_bytes: int = _default("max_body_bytes")
     read_timeout_ms: float = float(_default("read_timeout_ms"))
     upstream_timeout_ms: float = float(_default("upstream_timeout_ms"))
+    generation_timeout_ms: float = float(_default("generation_timeout_ms"))
     readiness_interval_ms: float = 1000.0
     readiness_timeout_ms: float = float(_default("readiness_timeout_ms"))
     drain_timeout_s: float = float(_default("drain_timeout_s"))
@@ -163,8 +164,11 @@ HELP = {
     "max_body_bytes": "largest accepted request body; larger ones get 413",
     "read_timeout_ms": "a client must send its whole request within this time of its first "
     "byte (a new connection: of connecting), or it gets 408 and its connection closes",
-    "upstream_timeout_ms": "a model call slower than this fails its batch with 502; a stream "
-    "whose client takes no data for this long is cut (client_stalled)",
+    "upstream_timeout_ms": "a model call slower than this fails its batch with 502; --protocol "
+    "openai: the longest a stream's engine may be silent, its headers included (504), and its "
+    "client may take no data before it is cut (client_stalled)",
+    "generation_timeout_ms": "--protocol openai: a generation not streamed must be answered "
+    "whole within this time (the engine sends nothing until it has generated it all), or 504",
     "readiness_interval_ms": "how often the model's /readyz is probed",
     "readiness_timeout_ms": "a probe of the model's /readyz (--protocol openai: /health) that "
     "takes longer counts as not ready",

@@ -193,7 +193,14 @@ class Gateway:
             await asyncio.sleep(0.02)
 
     def sample(self, name: str, **labels: str) -> float:
-        return self.registry.get_sample_value(name, labels) or 0.0
+        """The sum of the samples of ``name`` whose labels include ``labels``: a label not
+        given is summed over, as PromQL's sum does."""
+        return sum(
+            sample.value
+            for family in self.registry.collect()
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
 
 
 StartGateway = Callable[..., Awaitable[Gateway]]

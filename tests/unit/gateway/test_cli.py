@@ -133,6 +133,7 @@ DEFAULTS = {
     "--routes-poll-seconds": "0.25",
     "--kubeconfig": "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     "--upstream-timeout": "30.0",
+    "--generation-timeout": "600.0",
     "--connect-timeout": "2.0",
     "--upstream-connection-max-age": "10.0",
     "--upstream-max-connections": "100",

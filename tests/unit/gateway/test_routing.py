@@ -233,7 +233,9 @@ async def test_probes_and_metrics_are_served(
         text = await resp.text()
     assert 'modelroll_gateway_weight{model="sentiment",version="v1"} 3.0' in text
     # series exist at 0 before any request, so an error ratio is never "no data"
-    assert 'modelroll_gateway_requests_total{code="502",model="sentiment",version="v1"} 0.0' in text
+    for routing in ("weight", "pin"):
+        labels = f'code="502",model="sentiment",routing="{routing}",version="v1"'
+        assert f"modelroll_gateway_requests_total{{{labels}}} 0.0" in text
     for reason in ("connect", "timeout", "protocol", "closed"):
         labels = f'model="sentiment",reason="{reason}",version="v1"'
         assert f"modelroll_gateway_upstream_errors_total{{{labels}}} 0.0" in text

@@ -1,0 +1,53 @@
+"""The ``routing`` label: requests pinned by header are counted apart from those routed by
+weight, so that a canary analysis (which reads only the weighted ones) never judges them."""
+
+from __future__ import annotations
+
+from .conftest import RoutesFile, StartGateway, StartStandIn, route
+
+
+async def test_pinned_requests_are_counted_apart_from_weighted_ones(
+    start_gateway: StartGateway, start_standin: StartStandIn, routes_file: RoutesFile
+) -> None:
+    stable, canary = await start_standin("stable-v1"), await start_standin("canary-v2")
+    routes_file.write(
+        {
+            "sentiment": route(
+                "sentiment", ("stable-v1", 1, stable.url), ("canary-v2", 0, canary.url)
+            )
+        }
+    )
+    gw = await start_gateway()
+
+    for _ in range(5):
+        assert (await gw.infer("sentiment", version="canary-v2"))[0] == 200
+    for _ in range(3):
+        assert (await gw.infer("sentiment"))[:2] == (200, "stable-v1")
+
+    def requests(version: str, routing: str) -> float:
+        return gw.sample(
+            "modelroll_gateway_requests_total", version=version, routing=routing, code="200"
+        )
+
+    def timed(version: str, routing: str) -> float:
+        name = "modelroll_gateway_request_duration_seconds_count"
+        return gw.sample(name, version=version, routing=routing)
+
+    assert (requests("canary-v2", "pin"), requests("canary-v2", "weight")) == (5, 0)
+    assert (requests("stable-v1", "pin"), requests("stable-v1", "weight")) == (0, 3)
+    assert (timed("canary-v2", "pin"), timed("canary-v2", "weight")) == (5, 0)
+    listed = {v["name"]: v for v in (await gw.routes())["models"][0]["versions"]}
+    assert listed["canary-v2"]["requests"] == 5  # /v1/routes counts both
+
+
+async def test_a_request_no_version_answered_has_no_routing(
+    start_gateway: StartGateway, start_standin: StartStandIn, routes_file: RoutesFile
+) -> None:
+    stable = await start_standin("stable-v1")
+    routes_file.write({"sentiment": route("sentiment", ("stable-v1", 1, stable.url))})
+    gw = await start_gateway()
+
+    assert (await gw.infer("sentiment", version="v9"))[0] == 404
+
+    labels = {"model": "sentiment", "version": "", "routing": "", "code": "404"}
+    assert gw.sample("modelroll_gateway_requests_total", **labels) == 1
