@@ -1,6 +1,7 @@
 # Benchmarks (owned by bench/): the batcher comparison, the batching sweep, rollback latency, chat
-# LLM scheduling, and KServe's batcher built from its Go module for the comparison. Results go to
-# bench/results/ (git-ignored). Included from the Makefile after hack/cluster.mk (it uses VENV and cluster-bins).
+# LLM scheduling, the sidecar in front of the real sentence encoder, and KServe's batcher built
+# from its Go module for the comparison. Results go to bench/results/ (git-ignored). Included
+# from the Makefile after hack/cluster.mk (it uses VENV and cluster-bins).
 # Pass options with ARGS, e.g. make bench ARGS="--rounds 5"; `modelroll-bench <cmd> --help` lists them.
 
 GO ?= go
@@ -38,3 +39,7 @@ bench-rollback: venv cluster-bins ## Time from a weight patch to the last reques
 .PHONY: bench-llm
 bench-llm: venv ## Chat LLM: continuous vs static scheduling, and the TTFT sidecar + gateway add (bench/results/llm.json).
 	$(BENCH) llm $(ARGS)
+
+.PHONY: bench-encoder
+bench-encoder: venv wrk ## The sidecar in front of the real sentence encoder (int8; ARGS="--variant fp32"), against no batching (bench/results/encoder.json).
+	$(BENCH) encoder $(ARGS)

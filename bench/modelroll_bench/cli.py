@@ -8,6 +8,7 @@ modelroll-bench sweep --slo-ms 150 (make bench-sweep)
 modelroll-bench rollback           (make bench-rollback)
 modelroll-bench analysis           (make bench-analysis)
 modelroll-bench llm                (make bench-llm)
+modelroll-bench encoder            (make bench-encoder)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import canary, compare, lengths, llm, rollback, sweep
+from . import canary, compare, encoder, lengths, llm, rollback, sweep
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -167,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("rollback", rollback, "time from a weight patch to the last routed request"),
         ("analysis", canary, "canary analysis vs Flagger's rule, on simulated traffic"),
         ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
+        ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),
     ):
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)

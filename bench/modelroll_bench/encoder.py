@@ -1,0 +1,537 @@
+"""``make bench-encoder``: the sidecar in front of a real model, ``modelroll-encoder``
+(all-MiniLM-L6-v2, int8 ONNX on onnxruntime or fp32 in numpy), fed English sentences of 5 to 40
+words, against the same sidecar with ``--max-batch-size 1`` (no batching: one model call per
+request, through the same event loop and libraries), in one run.
+
+Three sidecars share one encoder: the defaults (max batch 32, max-wait 10 ms, first in, first
+out), ``--max-batch-size 1``, and ``--batch-by length`` (a batch takes requests of similar word
+counts, so less of it is padding: the model pads every input to the batch's longest).
+
+1. Throughput at saturation: wrk, closed loop (128 connections), after a one-second warm-up
+   that is not counted.
+2. p50/p95/p99 under Poisson arrivals at shares of the measured saturation of no batching and
+   of the sidecar, fixed from the medians of part 1; a system is skipped at a rate above 90% of
+   its own saturation.
+3. Mean batch size and padding efficiency (useful WordPiece tokens over padded ones) from the
+   encoder's own ``/v1/stats``, read around every measurement.
+
+Before them, the encoder's own cost is measured straight over HTTP: a median sentence alone,
+and a full batch of the longest sentences, which also sets how long its counters must stand
+still before a backlog counts as worked through. Each part runs in rounds, the systems' order
+rotating from round to round, and every figure is reported as median and range over rounds, and
+as a ratio to no batching taken within a round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import random
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelroll_devcluster.processes import free_port
+
+from . import wrk
+from .analysis import Spread, paired_ratios
+from .loadgen import json_bodies, open_loop
+from .metrics import Watch
+from .runs import WRK_TIMEOUT_S, idle, load_average, machine, sequential_ms, write
+from .systems import Batching, System, batcher, serve
+
+BASELINE = "no batching"
+SYSTEMS = (
+    System(BASELINE, "sidecar", Batching(max_batch=1)),
+    System("sidecar", "sidecar", Batching()),
+    System("sidecar, by length", "sidecar", Batching(batch_by="length")),
+)
+"""The sidecar's defaults but for the one flag each row is about (``Batching``'s defaults are the
+sidecar's: max batch 32, max-wait 10 ms, arrival order, fixed wait, one batch at a time), with
+``System.argv``'s queue of 4096 so that no closed-loop connection is refused."""
+SKIP_ABOVE = 0.9
+"""A system is not offered a rate above this share of its own saturation: its queue would only
+grow, and the percentiles would measure the run's length."""
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+# Words for the sentences, by part of speech, so that every clause reads as English.
+DETERMINERS = _words("the a this every one our their some no each")
+ADJECTIVES = _words(
+    "small large quiet busy new old careful rapid simple local remote early late short long "
+    "bright cold warm heavy light strange common public private final"
+)
+NOUNS = _words(
+    "engineer river report server garden teacher market window question city train model "
+    "request letter doctor village storm program bridge customer kitchen meeting forest "
+    "library camera ticket budget"
+)
+VERBS = _words(
+    "reads sends finds builds watches carries opens follows answers moves checks writes "
+    "cleans leaves repairs describes measures visits"
+)
+PREPOSITIONS = _words("near after before under behind across during without beside")
+LINKS = _words("and but because while although so")
+
+
+@dataclass(frozen=True)
+class Setup:
+    variant: str = "int8"
+    intra_op_threads: int = 1
+    rounds: int = 3
+    duration_s: int = 10
+    """Seconds of wrk per system and round (after the warm-up): a full batch of long sentences
+    takes about half a second on int8, so 10 s holds some twenty of them."""
+    rate_duration_s: float = 10.0
+    """Seconds of Poisson arrivals per rate, system and round."""
+    connections: int = 128
+    """wrk's connections: with one batch of 32 in flight, 96 requests wait when the next batch
+    forms, so ``--batch-by length`` has lengths to choose from (with 64, the 32 waiting are the
+    whole next batch whatever the forming)."""
+    shares_of_baseline: tuple[float, ...] = (0.7,)
+    shares_of_sidecar: tuple[float, ...] = (0.5, 0.8)
+    sentences: int = 512
+    min_words: int = 5
+    max_words: int = 40
+    seed: int = 1
+
+
+def sentence(rng: random.Random, words: int) -> str:
+    """An English sentence of exactly ``words`` words: clauses of determiner, noun, verb and
+    object (some with adjectives and a prepositional phrase) joined by conjunctions, cut at
+    ``words``."""
+    out: list[str] = []
+    while len(out) < words:
+        if out:
+            out[-1] += ","
+            out.append(rng.choice(LINKS))
+        for part in ("subject", "object"):
+            out.append(rng.choice(DETERMINERS))
+            if rng.random() < 0.5:
+                out.append(rng.choice(ADJECTIVES))
+            out.append(rng.choice(NOUNS))
+            if part == "subject":
+                out.append(rng.choice(VERBS))
+        if rng.random() < 0.4:
+            out += [rng.choice(PREPOSITIONS), rng.choice(DETERMINERS), rng.choice(NOUNS)]
+    text = " ".join(out[:words]).rstrip(",")
+    return text[0].upper() + text[1:] + "."
+
+
+def sentences(setup: Setup) -> list[str]:
+    """``setup.sentences`` sentences, word counts uniform in [min_words, max_words], seeded."""
+    rng = random.Random(setup.seed)
+    return [
+        sentence(rng, rng.randint(setup.min_words, setup.max_words)) for _ in range(setup.sentences)
+    ]
+
+
+def model_description(setup: Setup) -> dict[str, Any]:
+    """What ran behind the sidecars, for the report and its header line."""
+    if setup.variant == "int8":
+        runtime = f"onnxruntime {importlib.metadata.version('onnxruntime')}"
+        text = f"all-MiniLM-L6-v2 int8 ONNX via {runtime}"
+    else:
+        runtime = f"numpy {importlib.metadata.version('numpy')}"
+        text = f"all-MiniLM-L6-v2 fp32 in {runtime}"
+    threads = setup.intra_op_threads
+    text += f", {threads} intra-op thread{'s' if threads > 1 else ''}"
+    return {"variant": setup.variant, "runtime": runtime, "intra_op_threads": threads, "text": text}
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (empty when it has none)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def rotated(r: int) -> list[System]:
+    """The systems in round ``r``'s order: each round starts one system later, so drift on the
+    machine does not always fall on the same one."""
+    shift = r % len(SYSTEMS)
+    return [*SYSTEMS[shift:], *SYSTEMS[:shift]]
+
+
+@dataclass
+class Rows:
+    """Every measurement: at saturation, by system, one row per round; at each Poisson rate, its
+    rate and, by system, one row per round (None where the system was skipped)."""
+
+    saturation: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Servers:
+    """The running encoder and sidecars, and how long the encoder's counters must stand still
+    before it counts as idle: longer than its slowest batch, or a batch still running would pass
+    for idleness."""
+
+    model: str
+    urls: dict[str, str]
+    quiet_s: float
+
+    @property
+    def stats(self) -> str:
+        return self.model + "/v1/stats"
+
+    async def settle(self) -> None:
+        """Wait until the encoder has worked through what the last run left queued."""
+        await idle(self.stats, quiet_s=self.quiet_s)
+
+
+async def batch_costs(model: str, payloads: list[str], max_batch: int) -> dict[str, float]:
+    """The encoder's time, HTTP included, for one sentence of median length alone, and for a
+    full batch of the longest sentences (the slowest batch any sidecar here can send)."""
+    ordered = sorted(payloads, key=lambda p: len(p.split()))
+    url = model + "/v1/batch"
+    one = await sequential_ms(url, {"inputs": [ordered[len(ordered) // 2]]}, calls=10, warmup=2)
+    full = await sequential_ms(url, {"inputs": ordered[-max_batch:]}, calls=3, warmup=1)
+    return {"median_sentence_alone_ms": round(one, 2), "longest_full_batch_ms": round(full, 2)}
+
+
+def _wrk(setup: Setup, label: str, url: str, bodies: list[str], seconds: int) -> wrk.WrkResult:
+    """wrk cycling through the sentences, with a timeout long enough for no batching's queue."""
+    return wrk.run(
+        label,
+        url,
+        bodies,
+        connections=setup.connections,
+        duration_s=seconds,
+        timeout_s=WRK_TIMEOUT_S,
+    )
+
+
+async def saturation_round(
+    setup: Setup, r: int, servers: Servers, bodies: list[str], rows: Rows
+) -> None:
+    for system in rotated(r):
+        url = servers.urls[system.label] + "/v1/infer"
+        await asyncio.to_thread(_wrk, setup, system.label, url, bodies, 1)  # the warm-up
+        await servers.settle()
+        load = load_average()
+        async with Watch(servers.stats) as watch:
+            result = await asyncio.to_thread(
+                _wrk, setup, system.label, url, bodies, setup.duration_s
+            )
+        batching = watch.delta.summary() if watch.delta else None
+        rows.saturation.setdefault(system.label, []).append(
+            {"round": r + 1, **asdict(result), "batching": batching, "load_average_1m": load}
+        )
+        print(
+            f"  round {r + 1} saturation  {system.label:<19} {result.rps:7.1f} req/s  "
+            f"mean batch {_fig(batching, 'mean_batch', '.1f')}  padding efficiency "
+            f"{_fig(batching, 'padding_efficiency', '.2f')}  non-2xx {result.non_2xx}, "
+            f"socket errors {result.socket_errors}",
+            flush=True,
+        )
+        await servers.settle()  # wrk leaves a backlog: not part of the next row's batches
+
+
+async def rate_round(
+    setup: Setup,
+    r: int,
+    servers: Servers,
+    payloads: list[str],
+    rates: list[dict[str, Any]],
+    saturation: dict[str, float],
+) -> None:
+    bodies = json_bodies(payloads)
+    for entry in rates:
+        rate = entry["rate_rps"]
+        for system in rotated(r):
+            rounds = entry["rounds"].setdefault(system.label, [])
+            if rate <= 0 or rate > SKIP_ABOVE * saturation[system.label]:
+                rounds.append(None)
+                print(f"  round {r + 1} {entry['name']:<22} {system.label:<19} skipped")
+                continue
+            url = servers.urls[system.label] + "/v1/infer"
+            load = load_average()
+            async with Watch(servers.stats) as watch:
+                result = await open_loop(
+                    url,
+                    bodies,
+                    rate,
+                    setup.rate_duration_s,
+                    seed=setup.seed + r,
+                    label=system.label,
+                )
+            batching = watch.delta.summary() if watch.delta else None
+            row = {**result.summary(), "batching": batching, "load_average_1m": load}
+            rounds.append(row)
+            print(
+                f"  round {r + 1} {entry['name']:<22} {system.label:<19} p50 {row['p50_ms']:7.1f}"
+                f"  p95 {row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms  mean batch "
+                f"{_fig(batching, 'mean_batch', '.1f')}  errors {row['errors'] or 0}",
+                flush=True,
+            )
+            await servers.settle()
+
+
+def _fig(batching: dict[str, Any] | None, key: str, fmt: str) -> str:
+    value = None if batching is None else batching.get(key)
+    return "-" if value is None else format(value, fmt)
+
+
+def _values(rows: Sequence[dict[str, Any] | None], *path: str) -> list[float | None]:
+    """One figure of every round's row (None for a skipped row or a missing figure)."""
+    out: list[float | None] = []
+    for row in rows:
+        value: Any = row
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        out.append(None if value is None else float(value))
+    return out
+
+
+def spread(values: Sequence[float | None], digits: int = 3) -> dict[str, float] | None:
+    found = Spread.of([v for v in values if v is not None])
+    return None if found is None else found.as_dict(digits)
+
+
+def figures(
+    rows: Sequence[dict[str, Any] | None],
+    base: Sequence[dict[str, Any] | None],
+    keys: Sequence[str],
+) -> dict[str, Any]:
+    """Median and range over rounds of each of ``keys``, of the ratio to the baseline's row of
+    the same round, and of the encoder's mean batch and padding efficiency."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        mine = _values(rows, key)
+        out[key] = spread(mine, 2)
+        out[f"{key}_ratio"] = spread(paired_ratios(mine, _values(base, key)))
+    for key in ("mean_batch", "padding_efficiency"):
+        out[key] = spread(_values(rows, "batching", key))
+    return out
+
+
+def summarize(rows: Rows) -> dict[str, Any]:
+    base = rows.saturation[BASELINE]
+    saturation = {label: figures(found, base, ("rps",)) for label, found in rows.saturation.items()}
+    rates = []
+    for entry in rows.rates:
+        by_system = entry["rounds"]
+        rates.append(
+            {
+                **{k: v for k, v in entry.items() if k != "rounds"},
+                "systems": {
+                    label: figures(
+                        found,
+                        by_system[BASELINE],
+                        ("throughput_rps", "p50_ms", "p95_ms", "p99_ms"),
+                    )
+                    for label, found in by_system.items()
+                },
+            }
+        )
+    return {"saturation": saturation, "rates": rates}
+
+
+def _cell(fig: dict[str, Any] | None, fmt: str, ratio: bool = False) -> str:
+    if fig is None:
+        return "-"
+    suffix = "x" if ratio else ""
+    median, low, high = (format(fig[k], fmt) + suffix for k in ("median", "low", "high"))
+    return median if fig["rounds"] == 1 else f"{median} ({low}-{high})"
+
+
+def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
+    w = max(len(s.label) for s in SYSTEMS)
+    print(
+        f"\n=== Saturation: wrk, {setup.connections} connections, {setup.duration_s} s; medians "
+        f"(range) over {setup.rounds} round(s); ratios to {BASELINE} paired by round ==="
+    )
+    print(
+        f"{'system':<{w}} {'req/s':>20} {'x ' + BASELINE:>22} {'mean batch':>18} "
+        f"{'padding eff.':>20}"
+    )
+    for label, entry in summary["saturation"].items():
+        print(
+            f"{label:<{w}} {_cell(entry['rps'], '.1f'):>20} "
+            f"{_cell(entry['rps_ratio'], '.2f', ratio=True):>22} "
+            f"{_cell(entry['mean_batch'], '.1f'):>18} "
+            f"{_cell(entry['padding_efficiency'], '.2f'):>20}"
+        )
+    for entry in summary["rates"]:
+        print(
+            f"\n=== Poisson {entry['rate_rps']:.1f} req/s ({entry['name']}), "
+            f"{setup.rate_duration_s:g} s: p50 / p95 / p99 ms (medians), p99 and p50 as ratios "
+            f"to {BASELINE} ==="
+        )
+        print(
+            f"{'system':<{w}} {'p50 / p95 / p99 ms':>24} {'p99 ratio':>22} {'p50 ratio':>22} "
+            f"{'mean batch':>11} {'padding eff.':>13}"
+        )
+        for label, figs in entry["systems"].items():
+            if figs["p50_ms"] is None:
+                print(f"{label:<{w}} skipped: beyond {SKIP_ABOVE:.0%} of its saturation")
+                continue
+            pct = " / ".join(f"{figs[k]['median']:.1f}" for k in ("p50_ms", "p95_ms", "p99_ms"))
+            mean = figs["mean_batch"]
+            eff = figs["padding_efficiency"]
+            print(
+                f"{label:<{w}} {pct:>24} {_cell(figs['p99_ms_ratio'], '.2f', ratio=True):>22} "
+                f"{_cell(figs['p50_ms_ratio'], '.2f', ratio=True):>22} "
+                f"{'-' if mean is None else format(mean['median'], '.1f'):>11} "
+                f"{'-' if eff is None else format(eff['median'], '.2f'):>13}"
+            )
+
+
+async def run(setup: Setup) -> dict[str, Any]:
+    payloads = sentences(setup)
+    words = [len(s.split()) for s in payloads]
+    bodies = [json.dumps({"payload": p}) for p in payloads]
+    model = model_description(setup)
+    host = {**machine(), "cpu": cpu_model()}
+    systems = ", ".join(f"{s.label} ({s.batching.name})" for s in SYSTEMS)
+    print(
+        f"Model: {model['text']} (modelroll-encoder). Machine: {host['cpus']} CPUs "
+        f"({host['cpu'] or 'model unknown'}), load average {host['load_average_1m']}, commit "
+        f"{host['commit']}.\nSidecars: {systems}; one batch at a time.\n"
+        f"{len(payloads)} sentences of {min(words)} to {max(words)} "
+        f"words (median {statistics.median(words):g}, seed {setup.seed}); {setup.rounds} "
+        f"round(s) of wrk ({setup.connections} connections, {setup.duration_s} s) and Poisson "
+        f"arrivals ({setup.rate_duration_s:g} s per rate).",
+        flush=True,
+    )
+    rows = Rows()
+    mport = free_port()
+    argv = [sys.executable, "-m", "modelroll_models", "--port", str(mport)]
+    argv += ["--variant", setup.variant, "--intra-op-threads", str(setup.intra_op_threads)]
+    async with contextlib.AsyncExitStack() as stack:
+        model_url = await stack.enter_async_context(serve(argv, mport))
+        costs = await batch_costs(model_url, payloads, max(s.batching.max_batch for s in SYSTEMS))
+        print(
+            f"Encoder, HTTP included: a median sentence alone "
+            f"{costs['median_sentence_alone_ms']:.1f} ms, a full batch of the longest "
+            f"{costs['longest_full_batch_ms']:.1f} ms.",
+            flush=True,
+        )
+        urls = {s.label: await stack.enter_async_context(batcher(s, model_url, 1)) for s in SYSTEMS}
+        servers = Servers(model_url, urls, max(0.3, 2 * costs["longest_full_batch_ms"] / 1000))
+        for r in range(setup.rounds):
+            await saturation_round(setup, r, servers, bodies, rows)
+        saturation = {
+            label: statistics.median(row["rps"] for row in found)
+            for label, found in rows.saturation.items()
+        }
+        for of, shares in (
+            (BASELINE, setup.shares_of_baseline),
+            ("sidecar", setup.shares_of_sidecar),
+        ):
+            for share in shares:
+                rows.rates.append(
+                    {
+                        "name": f"{share:.0%} of {of}",
+                        "share": share,
+                        "of": of,
+                        "rate_rps": round(share * saturation[of], 1),
+                        "rounds": {},
+                    }
+                )
+        for r in range(setup.rounds):
+            await rate_round(setup, r, servers, payloads, rows.rates, saturation)
+    summary = summarize(rows)
+    print_tables(setup, summary)
+    return {
+        "model": {**model, **costs},
+        "machine": host,
+        "setup": asdict(setup),
+        "systems": {s.label: s.batching.name for s in SYSTEMS},
+        "sentences": {
+            "count": len(payloads),
+            "words_min": min(words),
+            "words_max": max(words),
+            "words_median": statistics.median(words),
+            "examples": payloads[:3],
+        },
+        "summary": summary,
+        "rounds": {"saturation": rows.saturation, "rates": rows.rates},
+    }
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is below 1")
+    return value
+
+
+def _shares(text: str) -> tuple[float, ...]:
+    try:
+        shares = tuple(float(s) for s in text.split(",") if s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers") from None
+    if not all(0 < s < 1.5 for s in shares):
+        raise argparse.ArgumentTypeError(f"{text!r}: each share must be in (0, 1.5)")
+    return shares
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = Setup()
+    parser.add_argument("--variant", choices=("int8", "fp32"), default=d.variant)
+    parser.add_argument(
+        "--intra-op-threads",
+        type=_at_least_one,
+        default=d.intra_op_threads,
+        help="the encoder's (%(default)s)",
+    )
+    parser.add_argument("--rounds", type=_at_least_one, default=d.rounds, help="(%(default)s)")
+    parser.add_argument(
+        "--duration",
+        type=_at_least_one,
+        default=d.duration_s,
+        help="seconds of wrk per row (%(default)s)",
+    )
+    parser.add_argument(
+        "--rate-duration",
+        type=float,
+        default=d.rate_duration_s,
+        help="seconds of Poisson arrivals per rate and system (%(default)s)",
+    )
+    parser.add_argument(
+        "--connections", type=_at_least_one, default=d.connections, help="wrk's (%(default)s)"
+    )
+    parser.add_argument(
+        "--shares-of-no-batching",
+        type=_shares,
+        default=d.shares_of_baseline,
+        help="Poisson rates as shares of no batching's saturation (0.7)",
+    )
+    parser.add_argument(
+        "--shares-of-sidecar",
+        type=_shares,
+        default=d.shares_of_sidecar,
+        help="Poisson rates as shares of the sidecar's saturation (0.5,0.8)",
+    )
+    parser.add_argument("--seed", type=int, default=d.seed, help="sentences and arrivals")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/encoder.json"))
+
+
+def main(args: argparse.Namespace) -> int:
+    setup = Setup(
+        variant=args.variant,
+        intra_op_threads=args.intra_op_threads,
+        rounds=args.rounds,
+        duration_s=args.duration,
+        rate_duration_s=args.rate_duration,
+        connections=args.connections,
+        shares_of_baseline=args.shares_of_no_batching,
+        shares_of_sidecar=args.shares_of_sidecar,
+        seed=args.seed,
+    )
+    write(asyncio.run(run(setup)), args.out)
+    return 0
