@@ -23,6 +23,7 @@ from aiohttp import web
 from kubernetes import client as k8s
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.kube import Connection, connect
 from modelroll_common.openai_errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
@@ -145,7 +146,8 @@ class Proxy:
         lines = (f"{name}: {value}\r\n" for name, value in forwarded.items())
         headers = "".join(lines).encode("utf-8", "surrogateescape")
         response = await self._forward(target, body, headers)
-        target.stats.record(response.status, time.perf_counter() - started)
+        share = call_share(response.headers.get(CALL_SIZE_HEADER))
+        target.stats.record(response.status, time.perf_counter() - started, share)
         return response
 
     def _pin(self, request: web.Request) -> str | None:
@@ -225,7 +227,8 @@ class Proxy:
         response = await self.llm.forward(request, target, body)
         if self.stopping.is_set() and not response.prepared:  # a stream's headers are gone
             response.force_close()
-        target.stats.record(response.status, time.perf_counter() - started)
+        share = call_share(response.headers.get(CALL_SIZE_HEADER))
+        target.stats.record(response.status, time.perf_counter() - started, share)
         return response
 
     def _model_of(self, body: bytes) -> str:
@@ -263,9 +266,10 @@ class Proxy:
         content_type = upstream_headers.get("content-type")
         if content_type is not None:
             out["Content-Type"] = content_type
-        retry_after = upstream_headers.get("retry-after")
-        if retry_after is not None:
-            out["Retry-After"] = retry_after
+        for name in ("Retry-After", CALL_SIZE_HEADER):
+            value = upstream_headers.get(name.lower())
+            if value is not None:
+                out[name] = value
         return web.Response(body=answer.body, status=answer.status, headers=out)
 
     def _warn(self, target: Target, what: str) -> None:

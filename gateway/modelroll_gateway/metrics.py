@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
+import math
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from modelroll_common.server import PHASES
 
@@ -45,6 +51,65 @@ UNROUTED = ""
 """The model/version label of a request no route matched (an unknown name is never a label)."""
 
 
+class SharedHistogram(Collector):
+    """A histogram whose observations are shares of a model call (1/n each), not one each: what
+    the request histogram counts per request, counted per model call. prometheus_client's
+    Histogram only adds whole observations."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = (*buckets, math.inf)
+        self._series: dict[tuple[str, ...], SharedSeries] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> SharedSeries:
+        series = self._series.get(values)
+        if series is None:
+            series = self._series[values] = SharedSeries(self.bounds)
+        return series
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in self._series.items():
+            family.add_metric(list(values), series.cumulative(), series.sum)
+        yield family
+
+
+class SharedSeries:
+    """One label set of a :class:`SharedHistogram`."""
+
+    __slots__ = ("_bounds", "_counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._counts = [0.0] * len(bounds)
+        self.sum = 0.0
+
+    def observe(self, seconds: float, share: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, seconds)] += share
+        self.sum += seconds * share
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out = []
+        total = 0.0
+        for bound, count in zip(self._bounds, self._counts, strict=True):
+            total += count
+            out.append(("+Inf" if math.isinf(bound) else repr(bound), total))
+        return out
+
+
 class GatewayMetrics:
     """The gateway's collectors, registered in `registry`."""
 
@@ -64,6 +129,23 @@ class GatewayMetrics:
             ["model", "version", "routing"],
             buckets=DURATION_BUCKETS,
             registry=registry,
+        )
+        self.calls = Counter(
+            "modelroll_gateway_model_calls",
+            "The model calls behind the requests of modelroll_gateway_requests_total (same "
+            "labels): each answer adds 1/n, n the requests the version's model call answered "
+            "together (its X-Modelroll-Batch-Size header), or 1 without the header. A canary "
+            "analysis judges calls: a batch's requests fail together.",
+            ["model", "version", "routing", "code"],
+            registry=registry,
+        )
+        self.call_duration = SharedHistogram(
+            "modelroll_gateway_model_call_duration_seconds",
+            "modelroll_gateway_request_duration_seconds counted per model call: each request adds "
+            "1/n of a call, as in modelroll_gateway_model_calls_total.",
+            ["model", "version", "routing"],
+            DURATION_BUCKETS,
+            registry,
         )
         self.weight = Gauge(
             "modelroll_gateway_weight",

@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from modelroll_common import sse
+from modelroll_common.calls import CALL_SIZE_HEADER
 from modelroll_common.openai_errors import openai_error
 from modelroll_common.tracing import passed_on
 
@@ -35,9 +36,10 @@ RECEIVED = "it had the request and may have run it: a retry runs it again"
 def _whole_headers(upstream: aiohttp.ClientResponse, ours: dict[str, str]) -> dict[str, str]:
     """A whole (not streamed) answer's headers: ours, its Content-Type, a Retry-After (a
     version whose in-flight bound is full says when to come back), and an x-should-retry (a
-    sidecar says whether the engine may have generated the answer already)."""
+    sidecar says whether the engine may have generated the answer already) and the size of
+    the model call that answered it."""
     headers = {**ours, "Content-Type": upstream.headers.get("Content-Type", "application/json")}
-    for name in ("Retry-After", SHOULD_RETRY):
+    for name in ("Retry-After", SHOULD_RETRY, CALL_SIZE_HEADER):
         if name in upstream.headers:
             headers[name] = upstream.headers[name]
     return headers

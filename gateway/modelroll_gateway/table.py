@@ -37,11 +37,13 @@ class VersionStats:
     that routes it."""
 
     __slots__ = (
+        "_calls",
         "_connections",
         "_counters",
         "_metrics",
         "_queued",
         "_waiting",
+        "call_duration",
         "codes",
         "duration",
         "model",
@@ -58,9 +60,12 @@ class VersionStats:
         self.codes: dict[int, int] = {}
         self._metrics = metrics
         self._counters: dict[int, Counter] = {}
+        self._calls: dict[int, Counter] = {}
         for code in PRECREATED_CODES:
             self._counters[int(code)] = metrics.requests.labels(model, version, routing, code)
+            self._calls[int(code)] = metrics.calls.labels(model, version, routing, code)
         self.duration: Histogram = metrics.duration.labels(model, version, routing)
+        self.call_duration = metrics.call_duration.labels(model, version, routing)
         for reason in UPSTREAM_ERROR_REASONS:  # at 0, so the dashboard shows them all
             metrics.upstream_errors.labels(model, version, reason)
         self._connections = metrics.upstream_connections.labels(model, version)
@@ -77,17 +82,20 @@ class VersionStats:
         if queued:
             self._queued.inc()
 
-    def record(self, code: int, seconds: float) -> None:
-        """Count one answered request (hot path: no label lookups after the first of a code)."""
+    def record(self, code: int, seconds: float, share: float = 1.0) -> None:
+        """Count one answered request, ``share`` of the model call that answered it (hot path:
+        no label lookups after the first of a code)."""
         self.requests += 1
         self.codes[code] = self.codes.get(code, 0) + 1
         counter = self._counters.get(code)
         if counter is None:
-            counter = self._counters[code] = self._metrics.requests.labels(
-                self.model, self.version, self.routing, str(code)
-            )
+            labels = (self.model, self.version, self.routing, str(code))
+            counter = self._counters[code] = self._metrics.requests.labels(*labels)
+            self._calls[code] = self._metrics.calls.labels(*labels)
         counter.inc()
+        self._calls[code].inc(share)
         self.duration.observe(seconds)
+        self.call_duration.observe(seconds, share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from modelroll_common.calls import CALL_SIZE_HEADER
 from modelroll_common.sse import MAX_ANSWER_BYTES
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -53,7 +54,11 @@ MAX_BODY_BYTES = MAX_ANSWER_BYTES
 
 _VALUE = re.compile(rb"[\x20-\x7e\t]*")
 """A header value passed back to the client: visible ASCII, space and tab."""
-_KEPT_HEADERS = {b"content-type": "content-type", b"retry-after": "retry-after"}
+_KEPT_HEADERS = {
+    b"content-type": "content-type",
+    b"retry-after": "retry-after",
+    CALL_SIZE_HEADER.lower().encode(): CALL_SIZE_HEADER.lower(),
+}
 _WATCHED_LENGTHS = frozenset(
     len(n) for n in (b"content-length", b"transfer-encoding", *_KEPT_HEADERS)
 )

@@ -18,7 +18,7 @@ import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +30,9 @@ from .rollout import Snapshot, Tally, VersionCounts
 REQUESTS = "modelroll_gateway_requests_total"
 BUCKETS = "modelroll_gateway_request_duration_seconds_bucket"
 OUTCOMES = "modelroll_gateway_llm_requests_total"
+CALLS = "modelroll_gateway_model_calls_total"
+CALL_BUCKETS = "modelroll_gateway_model_call_duration_seconds_bucket"
+FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS)
 WEIGHTED = "weight"
 """The ``routing`` of requests routed by weight, the judged ones."""
 READ_TIMEOUT_S = 2.0
@@ -40,23 +43,26 @@ class MetricsUnavailable(Exception):
     """The counters could not be read; the message says where and why."""
 
 
+_K = TypeVar("_K")
+
+
+def _by_version() -> defaultdict[str, defaultdict[_K, float]]:
+    """Counts by version, then by a label's value."""
+    return defaultdict(lambda: defaultdict(float))
+
+
 class _Sums:
     """One source's counters, per version: requests by code (routed by weight, and pinned),
-    histogram buckets by le, stream outcomes."""
+    histogram buckets by le, stream outcomes, and the model calls behind the weighted requests
+    by code and by le."""
 
     def __init__(self) -> None:
-        self.codes: defaultdict[str, defaultdict[str, float]] = defaultdict(
-            lambda: defaultdict(float)
-        )
-        self.pinned: defaultdict[str, defaultdict[str, float]] = defaultdict(
-            lambda: defaultdict(float)
-        )
-        self.outcomes: defaultdict[str, defaultdict[str, float]] = defaultdict(
-            lambda: defaultdict(float)
-        )
-        self.buckets: defaultdict[str, defaultdict[float, float]] = defaultdict(
-            lambda: defaultdict(float)
-        )  # fmt: skip
+        self.codes: defaultdict[str, defaultdict[str, float]] = _by_version()
+        self.pinned: defaultdict[str, defaultdict[str, float]] = _by_version()
+        self.outcomes: defaultdict[str, defaultdict[str, float]] = _by_version()
+        self.buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
+        self.calls: defaultdict[str, defaultdict[str, float]] = _by_version()
+        self.call_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         """Add one sample; a counter that is NaN, infinite or negative is a read error."""
@@ -71,21 +77,31 @@ class _Sums:
             self.buckets[version][float(labels.get("le", "+Inf"))] += value
         elif name == OUTCOMES:
             self.outcomes[version][labels.get("outcome", "")] += value
+        elif name == CALLS and weighted:
+            self.calls[version][labels.get("code", "")] += value
+        elif name == CALL_BUCKETS and weighted:
+            self.call_buckets[version][float(labels.get("le", "+Inf"))] += value
 
     def counts(self, version: str) -> VersionCounts:
-        buckets: Mapping[float, float] = self.buckets.get(version) or {}
-        ordered = tuple(sorted(buckets.items()))
-        if ordered and not math.isinf(ordered[-1][0]):
-            ordered = (*ordered, (math.inf, ordered[-1][1]))
         return VersionCounts(
             codes=dict(self.codes.get(version) or {}),
-            buckets=ordered,
+            buckets=_histogram(self.buckets.get(version) or {}),
             pinned=dict(self.pinned.get(version) or {}),
             outcomes=dict(self.outcomes.get(version) or {}),
+            calls=dict(self.calls.get(version) or {}),
+            call_buckets=_histogram(self.call_buckets.get(version) or {}),
         )
 
     def tally(self, at: float, canary: str, baseline: str) -> Tally:
         return Tally(at, self.counts(canary), self.counts(baseline))
+
+
+def _histogram(buckets: Mapping[float, float]) -> tuple[tuple[float, float], ...]:
+    """Buckets by le as a cumulative histogram, ascending, +Inf last."""
+    ordered = tuple(sorted(buckets.items()))
+    if ordered and not math.isinf(ordered[-1][0]):
+        ordered = (*ordered, (math.inf, ordered[-1][1]))
+    return ordered
 
 
 def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) -> None:
@@ -95,7 +111,7 @@ def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) 
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if (
-                    sample.name in (REQUESTS, BUCKETS, OUTCOMES)
+                    sample.name in FAMILIES
                     and sample.labels.get("model") == model
                     and sample.labels.get("version") in wanted
                 ):
@@ -219,6 +235,8 @@ class MetricsReader:
             REQUESTS: f"sum by (version, routing, code, pod, instance) ({REQUESTS}{{{match}}})",
             BUCKETS: f"sum by (version, le, pod, instance) ({BUCKETS}{{{weighted}}})",
             OUTCOMES: f"sum by (version, outcome, pod, instance) ({OUTCOMES}{{{match}}})",
+            CALLS: f"sum by (version, code, pod, instance) ({CALLS}{{{weighted}}})",
+            CALL_BUCKETS: f"sum by (version, le, pod, instance) ({CALL_BUCKETS}{{{weighted}}})",
         }
         url = base.rstrip("/") + "/api/v1/query"
         found: defaultdict[str, _Sums] = defaultdict(_Sums)

@@ -31,8 +31,15 @@ fluctuates), so intervals are never pooled before the likelihood is computed. An
 which either version had no requests carries no information about the ratio (theta is 0 or 1
 under every hypothesis): its bad requests are counted but change no likelihood.
 
-Exactness: the conditional binomial is exact when each version's bad requests are Poisson
-given its request count. With binomial counts (each request bad with probability p) and
+The unit is the model call, not the request (:class:`Counts`): a batch's requests succeed or
+fail together and share its duration, so the counts above are of calls (a request is 1/n of a
+call that answered n requests) and each call contributes its bad fraction ``x`` in [0, 1]. Since
+``a**x <= 1 + x (a - 1)`` on [0, 1], the interval's ratio keeps expectation at most 1 under H0
+when the calls are independent given their counts; a whole-batch failure is one bad call.
+Requests answered without a model call (a full queue, a deadline in the queue) are calls of one.
+
+Exactness: the conditional binomial is exact when each version's bad calls are Poisson
+given its call count. With binomial counts (each request bad with probability p) and
 identical versions, the canary's share of the bad requests is hypergeometric, which is less
 spread than the binomial: the test stays valid (conservative). Between r = 1 and r = k with
 large bad rates (tens of %), the binomial's H0 is, strictly, on the odds ratio
@@ -69,8 +76,24 @@ Buckets = Sequence[tuple[float, float]]
 
 @dataclass(frozen=True)
 class Counts:
+    """Requests and bad requests, and the model calls behind them: what the likelihood is
+    computed on. A request is 1/n of a call that answered n requests together, so a batch that
+    failed whole is one bad call. Without ``calls``, each request is its own call."""
+
     requests: int
     bad: int
+    calls: float | None = None
+    bad_calls: float | None = None
+
+    def units(self) -> tuple[float, float]:
+        """The calls and bad calls, consistent (0 <= bad <= calls): the request counter and
+        the histogram are read in one scrape but not updated atomically, so they may disagree
+        by a request or two."""
+        if self.calls is None:
+            n, bad = float(max(0, self.requests)), float(max(0, self.bad))
+        else:
+            n, bad = max(0.0, self.calls), max(0.0, self.bad_calls or 0.0)
+        return n, min(bad, n)
 
 
 @dataclass(frozen=True)
@@ -86,8 +109,8 @@ class Evidence:
     def to_dict(self) -> dict[str, Any]:
         """JSON for the CR status: camelCase keys, floats to 6 significant digits."""
         return {
-            "canary": {"requests": self.canary.requests, "bad": self.canary.bad},
-            "baseline": {"requests": self.baseline.requests, "bad": self.baseline.bad},
+            "canary": _counts_dict(self.canary),
+            "baseline": _counts_dict(self.baseline),
             "logLR": [_round(x) for x in self.log_lr],
         }
 
@@ -116,10 +139,27 @@ def _round(value: float) -> float:
     return float(f"{value:.6g}")
 
 
+def _counts_dict(counts: Counts) -> dict[str, Any]:
+    out: dict[str, Any] = {"requests": counts.requests, "bad": counts.bad}
+    if counts.calls is not None:
+        out["calls"], out["badCalls"] = (_round(x) for x in counts.units())
+    return out
+
+
 def _counts(raw: object) -> Counts:
     if not isinstance(raw, Mapping):
         return Counts(0, 0)
-    return Counts(_count(raw.get("requests")), _count(raw.get("bad")))
+    requests, bad = _count(raw.get("requests")), _count(raw.get("bad"))
+    calls = _amount(raw.get("calls"))
+    if calls is None:
+        return Counts(requests, bad)
+    return Counts(requests, bad, calls, _amount(raw.get("badCalls")) or 0.0)
+
+
+def _amount(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return max(0.0, float(value))
 
 
 def _count(value: object) -> int:
@@ -133,16 +173,13 @@ def new_evidence() -> Evidence:
 
 
 def update(evidence: Evidence, max_ratio: float, canary: Counts, baseline: Counts) -> Evidence:
-    """Add one interval: each version's requests and bad requests over the interval.
-
-    Counts are clamped to be consistent (0 <= bad <= requests): the request counter and the
-    histogram are read in one scrape but not updated atomically, so they may disagree by a
-    request or two. A counter reset is the caller's to detect (its deltas are meaningless).
-    """
+    """Add one interval: each version's requests and bad requests over the interval, and the
+    model calls behind them (:meth:`Counts.units`), on which the likelihood is computed. A
+    counter reset is the caller's to detect (its deltas are meaningless)."""
     if not max_ratio > 0 or not math.isfinite(max_ratio):
         raise ValueError(f"max_ratio must be a positive number, got {max_ratio!r}")
-    n_c, e_c = _clamp(canary)
-    n_b, e_b = _clamp(baseline)
+    n_c, e_c = canary.units()
+    n_b, e_b = baseline.units()
     log_lr = evidence.log_lr
     if len(log_lr) != len(MULTIPLIERS):
         log_lr = new_evidence().log_lr
@@ -159,15 +196,22 @@ def update(evidence: Evidence, max_ratio: float, canary: Counts, baseline: Count
             )
         log_lr = tuple(x + d for x, d in zip(log_lr, step, strict=True))
     return Evidence(
-        canary=Counts(evidence.canary.requests + n_c, evidence.canary.bad + e_c),
-        baseline=Counts(evidence.baseline.requests + n_b, evidence.baseline.bad + e_b),
+        canary=_plus(evidence.canary, canary),
+        baseline=_plus(evidence.baseline, baseline),
         log_lr=log_lr,
     )
 
 
-def _clamp(counts: Counts) -> tuple[int, int]:
-    requests = max(0, int(counts.requests))
-    return requests, min(max(0, int(counts.bad)), requests)
+def _plus(total: Counts, interval: Counts) -> Counts:
+    """The counts so far and an interval's: requests clamped as :meth:`Counts.units` does; calls
+    kept once either has them."""
+    requests = max(0, int(interval.requests))
+    bad = min(max(0, int(interval.bad)), requests)
+    if total.calls is None and interval.calls is None:
+        return Counts(total.requests + requests, total.bad + bad)
+    calls, bad_calls = total.units()
+    n, e = interval.units()
+    return Counts(total.requests + requests, total.bad + bad, calls + n, bad_calls + e)
 
 
 def log_statistic(evidence: Evidence) -> float:

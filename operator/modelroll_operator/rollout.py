@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from . import judge
 from .analysis_spec import (
@@ -34,6 +34,8 @@ from .analysis_spec import (
     ErrorCheck,
     LatencyCheck,
 )
+
+_K = TypeVar("_K")
 
 PENDING = "Pending"
 """The phase while no analysis can start (no baseline yet): canary.py writes it, not this."""
@@ -115,6 +117,12 @@ class VersionCounts:
     outcomes: Mapping[str, float] = field(default_factory=dict)
     """OpenAI requests by how they ended, pinned ones included (the gateway does not tell them
     apart there): only :meth:`judged` reads them."""
+    calls: Mapping[str, float] = field(default_factory=dict)
+    """The model calls behind the weighted requests, by status code: each request is 1/n of a
+    call that answered n requests together (modelroll_gateway_model_calls_total). After
+    :meth:`judged`, a source that does not export them has one call per request."""
+    call_buckets: tuple[tuple[float, float], ...] = ()
+    """The latency histogram counted the same way (the model_call_duration histogram)."""
 
     @property
     def requests(self) -> float:
@@ -123,36 +131,52 @@ class VersionCounts:
     def errors(self, check: ErrorCheck) -> float:
         return sum(n for code, n in self.codes.items() if check.is_error(code))
 
+    @property
+    def call_count(self) -> float:
+        return sum(self.calls.values())
+
+    def bad_calls(self, check: ErrorCheck) -> float:
+        return sum(n for code, n in self.calls.items() if check.is_error(code))
+
     def _maps(self) -> tuple[Mapping[str, float], ...]:
-        return (self.codes, self.pinned, self.outcomes)
+        return (self.codes, self.pinned, self.outcomes, self.calls)
+
+    def _histograms(self) -> tuple[tuple[tuple[float, float], ...], ...]:
+        return (self.buckets, self.call_buckets)
 
     def lacks_series_of(self, earlier: VersionCounts) -> bool:
         """Whether a series (a code, an outcome, a bucket) that ``earlier`` has is missing."""
-        les = {le for le, _ in self.buckets}
         return any(
             not old.keys() <= new.keys()
             for new, old in zip(self._maps(), earlier._maps(), strict=True)
-        ) or any(le not in les for le, _ in earlier.buckets)
+        ) or any(
+            not {le for le, _ in old} <= {le for le, _ in new}
+            for new, old in zip(self._histograms(), earlier._histograms(), strict=True)
+        )
 
     def went_down_since(self, earlier: VersionCounts) -> bool:
         """Whether a series is lower than in ``earlier`` (the same source, read before)."""
-        before = dict(earlier.buckets)
         return any(
             n < old.get(k, n)
             for new, old in zip(self._maps(), earlier._maps(), strict=True)
             for k, n in new.items()
-        ) or any(n < before.get(le, n) for le, n in self.buckets)
+        ) or any(
+            n < dict(old).get(le, n)
+            for new, old in zip(self._histograms(), earlier._histograms(), strict=True)
+            for le, n in new
+        )
 
     def increase(self, earlier: VersionCounts) -> VersionCounts:
         """What each series counted since ``earlier`` (the same source, read before), as
         Prometheus's increase() takes it: the difference; for a series that went down (its
         process restarted) or that ``earlier`` lacks (created since), its value now."""
-        before = dict(earlier.buckets)
         return VersionCounts(
             codes=_increases(self.codes, earlier.codes),
-            buckets=tuple((le, _increase(n, before.get(le))) for le, n in self.buckets),
+            buckets=_bucket_increases(self.buckets, earlier.buckets),
             pinned=_increases(self.pinned, earlier.pinned),
             outcomes=_increases(self.outcomes, earlier.outcomes),
+            calls=_increases(self.calls, earlier.calls),
+            call_buckets=_bucket_increases(self.call_buckets, earlier.call_buckets),
         )
 
     def judged(self) -> VersionCounts:
@@ -163,32 +187,36 @@ class VersionCounts:
         answered with a 502 or 504 itself, which ``codes`` has as errors already. So the
         streams moved are a lower bound: the failed outcomes less the weighted 5xx and every
         pinned request, at most the 200s. Pinned requests can so hide a stream failure, never
-        make one, and no request is counted twice."""
+        make one, and no request is counted twice.
+
+        A stream is a model call of its own (the gateway counts it as one), so the streams moved
+        are moved in ``calls`` too; a source without ``calls`` gets one call per request."""
         failed = sum(n for o, n in self.outcomes.items() if o not in STREAM_OUTCOMES_NOT_FAILED)
         server_errors = sum(n for c, n in self.codes.items() if c.startswith("5"))
-        ok = self.codes.get("200", 0.0)
-        moved = min(ok, max(0.0, failed - server_errors - sum(self.pinned.values())))
-        codes = {c: n for c, n in self.codes.items() if c != STREAM_ERROR}
-        if moved:
-            codes["200"] = ok - moved
-            codes[STREAM_ERROR] = self.codes.get(STREAM_ERROR, 0.0) + moved
-        return VersionCounts(codes=codes, buckets=self.buckets)
+        moved = max(0.0, failed - server_errors - sum(self.pinned.values()))
+        return VersionCounts(
+            codes=_moved(self.codes, moved),
+            buckets=self.buckets,
+            calls=_moved(self.calls or self.codes, moved),
+            call_buckets=self.call_buckets or self.buckets,
+        )
 
     def plus(self, other: VersionCounts) -> VersionCounts:
         """Both counts together: two sources' deltas, or two intervals'."""
-        buckets = dict(self.buckets)
-        for le, n in other.buckets:
-            buckets[le] = buckets.get(le, 0.0) + n
         return VersionCounts(
             codes=_sum(self.codes, other.codes),
-            buckets=tuple(sorted(buckets.items())),
+            buckets=_bucket_sum(self.buckets, other.buckets),
             pinned=_sum(self.pinned, other.pinned),
             outcomes=_sum(self.outcomes, other.outcomes),
+            calls=_sum(self.calls, other.calls),
+            call_buckets=_bucket_sum(self.call_buckets, other.call_buckets),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        # Lists, not maps keyed by code: the state is written with JSON merge patches, which
-        # would keep keys a new map lacks.
+    def to_dict(self, calls: bool = True) -> dict[str, Any]:
+        """JSON for the CR status; ``calls=False`` leaves out the model calls.
+
+        Lists, not maps keyed by code: the state is written with JSON merge patches, which
+        would keep keys a new map lacks."""
         out: dict[str, Any] = {
             "codes": [{"code": c, "count": _num(n)} for c, n in sorted(self.codes.items())],
             "buckets": [{"le": _le(le), "count": _num(n)} for le, n in self.buckets],
@@ -200,6 +228,10 @@ class VersionCounts:
             out["outcomes"] = [
                 {"outcome": o, "count": _num(n)} for o, n in sorted(self.outcomes.items())
             ]
+        if self.calls and calls:
+            out["calls"] = [{"code": c, "count": _num(n)} for c, n in sorted(self.calls.items())]
+        if self.call_buckets and calls:
+            out["callBuckets"] = [{"le": _le(le), "count": _num(n)} for le, n in self.call_buckets]
         return out
 
     @classmethod
@@ -208,17 +240,52 @@ class VersionCounts:
         buckets = tuple((float(b["le"]), float(b["count"])) for b in raw.get("buckets") or [])
         pinned = {str(c["code"]): float(c["count"]) for c in raw.get("pinned") or []}
         outcomes = {str(o["outcome"]): float(o["count"]) for o in raw.get("outcomes") or []}
-        return cls(codes=codes, buckets=buckets, pinned=pinned, outcomes=outcomes)
+        calls = {str(c["code"]): float(c["count"]) for c in raw.get("calls") or []}
+        call_buckets = tuple(
+            (float(b["le"]), float(b["count"])) for b in raw.get("callBuckets") or []
+        )
+        return cls(
+            codes=codes,
+            buckets=buckets,
+            pinned=pinned,
+            outcomes=outcomes,
+            calls=calls,
+            call_buckets=call_buckets,
+        )
 
 
 def _increases(now: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
     return {k: _increase(n, before.get(k)) for k, n in now.items()}
 
 
-def _sum(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+def _sum(a: Mapping[_K, float], b: Mapping[_K, float]) -> dict[_K, float]:
     out = dict(a)
     for k, n in b.items():
         out[k] = out.get(k, 0.0) + n
+    return out
+
+
+_Histogram = tuple[tuple[float, float], ...]
+
+
+def _bucket_increases(now: _Histogram, before: _Histogram) -> _Histogram:
+    earlier = dict(before)
+    return tuple((le, _increase(n, earlier.get(le))) for le, n in now)
+
+
+def _bucket_sum(a: _Histogram, b: _Histogram) -> _Histogram:
+    return tuple(sorted(_sum(dict(a), dict(b)).items()))
+
+
+def _moved(codes: Mapping[str, float], streams: float) -> dict[str, float]:
+    """``codes`` with up to ``streams`` of its 200s moved to STREAM_ERROR (streams that ended
+    badly under a 200)."""
+    ok = codes.get("200", 0.0)
+    moved = min(ok, streams)
+    out = {c: n for c, n in codes.items() if c != STREAM_ERROR}
+    if moved:
+        out["200"] = ok - moved
+        out[STREAM_ERROR] = codes.get(STREAM_ERROR, 0.0) + moved
     return out
 
 
@@ -250,11 +317,11 @@ class Tally:
     def plus(self, canary: VersionCounts, baseline: VersionCounts) -> Tally:
         return Tally(self.at, self.canary.plus(canary), self.baseline.plus(baseline))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, calls: bool = True) -> dict[str, Any]:
         return {
             "at": round(self.at, 3),
-            "canary": self.canary.to_dict(),
-            "baseline": self.baseline.to_dict(),
+            "canary": self.canary.to_dict(calls),
+            "baseline": self.baseline.to_dict(calls),
         }
 
     @classmethod
@@ -443,8 +510,9 @@ class AnalysisState:
         }
         out["sources"] = [{"name": n, **t.to_dict()} for n, t in sorted(self.sources.items())]
         # Every key, null when unset: a merge patch removes what a null names.
-        out["stepCounts"] = self.step_counts.to_dict() if self.step_counts else None
-        out["window"] = self.window.to_dict() if self.window else None
+        # A step's sums without their calls: only a source's own readings need them (deltas).
+        out["stepCounts"] = self.step_counts.to_dict(calls=False) if self.step_counts else None
+        out["window"] = self.window.to_dict(calls=False) if self.window else None
         return out
 
     @classmethod
@@ -651,6 +719,13 @@ def describe(name: str, check: CheckState) -> str:
         text += f" (ratio {ratio:.2g})"
     if check.bound is not None:
         text += f", slower than {check.bound * 1000:g} ms"
+    if (
+        c.calls is not None
+        and b.calls is not None
+        and (c.calls, b.calls) != (c.requests, b.requests)
+    ):
+        (n_c, e_c), (n_b, e_b) = c.units(), b.units()
+        text += f"; in model calls {e_c:.3g}/{n_c:.3g} vs {e_b:.3g}/{n_b:.3g}"
     return text
 
 
@@ -723,19 +798,11 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
         previous = state.checks.get(name) or CheckState(judge.new_evidence())
         bound = previous.bound
         if isinstance(check, ErrorCheck):
-            c = judge.Counts(round(canary.requests), round(canary.errors(check)))
-            b = judge.Counts(round(baseline.requests), round(baseline.errors(check)))
+            c, b = _errors(canary, check), _errors(baseline, check)
         else:
             assert isinstance(check, LatencyCheck)
             bound = judge.slow_bound(earlier_baseline.buckets, check.quantile)
-            if bound is None or math.isinf(bound):
-                c = judge.Counts(round(canary.requests), 0)
-                b = judge.Counts(round(baseline.requests), 0)
-            else:
-                c = judge.Counts(round(canary.requests), round(judge.over(canary.buckets, bound)))
-                b = judge.Counts(
-                    round(baseline.requests), round(judge.over(baseline.buckets, bound))
-                )
+            c, b = _slow(canary, bound), _slow(baseline, bound)
         updated = judge.update(previous.evidence, check.max_ratio, c, b)
         verdict = judge.verdict(updated, alpha, spec.false_promotion_budget)
         checks[name] = CheckState(updated, verdict, bound)
@@ -813,6 +880,29 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
         return Decision(held, event=message if first else None, warning=first)
     message = f"Step {state.step + 1}: {detail} ({evidence})"
     return Decision(replace(judged, phase=PROGRESSING, reason=reason, message=message))
+
+
+def _errors(counts: VersionCounts, check: ErrorCheck) -> judge.Counts:
+    """An interval's requests and errors, and the model calls behind them."""
+    return judge.Counts(
+        round(counts.requests),
+        round(counts.errors(check)),
+        counts.call_count,
+        counts.bad_calls(check),
+    )
+
+
+def _slow(counts: VersionCounts, bound: float | None) -> judge.Counts:
+    """An interval's requests and those slower than ``bound`` (none without a finite bound),
+    and the model calls behind them."""
+    if bound is None or math.isinf(bound):
+        return judge.Counts(round(counts.requests), 0, counts.call_count, 0.0)
+    return judge.Counts(
+        round(counts.requests),
+        round(judge.over(counts.buckets, bound)),
+        counts.call_count,
+        judge.over(counts.call_buckets, bound),
+    )
 
 
 def _dry(spec: AnalysisSpec, name: str) -> bool:

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from modelroll_common.calls import CALL_SIZE_HEADER
 from modelroll_common.openai_errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 
@@ -236,13 +237,13 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
     except asyncio.CancelledError:
         sidecar.batcher.abandon(pending)
         raise
+    headers = {CALL_SIZE_HEADER: str(outcome.call_size)}
     if outcome.status == 200:
         config = sidecar.config
-        response = json_response(
-            200, {"output": outcome.output, "model": config.model, "version": config.version}
-        )
+        body = {"output": outcome.output, "model": config.model, "version": config.version}
+        response = json_response(200, body, headers)
     else:
-        response = error_response(outcome.status, outcome.error or "request failed")
+        response = error_response(outcome.status, outcome.error or "request failed", headers)
     if sidecar.closing:
         response.force_close()  # "Connection: close": the client's next request goes elsewhere
     return response
@@ -301,11 +302,12 @@ async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
     except asyncio.CancelledError:
         sidecar.batcher.abandon(pending)
         raise
+    headers = {CALL_SIZE_HEADER: str(outcome.call_size)}
     if outcome.status != 200:
-        return openai_error(outcome.status, outcome.error or "request failed")
+        return openai_error(outcome.status, outcome.error or "request failed", headers)
     tokens = embeddings.tokens
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}  # words: the engine's are per batch
-    return json_response(200, {**outcome.output, "usage": usage})
+    return json_response(200, {**outcome.output, "usage": usage}, headers)
 
 
 async def handle_models(request: web.Request) -> web.Response:

@@ -44,11 +44,13 @@ YIELDS_BEFORE_ANSWERING = 2
 
 
 class Outcome(NamedTuple):
-    """How one request ends: an HTTP status with either the model's output or an error message."""
+    """How one request ends: an HTTP status with either the model's output or an error message,
+    and how many requests the model call that decided it held (1 when no call did)."""
 
     status: int
     output: Any = None
     error: str | None = None
+    call_size: int = 1
 
 
 FAILED_INSIDE = Outcome(502, error="the batch failed inside the sidecar")
@@ -420,9 +422,10 @@ class Batcher:
     def _answer(self, batch: list[Pending], outcomes: list[Outcome], otherwise: Outcome) -> None:
         """Answer each request of ``batch`` that has no answer yet: with its outcome when the
         model answered the whole batch (those answers stand, whatever failed after), else with
-        ``otherwise``."""
+        ``otherwise``, as one failed call of every request it answers."""
         if len(outcomes) != len(batch):
-            outcomes = [otherwise] * len(batch)
+            failed = sum(p.state is not State.DONE for p in batch)
+            outcomes = [otherwise._replace(call_size=max(1, failed))] * len(batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
             if pending.state is not State.DONE:
                 self._resolve(pending, outcome)
@@ -500,7 +503,10 @@ class Batcher:
                 f"the model returned {len(result.outputs)} outputs and {len(result.errors)} "
                 f"errors for {len(batch)} inputs"
             )
+        size = len(batch)
         return [
-            Outcome(200, output) if error is None else Outcome(422, error=error)
+            Outcome(200, output, call_size=size)
+            if error is None
+            else Outcome(422, error=error, call_size=size)
             for output, error in zip(result.outputs, result.errors, strict=True)
         ]

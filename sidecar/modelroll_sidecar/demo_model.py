@@ -33,6 +33,7 @@ class DemoModelConfig:
     per_token_ms: float = 0.05
     parallel: int = 1
     error_rate: float = 0.0
+    batch_error_rate: float = 0.0
     seed: int = 0
     ready_after_ms: float = 0.0
 
@@ -60,6 +61,10 @@ def infer_one(payload: Any) -> dict[str, Any]:
         "score": round(digest / 0xFFFFFFFF, 4),
         "length": payload_length(payload),
     }
+
+
+class BatchFailed(Exception):
+    """The whole batch fails: answered 500, as a model server that crashed mid-batch would."""
 
 
 class DemoModel:
@@ -99,6 +104,8 @@ class DemoModel:
         self.useful_tokens += sum(lengths)
         self.padded_tokens += padded_tokens(lengths)
         self.batch_sizes.append(len(inputs))
+        if self.config.batch_error_rate and self.rng.random() < self.config.batch_error_rate:
+            raise BatchFailed("injected failure of the whole batch (--batch-error-rate)")
         outputs: list[Any] = []
         errors: list[str | None] = []
         for payload in inputs:
@@ -126,7 +133,10 @@ async def handle_batch(request: web.Request) -> web.Response:
     inputs = body.get("inputs") if isinstance(body, dict) else None
     if not isinstance(inputs, list) or not inputs:
         return web.json_response({"error": 'body must be {"inputs": [...]}'}, status=400)
-    return web.json_response(await request.app[DEMO_MODEL].run(inputs, arrived))
+    try:
+        return web.json_response(await request.app[DEMO_MODEL].run(inputs, arrived))
+    except BatchFailed as exc:
+        return web.json_response({"error": str(exc)}, status=500)
 
 
 async def handle_readyz(request: web.Request) -> web.Response:
@@ -192,7 +202,18 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoModelConfig:
     parser.add_argument(
         "--error-rate", type=float, default=defaults.error_rate, help="fraction of items to fail"
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed for --error-rate")
+    parser.add_argument(
+        "--batch-error-rate",
+        type=float,
+        default=defaults.batch_error_rate,
+        help="fraction of batches to fail whole (answered 500)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="seed for --error-rate and --batch-error-rate",
+    )
     parser.add_argument(
         "--ready-after-ms",
         type=float,
@@ -202,8 +223,10 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoModelConfig:
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel must be at least 1, got {args.parallel}")
-    if not 0.0 <= args.error_rate <= 1.0:
-        parser.error(f"--error-rate must be between 0 and 1, got {args.error_rate}")
+    for name in ("error_rate", "batch_error_rate"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"{flag} must be between 0 and 1, got {getattr(args, name)}")
     if args.fixed_ms < 0 or args.per_token_ms < 0:
         parser.error("--fixed-ms and --per-token-ms must not be negative")
     return DemoModelConfig(**vars(args))

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from modelroll_common.flags import EnvArgumentParser, env_name
 from modelroll_gateway import cli as gateway_cli
-from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
+from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics, SharedHistogram
 from modelroll_models import cli as encoder_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator import plugin
@@ -315,11 +315,15 @@ def families(registry: RecordingRegistry) -> list[Family]:
                     values.setdefault(metric.name, set()).add(sample.labels[label])
     found = []
     for collector in registry.collectors:
-        assert isinstance(collector, MetricWrapperBase), collector
+        if isinstance(collector, SharedHistogram):
+            labelnames = collector.labelnames
+        else:
+            assert isinstance(collector, MetricWrapperBase), collector
+            labelnames = collector._labelnames
         for described in collector.describe():
             exposed = described.name + ("_total" if described.type == "counter" else "")
             wanted = values.get(described.name, set()) | EXTRA_VALUES.get(exposed, set())
-            found.append(Family(exposed, tuple(collector._labelnames), frozenset(wanted)))
+            found.append(Family(exposed, tuple(labelnames), frozenset(wanted)))
     return found
 
 

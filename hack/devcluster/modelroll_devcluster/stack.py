@@ -61,6 +61,8 @@ class VersionSpec:
     weight: int
     error_rate: float = 0.0
     """Share of items the demo model fails (each answered 422 by the sidecar)."""
+    batch_error_rate: float = 0.0
+    """Share of batches the demo model fails whole (a 500: the sidecar answers each request 502)."""
     fixed_ms: float = 5.0
     per_token_ms: float = 0.05
     max_batch_size: int = 32
@@ -285,6 +287,7 @@ class Stack:
             server = [
                 venv_script("modelroll-demo-model"), f"--fixed-ms={spec.fixed_ms}",
                 f"--per-token-ms={spec.per_token_ms}",
+                f"--batch-error-rate={spec.batch_error_rate}",
             ]  # fmt: skip
         model = self._spawn(
             f"model-{spec.name}",

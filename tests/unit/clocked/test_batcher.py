@@ -309,8 +309,8 @@ async def test_answers_given_during_a_split_stand_when_a_later_call_fails(start:
     model = ScriptedModel(answer=fail_the_third_call)
     h = start(model, max_batch_size=4)
     a, b, poison, d = await answers(*(h.batcher.submit(x) for x in ("a", "b", "poison", "d")))
-    assert (a, b) == (Outcome(200, "a"), Outcome(200, "b"))
-    assert poison == d == Outcome(502, error="model answered 500")
+    assert (a, b) == (Outcome(200, "a", call_size=2), Outcome(200, "b", call_size=2))
+    assert poison == d == Outcome(502, error="model answered 500", call_size=2)
 
 
 async def test_a_split_still_isolates_a_culprit_whose_deadline_lasts(start: Any) -> None:
@@ -365,7 +365,7 @@ async def test_a_model_that_fails_the_batch_answers_each_request_with_its_status
 
     h = start(ScriptedModel(answer=fail), max_batch_size=2)
     outcomes = await answers(*(h.batcher.submit(x) for x in "ab"))
-    assert outcomes == [Outcome(502, error="model answered 500")] * 2
+    assert outcomes == [Outcome(502, error="model answered 500", call_size=2)] * 2
 
 
 async def test_an_unexpected_exception_in_the_model_call_answers_502(start: Any) -> None:
@@ -390,7 +390,7 @@ async def test_answers_stand_when_bookkeeping_after_the_model_fails(start: Any) 
 
     h.batcher.cost = BrokenCost()
     outcomes = await answers(*(h.batcher.submit(x) for x in "ab"))
-    assert outcomes == [Outcome(200, "a"), Outcome(200, "b")]
+    assert outcomes == [Outcome(200, "a", call_size=2), Outcome(200, "b", call_size=2)]
 
 
 async def test_a_batch_cancelled_mid_call_answers_503(start: Any) -> None:

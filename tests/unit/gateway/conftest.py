@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
+from modelroll_common.calls import CALL_SIZE_HEADER
 from modelroll_gateway import GatewayConfig, create_app
 from modelroll_sidecar.demo_llm import DemoLLMConfig, create_demo_llm_app
 
@@ -27,7 +28,8 @@ from modelroll_sidecar.demo_llm import DemoLLMConfig, create_demo_llm_app
 class StandIn:
     """A stand-in sidecar for one version: echoes the payload, and obeys a few test directives.
 
-    A payload {"status": 429, "retry_after": "3"} answers that status; {"sleep": 0.2} waits first.
+    A payload {"status": 429, "retry_after": "3"} answers that status; {"sleep": 0.2} waits first;
+    {"call_size": "4"} sends that X-Modelroll-Batch-Size header.
     """
 
     version: str
@@ -47,17 +49,22 @@ async def _standin_infer(request: web.Request) -> web.Response:
     standin.content_types.append(request.headers.get("Content-Type", ""))
     body = await request.json()
     payload = body.get("payload")
+    headers: dict[str, str] = {}
     if isinstance(payload, dict):
         if "sleep" in payload:
             await asyncio.sleep(float(payload["sleep"]))
+        if "call_size" in payload:
+            headers[CALL_SIZE_HEADER] = str(payload["call_size"])
         if "status" in payload:
-            headers = {"Retry-After": payload["retry_after"]} if "retry_after" in payload else {}
+            if "retry_after" in payload:
+                headers["Retry-After"] = payload["retry_after"]
             return web.json_response(
                 {"error": f"told to answer {payload['status']}"},
                 status=int(payload["status"]),
                 headers=headers,
             )
-    return web.json_response({"output": payload, "model": "m", "version": standin.version})
+    body = {"output": payload, "model": "m", "version": standin.version}
+    return web.json_response(body, headers=headers)
 
 
 StartStandIn = Callable[[str], Awaitable[StandIn]]

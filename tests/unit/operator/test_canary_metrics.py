@@ -163,3 +163,22 @@ async def test_an_empty_prometheus_answer_is_a_reading_with_no_source() -> None:
 def test_a_series_without_pod_or_instance_is_one_source() -> None:
     assert source_name({"version": "canary"}) == "instance/"
     assert source_name({"pod": "gw-a", "instance": "x"}) == "pod/gw-a"
+
+
+CALLS = """# TYPE modelroll_gateway_model_calls_total counter
+modelroll_gateway_model_calls_total{model="m",version="canary",routing="weight",code="502"} 1.0
+modelroll_gateway_model_calls_total{model="m",version="canary",routing="weight",code="200"} 2.5
+modelroll_gateway_model_calls_total{model="m",version="canary",routing="pin",code="502"} 7.0
+# TYPE modelroll_gateway_model_call_duration_seconds histogram
+modelroll_gateway_model_call_duration_seconds_bucket{le="0.01",model="m",version="canary"} 1.25
+modelroll_gateway_model_call_duration_seconds_bucket{le="+Inf",model="m",version="canary"} 3.5
+"""
+
+
+def test_the_model_calls_behind_the_weighted_requests_are_read() -> None:
+    sums = _Sums()
+    add_exposition(sums, CALLS, "m", ("canary", "stable"))
+    canary = sums.tally(1.0, "canary", "stable").canary
+    assert canary.calls == {"502": 1.0, "200": 2.5}  # the pinned ones are not judged
+    # a series without the routing label counts as routed by weight
+    assert canary.call_buckets == ((0.01, 1.25), (math.inf, 3.5))

@@ -109,6 +109,43 @@ def test_identical_versions_fail_at_most_at_alpha_however_often_judged() -> None
     assert rate <= alpha + margin(alpha, 2000)
 
 
+def batched(rng: random.Random, n: int, size: int, q: float) -> Counts:
+    """``n`` requests in calls of ``size``, each call failing whole with probability ``q``."""
+    calls = n / size
+    failed = binomial(rng, round(calls), q)
+    return Counts(n, failed * size, calls, float(failed))
+
+
+@pytest.mark.parametrize("size", [8, 32])
+def test_identical_versions_failing_whole_batches_fail_at_most_at_alpha(size: int) -> None:
+    """Judged by model calls, a batch that fails whole is one failure: identical versions that
+    fail 1% of their batches stay within alpha. Judged by requests, they do not."""
+    alpha = 0.05
+    shares = (0.05, 0.25, 0.5)
+
+    def interval(rng: random.Random, i: int) -> tuple[Counts, Counts]:
+        n_c = max(size, round(960 * shares[i % 3]))
+        return batched(rng, n_c, size, 0.01), batched(rng, 960 - n_c, size, 0.01)
+
+    def by_requests(rng: random.Random, i: int) -> tuple[Counts, Counts]:
+        c, b = interval(rng, i)
+        return Counts(c.requests, c.bad), Counts(b.requests, b.bad)
+
+    assert failure_rate(1000, 30, alpha, interval) <= alpha + margin(alpha, 1000)
+    assert failure_rate(1000, 30, alpha, by_requests) > 3 * alpha
+
+
+def test_one_failed_batch_of_eight_is_one_bad_call() -> None:
+    """A 25% canary whose one batch of 8 failed: evidence of one failure, not of eight."""
+    items = judge.update(judge.new_evidence(), 1.5, Counts(100, 8), Counts(300, 0))
+    calls = judge.update(
+        judge.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 0, 37.5, 0.0)
+    )
+    assert judge.verdict(items, 1 / 600) == judge.FAIL
+    assert judge.statistic(calls) < 10
+    assert (calls.canary.requests, calls.canary.bad) == (100, 8)  # what the status shows
+
+
 def test_a_canary_exactly_at_max_ratio_fails_at_most_at_alpha() -> None:
     # The edge of H0 (r = k = 1.5) with Poisson bad counts, where the test is exact.
     alpha = 0.05
@@ -348,6 +385,16 @@ def test_evidence_round_trips_through_the_status() -> None:
 )
 def test_unreadable_evidence_reads_as_fresh(raw: dict[str, object]) -> None:
     assert Evidence.from_dict(raw) == judge.new_evidence()
+
+
+def test_calls_round_trip_through_the_status() -> None:
+    evidence = judge.update(
+        judge.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 3, 37.5, 3.0)
+    )
+    raw = json.loads(json.dumps(evidence.to_dict(), allow_nan=False))
+    assert raw["canary"] == {"requests": 100, "bad": 8, "calls": 12.5, "badCalls": 1.0}
+    back = Evidence.from_dict(raw)
+    assert (back.canary, back.baseline) == (evidence.canary, evidence.baseline)
 
 
 def test_partial_evidence_keeps_what_it_has() -> None:

@@ -1,0 +1,46 @@
+"""Every answer says how many requests the model call that decided it held, so that the gateway
+counts model calls (a batch's requests succeed or fail together)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from modelroll_common.calls import CALL_SIZE_HEADER, call_share
+
+from .conftest import RunningSidecar, StartModel, StartSidecar
+
+
+async def answers(sidecar: RunningSidecar, count: int) -> list[tuple[int, str | None]]:
+    async def one(i: int) -> tuple[int, str | None]:
+        response = await sidecar.client.post("/v1/infer", json={"payload": f"text {i}"})
+        await response.read()
+        return response.status, response.headers.get(CALL_SIZE_HEADER)
+
+    return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+
+@pytest.mark.parametrize("batch_error_rate", [0.0, 1.0])
+async def test_the_shares_of_the_answers_add_up_to_the_model_s_calls(
+    start_model: StartModel, start_sidecar: StartSidecar, batch_error_rate: float
+) -> None:
+    model = await start_model(fixed_ms=30, per_token_ms=0, batch_error_rate=batch_error_rate)
+    sidecar = await start_sidecar(model.url, max_batch_size=4, max_wait_ms=500)
+
+    got = await answers(sidecar, 8)
+
+    assert {status for status, _ in got} == ({502} if batch_error_rate else {200})
+    assert [size for _, size in got] == ["4"] * 8
+    assert sum(call_share(size) for _, size in got) == model.model.batches == 2
+
+
+async def test_a_request_no_model_call_decided_is_a_call_of_its_own(
+    start_model: StartModel, start_sidecar: StartSidecar
+) -> None:
+    model = await start_model(fixed_ms=200, per_token_ms=0)
+    sidecar = await start_sidecar(model.url, max_batch_size=1, max_wait_ms=1, timeout_ms=100)
+
+    got = await answers(sidecar, 3)  # one runs; the others wait past their deadline
+
+    assert sorted(got) == [(200, "1"), (504, "1"), (504, "1")]
