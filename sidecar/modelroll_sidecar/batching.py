@@ -425,7 +425,10 @@ class Batcher:
         ``otherwise``, as one failed call of every request it answers."""
         if len(outcomes) != len(batch):
             failed = sum(p.state is not State.DONE for p in batch)
-            outcomes = [otherwise._replace(call_size=max(1, failed))] * len(batch)
+            if not failed:
+                return
+            self._metrics.count_failed_batch(failed)
+            outcomes = [otherwise._replace(call_size=failed)] * len(batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
             if pending.state is not State.DONE:
                 self._resolve(pending, outcome)

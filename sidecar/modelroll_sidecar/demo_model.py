@@ -34,6 +34,7 @@ class DemoModelConfig:
     parallel: int = 1
     error_rate: float = 0.0
     batch_error_rate: float = 0.0
+    max_length: int = 0
     seed: int = 0
     ready_after_ms: float = 0.0
 
@@ -108,8 +109,12 @@ class DemoModel:
             raise BatchFailed("injected failure of the whole batch (--batch-error-rate)")
         outputs: list[Any] = []
         errors: list[str | None] = []
-        for payload in inputs:
-            if self.config.error_rate and self.rng.random() < self.config.error_rate:
+        limit = self.config.max_length
+        for payload, length in zip(inputs, lengths, strict=True):
+            if limit and length > limit:
+                outputs.append(None)
+                errors.append(f"input of {length} tokens is longer than --max-length {limit}")
+            elif self.config.error_rate and self.rng.random() < self.config.error_rate:
                 outputs.append(None)
                 errors.append("injected failure (--error-rate)")
             else:
@@ -209,6 +214,13 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoModelConfig:
         help="fraction of batches to fail whole (answered 500)",
     )
     parser.add_argument(
+        "--max-length",
+        type=int,
+        default=defaults.max_length,
+        help="fail each input longer than this many tokens, as a model with a maximum sequence "
+        "length does (0: no limit)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=defaults.seed,
@@ -227,6 +239,8 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoModelConfig:
         if not 0.0 <= getattr(args, name) <= 1.0:
             flag = "--" + name.replace("_", "-")
             parser.error(f"{flag} must be between 0 and 1, got {getattr(args, name)}")
+    if args.max_length < 0:
+        parser.error(f"--max-length must not be negative, got {args.max_length}")
     if args.fixed_ms < 0 or args.per_token_ms < 0:
         parser.error("--fixed-ms and --per-token-ms must not be negative")
     return DemoModelConfig(**vars(args))

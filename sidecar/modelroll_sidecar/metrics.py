@@ -121,6 +121,19 @@ class SidecarMetrics:
             registry=registry,
         )
         self.client_timeouts = {p: client_timeouts.labels(model, version, p) for p in PHASES}
+        self.failed_batches = Counter(
+            "modelroll_failed_batches_total",
+            "Batches that failed whole (the model's 5xx, 408 or 429, a broken answer, no answer "
+            "in time, or shutdown): every request still waiting on one got its error.",
+            labels,
+            registry=registry,
+        ).labels(model, version)
+        self.failed_batch_requests = Counter(
+            "modelroll_failed_batch_requests_total",
+            "Requests answered with the error of a batch that failed whole.",
+            labels,
+            registry=registry,
+        ).labels(model, version)
 
     def count_batch(self, lengths: list[int], reason: str) -> None:
         """One batch sent: its size, what closed it, and its padding."""
@@ -130,6 +143,10 @@ class SidecarMetrics:
         self.padding_efficiency.observe(useful / padded)
         self._useful_tokens.inc(useful)
         self._padded_tokens.inc(padded)
+
+    def count_failed_batch(self, requests: int) -> None:
+        self.failed_batches.inc()
+        self.failed_batch_requests.inc(requests)
 
     def count_client_timeout(self, phase: str) -> None:
         self.client_timeouts[phase].inc()

@@ -10,6 +10,7 @@ the chart installed in that cluster instead (see incluster.py).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
+import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.prometheus import PrometheusAPI
@@ -66,6 +68,34 @@ def eventually(check: Callable[[], T | None], what: str, within: float) -> T:
         if time.monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {within:g}s; last saw: {value!r}")
         time.sleep(0.05)
+
+
+def canary_manifest(stack: Stack, name: str, analysis: dict[str, Any]) -> str:
+    """The ModelVersion of the stack's version ``name`` at weight 0, with ``analysis`` reading
+    the gateway's /metrics."""
+    manifest = stack.manifest(name, weight=0)
+    metrics = {"gateway": {"url": f"{stack.gateway_url}/metrics"}}
+    manifest["spec"]["analysis"] = {"metrics": metrics, **analysis}
+    return yaml.safe_dump(manifest)
+
+
+def analysis_of(stack: Stack, name: str) -> dict[str, Any]:
+    """The version's ``status.analysis`` (empty before it has one)."""
+    out = stack.kubectl("get", "mv", name, "-o", "json").stdout
+    status: dict[str, Any] = json.loads(out).get("status") or {}
+    found: dict[str, Any] = status.get("analysis") or {}
+    return found
+
+
+def wait_condition_of(stack: Stack, name: str, kind: str, within: float) -> None:
+    """kubectl wait for the version's condition, as a user would."""
+    result = stack.kubectl(
+        "wait", f"--for=condition={kind}", f"--timeout={within:g}s", f"mv/{name}",
+        check=False, timeout=within + 30,
+    )  # fmt: skip
+    assert result.returncode == 0, (
+        f"{kind} not True: {analysis_of(stack, name)}\n{stack.log_tails()}"
+    )
 
 
 class LocalRollout(Stack):

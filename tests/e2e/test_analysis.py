@@ -6,18 +6,21 @@ itself; the tests watch what a user would: conditions, weights, and the answers 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, StackError, VersionSpec
 from modelroll_devcluster.traffic import Traffic
-from tests.e2e.conftest import StartLocal, eventually
+from tests.e2e.conftest import StartLocal, analysis_of, eventually, wait_condition_of
+from tests.e2e.conftest import canary_manifest as canary_manifest_of
 
 pytestmark = pytest.mark.e2e
 
@@ -54,17 +57,11 @@ def weights(stack: Stack) -> dict[str, int]:
 
 
 def canary_manifest(stack: Stack, analysis: dict[str, Any]) -> str:
-    manifest = stack.manifest(CANARY, weight=0)
-    metrics = {"gateway": {"url": f"{stack.gateway_url}/metrics"}}
-    manifest["spec"]["analysis"] = {"metrics": metrics, **analysis}
-    return yaml.safe_dump(manifest)
+    return canary_manifest_of(stack, CANARY, analysis)
 
 
 def analysis(stack: Stack, name: str = CANARY) -> dict[str, Any]:
-    out = stack.kubectl("get", "mv", name, "-o", "json").stdout
-    status: dict[str, Any] = json.loads(out).get("status") or {}
-    found: dict[str, Any] = status.get("analysis") or {}
-    return found
+    return analysis_of(stack, name)
 
 
 def condition(stack: Stack, kind: str) -> str:
@@ -75,12 +72,7 @@ def condition(stack: Stack, kind: str) -> str:
 
 
 def wait_condition(stack: Stack, kind: str, within: float) -> None:
-    """kubectl wait, as a user would."""
-    result = stack.kubectl(
-        "wait", f"--for=condition={kind}", f"--timeout={within:g}s", f"mv/{CANARY}",
-        check=False, timeout=within + 30,
-    )  # fmt: skip
-    assert result.returncode == 0, f"{kind} not True: {analysis(stack)}\n{stack.log_tails()}"
+    wait_condition_of(stack, CANARY, kind, within)
 
 
 @pytest.mark.parametrize("failing", ["items", "batches"])
@@ -165,6 +157,79 @@ def test_a_canary_with_a_few_requests_a_minute_holds_and_is_not_rolled_back(
     assert weights(stack) == {STABLE: 99, CANARY: 1}
     assert condition(stack, "RolledBack") == "False"
     assert condition(stack, "AnalysisHealthy") == "Unknown"
+
+
+def test_eighty_pinned_requests_the_canary_fails_change_no_verdict(
+    start_stack: StartStack,
+) -> None:
+    """Any client may pin a version. 80 pinned requests that a healthy canary fails (inputs
+    longer than its model's maximum length; both versions have the same limit) while it is
+    analysed: it is promoted all the same, and its evidence holds none of them."""
+    limit = ("--max-length=24",)  # Traffic's inputs are 1 to 24 words
+    stack = start_stack(
+        VersionSpec(CANARY, 0, engine_args=limit),
+        stable=VersionSpec(STABLE, 100, engine_args=limit),
+    )
+    spec = {**FAST, "steps": [{"weight": 50}], "minSeconds": 15}
+    long = json.dumps({"payload": " ".join(["token"] * 100)}).encode()
+    with Traffic(stack.gateway_url, MODEL, window=4, rounds_per_second=10.0):
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, spec))
+        eventually(lambda: analysis(stack).get("phase") == "Progressing", "Progressing", 30)
+        pinned = pinned_answers(stack, long, CANARY, 80)
+        judged = analysis(stack)  # the step takes 15 s: still being judged
+        wait_condition(stack, "Promoted", 60)
+    assert pinned == [422] * 80
+    errors = next(c for c in judged["checks"] if c["name"] == "errors")
+    assert errors["canary"]["requests"] > 0, judged
+    assert errors["canary"]["bad"] == 0, errors
+
+
+def test_a_named_baseline_that_never_becomes_ready_holds_the_canary(
+    start_stack: StartStack,
+) -> None:
+    """The canary names its baseline, a managed version whose pod never runs (this stack has no
+    node): no comparison, so no verdict, however long the canary serves."""
+    stack = start_stack()
+    ghost = {
+        "apiVersion": "modelroll.io/v1alpha1",
+        "kind": "ModelVersion",
+        "metadata": {"name": "stable-v0"},
+        "spec": {
+            "model": MODEL,
+            "weight": 0,
+            "replicas": 1,
+            "server": {"image": "modelroll-sidecar:dev", "command": ["modelroll-demo-model"]},
+        },
+    }
+    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(ghost))
+    spec = {**FAST, "steps": [{"weight": 50}], "baseline": "stable-v0"}
+    with Traffic(stack.gateway_url, MODEL, window=4, rounds_per_second=10.0):
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, spec))
+        eventually(lambda: analysis(stack).get("reason") == "NoBaseline", "NoBaseline", 30)
+        time.sleep(3 * FAST["minSeconds"])  # three times what a step needs to pass
+    state = analysis(stack)
+    assert state["phase"] == "Pending", state
+    assert "the baseline stable-v0 is not Ready" in state["message"]
+    assert weights(stack) == {STABLE: 100, CANARY: 0}
+    assert condition(stack, "Promoted") != "True"
+
+
+def pinned_answers(stack: Stack, body: bytes, version: str, count: int) -> list[int]:
+    """POST ``body`` pinned to ``version`` ``count`` times, 20 a second; their statuses."""
+
+    async def run() -> list[int]:
+        url = f"{stack.gateway_url}/v1/models/{MODEL}/infer"
+        headers = {"Content-Type": "application/json", "X-Modelroll-Version": version}
+        statuses = []
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            for _ in range(count):
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    statuses.append(response.status)
+                await asyncio.sleep(0.05)
+        return statuses
+
+    return asyncio.run(run())
 
 
 def test_an_unreadable_metrics_source_holds_then_the_analysis_resumes(

@@ -32,7 +32,13 @@ from modelroll_devcluster.chat import (
 )
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
-from tests.e2e.conftest import StartLocal, eventually
+from tests.e2e.conftest import (
+    StartLocal,
+    analysis_of,
+    canary_manifest,
+    eventually,
+    wait_condition_of,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -292,6 +298,32 @@ def test_an_engine_that_fails_mid_stream_ends_each_stream_with_an_error_event(
         assert stream.error.startswith("the model server's stream broke off after"), stream
         assert stream.tokens < 400
     assert engine_stats(stack, STABLE)["failed"] == 10
+
+
+def test_a_chat_canary_whose_engine_breaks_every_stream_is_rolled_back(
+    local_stacks: StartLocal,
+) -> None:
+    """Every canary stream starts with a 200 and ends in an error event: the analysis judges
+    what the clients saw, not the status line."""
+    stack = local_stacks(
+        [chat(STABLE, 100, engine_args=LONG), chat(CANARY, 0, engine_args=LONG, error_rate=1.0)]
+    )
+    routed(stack, STABLE)
+    steps = {"steps": [{"weight": 50}], "intervalSeconds": 1, "warmupSeconds": 2}
+    analysis = {**steps, "minSeconds": 4, "minRequests": 20}
+    with ChatLoad(stack.gateway_url, MODEL, concurrency=4, max_tokens=24) as load:
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, CANARY, analysis))
+        wait_condition_of(stack, CANARY, "RolledBack", 60)
+    state = analysis_of(stack, CANARY)
+    assert state["reason"] == "CanaryWorse", state
+    errors = next(c for c in state["checks"] if c["name"] == "errors")
+    assert errors["verdict"] == "Fail"
+    assert errors["canary"]["bad"] > 0
+    broken = [s for s in load.records if s.version == CANARY]
+    assert broken, "the canary answered no stream"
+    assert all(s.status == 200 and not s.done for s in broken), broken[:3]
+    assert all(s.done for s in load.records if s.version == STABLE)
+    eventually(lambda: weights(stack) == {STABLE: 100, CANARY: 0}, "the rollback's routes", 5)
 
 
 def test_the_chat_story_a_slow_canary_shows_in_prometheus_and_is_rolled_back(

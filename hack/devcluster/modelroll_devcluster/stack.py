@@ -77,7 +77,7 @@ class VersionSpec:
     max_in_flight: int | None = None
     """``openai``: the sidecar's ``--max-in-flight`` (None: its default)."""
     engine_args: tuple[str, ...] = ()
-    """``openai``: more flags for ``modelroll-demo-llm``."""
+    """More flags for the model server (``modelroll-demo-model``, or ``modelroll-demo-llm``)."""
 
 
 #: The rollout of the story: stable-v1 and canary-v2 at 9:1, the canary failing 20% of items.
@@ -287,7 +287,7 @@ class Stack:
             server = [
                 venv_script("modelroll-demo-model"), f"--fixed-ms={spec.fixed_ms}",
                 f"--per-token-ms={spec.per_token_ms}",
-                f"--batch-error-rate={spec.batch_error_rate}",
+                f"--batch-error-rate={spec.batch_error_rate}", *spec.engine_args,
             ]  # fmt: skip
         model = self._spawn(
             f"model-{spec.name}",
