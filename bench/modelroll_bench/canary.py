@@ -25,14 +25,19 @@ The judges:
   (histogram_quantile over the buckets, as Prometheus computes it) is above
   ``--flagger-latency-factor`` (1.2) times the healthy p95 as histogram_quantile reports it with
   unlimited data, or when the canary had no request in the window (no data = failure). The
-  failed checks add up over the analysis (Flagger does not reset them); at its threshold
-  (5) it rolls back; a passing check moves to the next step (``stepWeights``), and at the last one
-  promotes.
+  failed checks add up over the analysis (Flagger does not reset them); at its threshold (5)
+  it rolls back at the next tick (its scheduler compares the count with the threshold before
+  it runs a tick's checks: 6 minutes at the earliest); a passing check moves to the next step
+  (``stepWeights``), and at the last one promotes.
 
 Scenarios: A/A rollouts (identical versions, steps 5, 25, 50) at a low and a high total rate;
-single-step analyses of a regression (errors 2x and 10x the baseline's, latency 1.5x) at canary
-weights 1%, 5% and 25%, timed from the step being reached; and the fast case, a canary failing
-20% of 10 req/s against a baseline that fails none.
+A/A rollouts behind a batching sidecar (model calls of 8 and 32 requests that share their
+duration, and that fail whole with probability 0, 0.2, 0.5 and 1%), judged also from the request
+counters alone to show what counting each request as independent evidence does; single-step
+analyses of a regression (errors 2x and 10x the baseline's, latency 1.5x) at canary weights 1%,
+5% and 25%, timed from the step being reached, beside the time a fixed-sample test with the
+same alpha needs; and the fast case, a canary failing 20% of 10 req/s against a baseline that
+fails none.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -158,11 +164,16 @@ def _normal_cdf(z: float) -> float:
 
 @dataclass(frozen=True)
 class Version:
-    """How a version behaves: its error probability and its lognormal latency."""
+    """How a version behaves: its error probability and its lognormal latency; behind a batching
+    sidecar, the size of its model calls and how often one fails with every request it held."""
 
     error_rate: float = 0.01
     median_s: float = 0.05
     sigma: float = 0.5
+    batch_size: int = 1
+    """Requests per model call; they share its duration (one draw, one bucket for all)."""
+    batch_failure_rate: float = 0.0
+    """The probability that a model call fails whole (every request in it answered 5xx)."""
 
     def bucket_probabilities(self) -> tuple[float, ...]:
         """The probability of each bucket of LES (not cumulative), +Inf last."""
@@ -179,11 +190,15 @@ class Version:
 @dataclass(frozen=True)
 class Sample:
     """One version's counter deltas over one chunk: requests, errors, and per-bucket counts
-    (not cumulative)."""
+    (not cumulative); and the same counted in model calls, each request 1/n of a call of n, as
+    the gateway's model_calls counter and model_call_duration histogram count them."""
 
     requests: int
     errors: int
     buckets: tuple[int, ...]
+    calls: float
+    bad_calls: float
+    call_buckets: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -210,8 +225,23 @@ class _Sampler:
             remaining -= p
 
     def draw(self, rng: random.Random, mean_requests: float) -> Sample:
-        n = poisson(rng, mean_requests)
-        errors = binomial(rng, n, self.version.error_rate)
+        version = self.version
+        size = version.batch_size
+        calls = poisson(rng, mean_requests / size)
+        failed = binomial(rng, calls, version.batch_failure_rate)
+        alone = binomial(rng, (calls - failed) * size, version.error_rate)
+        counts = self._buckets(rng, calls)
+        return Sample(
+            requests=calls * size,
+            errors=failed * size + alone,
+            buckets=tuple(n * size for n in counts),
+            calls=float(calls),
+            bad_calls=failed + alone / size,
+            call_buckets=tuple(float(n) for n in counts),
+        )
+
+    def _buckets(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` durations as per-bucket counts (a multinomial, by conditional binomials)."""
         counts = [0] * len(LES)
         left = n
         last = len(self.live) - 1
@@ -221,7 +251,7 @@ class _Sampler:
             x = left if j == last else binomial(rng, left, self.conditional[j])
             counts[i] = x
             left -= x
-        return Sample(n, errors, tuple(counts))
+        return counts
 
 
 @dataclass(frozen=True)
@@ -270,18 +300,21 @@ class Traffic:
 def _sum(samples: Sequence[Sample]) -> Sample:
     if len(samples) == 1:
         return samples[0]
+    if not samples:
+        return Sample(0, 0, (0,) * len(LES), 0.0, 0.0, (0.0,) * len(LES))
     return Sample(
         sum(s.requests for s in samples),
         sum(s.errors for s in samples),
-        tuple(sum(column) for column in zip(*(s.buckets for s in samples), strict=True))
-        if samples
-        else (0,) * len(LES),
+        tuple(sum(column) for column in zip(*(s.buckets for s in samples), strict=True)),
+        math.fsum(s.calls for s in samples),
+        math.fsum(s.bad_calls for s in samples),
+        tuple(math.fsum(column) for column in zip(*(s.call_buckets for s in samples), strict=True)),
     )
 
 
-def _cumulative(counts: Sequence[int]) -> list[tuple[float, float]]:
+def _cumulative(counts: Sequence[float]) -> list[tuple[float, float]]:
     out = []
-    total = 0
+    total = 0.0
     for le, n in zip(LES, counts, strict=True):
         total += n
         out.append((le, float(total)))
@@ -304,10 +337,12 @@ class Outcome:
 # -- the judges ------------------------------------------------------------------------------
 
 
-def modelroll(spec: AnalysisSpec, traffic: Traffic) -> Outcome:
+def modelroll(spec: AnalysisSpec, traffic: Traffic, calls: bool = True) -> Outcome:
     """The analysis exactly as the operator runs it: ``rollout.start`` and ``rollout.evaluate``
     on the cumulative counters, one evaluation every ``intervalSeconds``. A step still without a
-    verdict at ``maxSeconds`` (Hold: the operator would go on judging) ends the run as held."""
+    verdict at ``maxSeconds`` (Hold: the operator would go on judging) ends the run as held.
+    Without ``calls``, the gateway's model-call counters are left out, so requests are judged as
+    if each were a model call of its own."""
     interval = spec.interval_seconds
     now = 0.0
     decision = rollout.start(spec, "baseline", 100, now, "sim")
@@ -319,7 +354,7 @@ def modelroll(spec: AnalysisSpec, traffic: Traffic) -> Outcome:
         now += interval
         canary.add(data.canary)
         baseline.add(data.baseline)
-        gateway = rollout.Tally(now, canary.counts(), baseline.counts())
+        gateway = rollout.Tally(now, canary.counts(calls), baseline.counts(calls))
         snapshot = rollout.Snapshot(now, {"pod/gateway": gateway})
         decision = rollout.evaluate(spec, decision.state, snapshot, now)
         state = decision.state
@@ -341,16 +376,31 @@ class _Counters:
         self.ok = 0
         self.errors = 0
         self.buckets = [0] * len(LES)
+        self.ok_calls = 0.0
+        self.bad_calls = 0.0
+        self.call_buckets = [0.0] * len(LES)
 
     def add(self, sample: Sample) -> None:
         self.ok += sample.requests - sample.errors
         self.errors += sample.errors
         self.buckets = [a + b for a, b in zip(self.buckets, sample.buckets, strict=True)]
+        self.ok_calls += sample.calls - sample.bad_calls
+        self.bad_calls += sample.bad_calls
+        self.call_buckets = [
+            a + b for a, b in zip(self.call_buckets, sample.call_buckets, strict=True)
+        ]
 
-    def counts(self) -> rollout.VersionCounts:
-        return rollout.VersionCounts(
+    def counts(self, calls: bool = True) -> rollout.VersionCounts:
+        requests = rollout.VersionCounts(
             codes={"200": float(self.ok), "500": float(self.errors)},
             buckets=tuple(_cumulative(self.buckets)),
+        )
+        if not calls:
+            return requests
+        return replace(
+            requests,
+            calls={"200": self.ok_calls, "500": self.bad_calls},
+            call_buckets=tuple(_cumulative(self.call_buckets)),
         )
 
 
@@ -412,6 +462,9 @@ def flagger(rule: FlaggerRule, traffic: Traffic) -> Outcome:
                 break
             failed += 1
             if failed >= rule.threshold:
+                # Flagger compares the failed checks with the threshold at the start of a tick,
+                # before that tick's checks: it rolls back one interval after the last failure.
+                t += rule.interval_s
                 return Outcome(ROLLED_BACK, elapsed + t, s, t, why)
         elapsed += t
     return Outcome(PROMOTED, elapsed, len(steps) - 1, t)
@@ -422,7 +475,11 @@ def flagger(rule: FlaggerRule, traffic: Traffic) -> Outcome:
 MODELROLL = "modelroll"
 STRICT = "modelroll_strict"
 FLAGGER = "flagger"
+BY_REQUESTS = "modelroll_by_requests"
 JUDGES = (MODELROLL, STRICT, FLAGGER)
+BATCHED_JUDGES = (MODELROLL, BY_REQUESTS, FLAGGER)
+"""The judges of the batched A/A rollouts: modelroll, modelroll fed only the request counters
+(every request taken for a model call of its own), and Flagger."""
 
 
 @dataclass(frozen=True)
@@ -447,6 +504,12 @@ class Setup:
     flagger_latency_factor: float = 1.2
     flagger_threshold: int = 5
     flagger_interval_s: int = 60
+    batch_sizes: tuple[int, ...] = (8, 32)
+    batch_failure_rates: tuple[float, ...] = (0.0, 0.002, 0.005, 0.01)
+    """Per model call, on top of ``healthy.error_rate`` per request (0: shared latency only)."""
+    batched_rollouts: int = 1000
+    batched_rate: float = 400.0
+    batched_steps: tuple[int, ...] = (25,)
 
     def spec(self, steps: Sequence[int]) -> AnalysisSpec:
         return AnalysisSpec(steps=tuple(Step(w) for w in steps))
@@ -461,7 +524,23 @@ class Setup:
         )
 
     def label(self, name: str) -> str:
-        return {MODELROLL: "modelroll", STRICT: f"modelroll b={self.beta:g}"}.get(name, "Flagger")
+        labels = {
+            MODELROLL: "modelroll",
+            STRICT: f"modelroll b={self.beta:g}",
+            BY_REQUESTS: "modelroll, requests",
+        }
+        return labels.get(name, "Flagger")
+
+    def batched_scenarios(self) -> list[Scenario]:
+        """Identical versions behind a batching sidecar: full model calls of each size, each
+        failing whole at each rate, their requests sharing the call's duration."""
+        out = []
+        for size in self.batch_sizes:
+            for rate in self.batch_failure_rates:
+                version = replace(self.healthy, batch_size=size, batch_failure_rate=rate)
+                name = f"batches of {size}, {rate:.1%} failing"
+                out.append(Scenario(name, self.batched_rate, self.batched_steps, version, version))
+        return out
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -505,18 +584,46 @@ def _detection(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
-def _run_all(setup: Setup, scenario: Scenario, runs: int) -> dict[str, list[Outcome]]:
-    """Every judge on the same ``runs`` draws of the scenario's traffic."""
+def _run_all(
+    setup: Setup, scenario: Scenario, runs: int, judges: Sequence[str] = JUDGES
+) -> dict[str, list[Outcome]]:
+    """Each of ``judges`` on the same ``runs`` draws of the scenario's traffic."""
     spec = setup.spec(scenario.steps)
     rule = setup.flagger_rule()
     chunk_s = math.gcd(spec.interval_seconds, rule.interval_s)
-    out: dict[str, list[Outcome]] = {name: [] for name in JUDGES}
+    strict = replace(spec, false_promotion_budget=setup.beta)
+    run_judge: dict[str, Callable[[Traffic], Outcome]] = {
+        MODELROLL: lambda traffic: modelroll(spec, traffic),
+        STRICT: lambda traffic: modelroll(strict, traffic),
+        BY_REQUESTS: lambda traffic: modelroll(spec, traffic, calls=False),
+        FLAGGER: lambda traffic: flagger(rule, traffic),
+    }
+    out: dict[str, list[Outcome]] = {name: [] for name in judges}
     for run in range(runs):
         traffic = Traffic(scenario, f"{setup.seed}/{scenario.name}/{run}", chunk_s)
-        out[MODELROLL].append(modelroll(spec, traffic))
-        strict = replace(spec, false_promotion_budget=setup.beta)
-        out[STRICT].append(modelroll(strict, traffic))
-        out[FLAGGER].append(flagger(rule, traffic))
+        for name in judges:
+            out[name].append(run_judge[name](traffic))
+    return out
+
+
+def batched_aa(
+    setup: Setup,
+    judges: Sequence[str] = BATCHED_JUDGES,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """The batched A/A rollouts, by scenario name."""
+    out: dict[str, Any] = {}
+    for scenario in setup.batched_scenarios():
+        started = time.monotonic()
+        outcomes = _run_all(setup, scenario, setup.batched_rollouts, judges)
+        out[scenario.name] = {
+            "rate": scenario.rate,
+            "batch_size": scenario.canary.batch_size,
+            "batch_failure_rate": scenario.canary.batch_failure_rate,
+            **{name: _rollouts(outcomes[name]) for name in judges},
+        }
+        took = time.monotonic() - started
+        log(f"A/A, {scenario.name}: {setup.batched_rollouts} rollouts in {took:.1f} s")
     return out
 
 
@@ -532,6 +639,45 @@ def regressed(healthy: Version, name: str) -> Version:
     if name == "latency 1.5x":
         return replace(healthy, median_s=1.5 * healthy.median_s)
     raise ValueError(name)
+
+
+def bad_fraction(version: Version, check: str, baseline: Version, quantile: float) -> float:
+    """The share of ``version``'s requests that ``check`` ("errors" or "latency") counts as
+    bad, the latency bound taken from ``baseline`` with unlimited data, as the judge takes it."""
+    if check == "errors":
+        return version.error_rate
+    cumulative = tuple(_cumulative(baseline.bucket_probabilities()))
+    bound = judge.slow_bound(cumulative, quantile)
+    assert bound is not None
+    probabilities = zip(LES, version.bucket_probabilities(), strict=True)
+    return max(0.0, 1.0 - math.fsum(p for le, p in probabilities if le <= bound))
+
+
+def fixed_sample_s(
+    spec: AnalysisSpec, canary: Version, baseline: Version, check: str, weight: int, rate: float
+) -> float:
+    """When a fixed-sample test with modelroll's alpha per check and step detects the
+    regression with probability one half: the conditional test of the canary's share of the bad
+    requests (binomial given their total, null ``maxRatio``), normal approximation, started at
+    the same reading as modelroll's judging and read at the same interval. math.inf when the
+    canary is no worse than ``maxRatio``."""
+    ratio_check = spec.checks()[check]
+    active = [c for c in spec.checks().values() if not c.dry_run]
+    alpha = judge.check_alpha(spec.false_rollback_budget, len(active), len(spec.steps))
+    quantile = getattr(ratio_check, "quantile", 0.95)
+    p_c = bad_fraction(canary, check, baseline, quantile)
+    p_b = bad_fraction(baseline, check, baseline, quantile)
+    w = weight / 100
+    null = ratio_check.max_ratio * w / (ratio_check.max_ratio * w + 1 - w)
+    share = w * p_c / (w * p_c + (1 - w) * p_b)
+    if share <= null:
+        return math.inf
+    z = statistics.NormalDist().inv_cdf(1 - alpha)
+    needed = z * z * null * (1 - null) / (share - null) ** 2  # bad requests, both versions
+    seconds = needed / (rate * (w * p_c + (1 - w) * p_b))
+    interval = spec.interval_seconds
+    judging_from = math.ceil(spec.warmup_seconds / interval) * interval
+    return judging_from + math.ceil(seconds / interval) * interval
 
 
 def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -582,14 +728,22 @@ def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[
                 f"{name}-w{weight}", setup.detect_rate, (weight,), canary, setup.healthy
             )
             outcomes = _run_all(setup, scenario, setup.detect_seeds)
+            check = "latency" if name.startswith("latency") else "errors"
+            scenario_spec = setup.spec(scenario.steps)
+            fixed = fixed_sample_s(
+                scenario_spec, canary, setup.healthy, check, weight, setup.detect_rate
+            )
             report["detection"][f"{name} @ {weight}%"] = {
                 "regression": name,
                 "weight": weight,
                 "rate": setup.detect_rate,
+                "fixed_sample_s": _finite(fixed),
+                "max_s": scenario_spec.max_seconds,
                 **{judge_name: _detection(outcomes[judge_name]) for judge_name in JUDGES},
             }
             log(f"{name} at {weight}%: {setup.detect_seeds} runs in "
                 f"{time.monotonic() - started:.1f} s")  # fmt: skip
+    report["batched"] = batched_aa(setup, log=log)
     weight = setup.steps[0]
     fast = Scenario(
         "fast",
@@ -640,16 +794,41 @@ def targets(report: dict[str, Any]) -> list[Check]:
             f"{fast['detected']}/{fast['runs']} rolled back, max {_seconds(fast['max_s'])}",
         )
     )
-    for cell, row in report["detection"].items():
-        ours, theirs = row[MODELROLL]["median_s"], row[FLAGGER]["median_s"]
+    for name, row in report.get("batched", {}).items():
+        ours = row[MODELROLL]
         checks.append(
             (
-                f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= 1/10 of "
-                "Flagger's",
-                ours is not None and (theirs is None or ours * 10 <= theirs),
-                f"modelroll {_seconds(ours)}, Flagger {_seconds(theirs)}",
+                f"A/A, {name}, {row['rate']:g} req/s: modelroll false rollbacks <= 1%",
+                ours["rollback_rate"] <= 0.01,
+                f"{ours['rolled_back']}/{ours['runs']} ({ours['rollback_rate']:.2%})",
             )
         )
+    for cell, row in report["detection"].items():
+        ours, theirs = row[MODELROLL]["median_s"], row[FLAGGER]["median_s"]
+        fixed = row["fixed_sample_s"]
+        if fixed is None or 2 * fixed > row["max_s"]:
+            # No test with this budget detects it in half of maxSeconds: nothing to compare.
+            met, seen = True, f"fixed-sample {_seconds(fixed)}: beyond maxSeconds/2"
+        else:
+            met = ours is not None and ours <= 2 * fixed
+            seen = f"modelroll {_seconds(ours)}, fixed-sample {_seconds(fixed)}"
+        checks.append(
+            (
+                f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= 2x a "
+                "fixed-sample test's with the same budget",
+                met,
+                seen,
+            )
+        )
+        if theirs is not None:
+            checks.append(
+                (
+                    f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= "
+                    "1/10 of Flagger's",
+                    ours is not None and ours * 10 <= theirs,
+                    f"modelroll {_seconds(ours)}, Flagger {_seconds(theirs)}",
+                )
+            )
     return checks
 
 
@@ -659,7 +838,7 @@ def _seconds(value: float | None) -> str:
 
 def table(report: dict[str, Any]) -> str:
     setup = report["setup"]
-    labels = {name: Setup(beta=setup["beta"]).label(name) for name in JUDGES}
+    labels = {name: Setup(beta=setup["beta"]).label(name) for name in (*JUDGES, BY_REQUESTS)}
     h, m, f = setup["healthy"], report["modelroll"], report["flagger"]
     lines = [
         f"Healthy version: {h['error_rate']:.1%} errors, lognormal latency median "
@@ -697,8 +876,12 @@ def table(report: dict[str, Any]) -> str:
         f"{'median':>7} {'p95':>7} {'vs Flagger':>10}",
     ]
     for row in report["detection"].values():
+        lines.append(
+            f"  {row['regression']:<13} {str(row['weight']) + '%':>6}  "
+            f"{'fixed-sample test':<18} {'':>6} {'':>9} {_seconds(row['fixed_sample_s']):>7}"
+        )
         flagger_median = row[FLAGGER]["median_s"]
-        for i, name in enumerate(JUDGES):
+        for name in JUDGES:
             d = row[name]
             speedup = (
                 f"{flagger_median / d['median_s']:.1f}x faster"
@@ -706,11 +889,28 @@ def table(report: dict[str, Any]) -> str:
                 else ""
             )
             lines.append(
-                f"  {row['regression'] if i == 0 else '':<13} "
-                f"{str(row['weight']) + '%' if i == 0 else '':>6}  {labels[name]:<18} "
+                f"  {'':<13} {'':>6}  {labels[name]:<18} "
                 f"{d['detected']:>6} {d['promoted']:>9} {_seconds(d['median_s']):>7} "
                 f"{_seconds(d['p95_s']):>7} {speedup:>10}"
             )
+    if report.get("batched"):
+        lines += [
+            "",
+            f"A/A rollouts behind a batching sidecar (step {setup['batched_steps']}, "
+            f"{setup['batched_rate']:g} req/s; whole model calls fail on top of "
+            f"{h['error_rate']:.1%} of requests; a call's requests share its duration):",
+            f"  {'traffic':<30} {'judge':<20} {'rolled back':>14} {'promoted':>9} {'held':>6}",
+        ]
+        for name, row in report["batched"].items():
+            for i, judge_name in enumerate(BATCHED_JUDGES):
+                if judge_name not in row:
+                    continue
+                b = row[judge_name]
+                lines.append(
+                    f"  {name if i == 0 else '':<30} {labels[judge_name]:<20} "
+                    f"{b['rolled_back']:>6} ({b['rollback_rate']:>5.1%}) {b['promoted']:>9} "
+                    f"{b['held']:>6}"
+                )
     fast = report["fast"]
     lines += [
         "",
@@ -762,6 +962,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.flagger_latency_factor,
         help="Flagger's p95 threshold over the healthy p95 (1.2)",
     )
+    parser.add_argument(
+        "--batched-rollouts",
+        type=int,
+        default=d.batched_rollouts,
+        help="A/A rollouts per batched scenario (1000)",
+    )
+    parser.add_argument(
+        "--batched-rate",
+        type=float,
+        default=d.batched_rate,
+        help="req/s of the batched A/A rollouts (400)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/analysis.json"))
 
 
@@ -777,6 +989,8 @@ def main(args: argparse.Namespace) -> int:
         beta=args.beta,
         flagger_max_error=args.flagger_max_error,
         flagger_latency_factor=args.flagger_latency_factor,
+        batched_rollouts=args.batched_rollouts,
+        batched_rate=args.batched_rate,
     )
     started = time.monotonic()
     report = simulate(setup, log=lambda line: print(line, file=sys.stderr, flush=True))

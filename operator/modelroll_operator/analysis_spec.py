@@ -72,7 +72,8 @@ class ErrorCheck(RatioCheck):
 @dataclass(frozen=True)
 class LatencyCheck(RatioCheck):
     quantile: float = 0.95
-    """The bound is the baseline's latency at this quantile, in the same window."""
+    """The bound is the baseline's latency at this quantile, from its counts of the step before
+    the interval judged (judge.slow_bound)."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import json
 import math
 import random
 import statistics
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -52,7 +53,14 @@ def test_a_version_s_buckets_hold_its_lognormal() -> None:
     assert below_median == pytest.approx(0.5)
 
 
-TINY = Setup(rollouts=12, detect_seeds=12, detect_weights=(25,))
+TINY = Setup(
+    rollouts=12,
+    detect_seeds=12,
+    detect_weights=(25,),
+    batch_sizes=(8,),
+    batch_failure_rates=(0.01,),
+    batched_rollouts=12,
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +69,7 @@ def report() -> dict[str, Any]:
 
 
 def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> None:
-    assert set(report) >= {"setup", "modelroll", "flagger", "aa", "detection", "fast"}
+    assert set(report) >= {"setup", "modelroll", "flagger", "aa", "batched", "detection", "fast"}
     aa = report["aa"]
     assert set(aa) == {"low", "high"}
     for row in aa.values():
@@ -70,9 +78,13 @@ def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> Non
             assert row[name]["rolled_back"] + row[name]["promoted"] + row[name]["held"] == 12
     detection = report["detection"]
     assert set(detection) == {"errors 2x @ 25%", "errors 10x @ 25%", "latency 1.5x @ 25%"}
+    assert set(report["batched"]) == {"batches of 8, 1.0% failing"}
     json.dumps(report, allow_nan=False)  # nothing JSON cannot hold
     assert canary.table(report)
-    assert len(canary.targets(report)) == 2 * 2 + 1 + 3
+    names = [name for name, _, _ in canary.targets(report)]
+    assert len(names) == len(set(names))
+    assert sum("A/A" in name for name in names) == 2 * 2 + 1
+    assert sum("fixed-sample" in name for name in names) == 3
 
 
 def test_bigger_regressions_are_caught_sooner(report: dict[str, Any]) -> None:
@@ -87,8 +99,9 @@ def test_bigger_regressions_are_caught_sooner(report: dict[str, Any]) -> None:
     fast = report["fast"]
     assert fast["modelroll"]["detected"] == TINY.detect_seeds
     assert fast["modelroll"]["max_s"] <= 15
-    # Flagger needs threshold x interval at least: 5 failed checks, one a minute.
-    assert fast["flagger"]["median_s"] >= 300
+    # Flagger needs (threshold + 1) x interval at least: 5 failed checks, one a minute, and
+    # the tick that compares their count with the threshold.
+    assert fast["flagger"]["median_s"] >= 360
 
 
 def test_identical_versions_are_not_rolled_back_by_modelroll(report: dict[str, Any]) -> None:
@@ -99,7 +112,47 @@ def test_identical_versions_are_not_rolled_back_by_modelroll(report: dict[str, A
 
 
 def test_the_simulation_is_deterministic_given_its_seed() -> None:
-    small = Setup(rollouts=3, detect_seeds=3, detect_weights=(5,))
+    small = replace(TINY, rollouts=3, detect_seeds=3, detect_weights=(5,), batched_rollouts=3)
     assert canary.simulate(small) == canary.simulate(small)
-    other = canary.simulate(Setup(seed=2, rollouts=3, detect_seeds=3, detect_weights=(5,)))
+    other = canary.simulate(replace(small, seed=2))
     assert other != canary.simulate(small)
+
+
+BATCHED = Setup(batch_failure_rates=(0.002, 0.005, 0.01), batched_rollouts=1000)
+
+
+def test_identical_versions_failing_whole_batches_are_rolled_back_within_the_budget() -> None:
+    """1,000 A/A rollouts per cell through the operator's own rollout code, behind a sidecar
+    whose model calls of 8 or 32 fail whole (0.2, 0.5, 1%) and share their duration: at most
+    1% (the false-rollback budget) rolled back."""
+    rows = canary.batched_aa(BATCHED, judges=(canary.MODELROLL,))
+    assert len(rows) == 6
+    for name, row in rows.items():
+        assert row[canary.MODELROLL]["runs"] == 1000
+        assert row[canary.MODELROLL]["rolled_back"] <= 10, name
+
+
+def test_the_same_traffic_judged_by_requests_is_rolled_back_far_more_often() -> None:
+    """What the budget would be worth if every request counted as independent evidence."""
+    setup = Setup(batch_sizes=(32,), batch_failure_rates=(0.01,), batched_rollouts=100)
+    row = canary.batched_aa(setup, judges=(canary.BY_REQUESTS,))["batches of 32, 1.0% failing"]
+    assert row[canary.BY_REQUESTS]["rolled_back"] >= 20
+
+
+def test_a_fixed_sample_test_needs_longer_for_smaller_regressions_and_thinner_canaries() -> None:
+    setup = Setup()
+    healthy = setup.healthy
+    spec = setup.spec((25,))
+
+    def seconds(canary_version: Version, check: str, weight: int) -> float:
+        return canary.fixed_sample_s(spec, canary_version, healthy, check, weight, 200.0)
+
+    twice = canary.regressed(healthy, "errors 2x")
+    tenfold = canary.regressed(healthy, "errors 10x")
+    slower = canary.regressed(healthy, "latency 1.5x")
+    assert seconds(healthy, "errors", 25) == math.inf  # no worse than maxRatio: never
+    assert seconds(tenfold, "errors", 25) < seconds(twice, "errors", 25)
+    assert seconds(twice, "errors", 25) < seconds(twice, "errors", 5)
+    assert seconds(slower, "latency", 5) < math.inf
+    # Never sooner than modelroll's first judged reading: warm-up, then one interval.
+    assert seconds(tenfold, "errors", 25) >= 9
