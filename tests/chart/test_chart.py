@@ -681,11 +681,11 @@ def test_alert_thresholds_come_from_values(helm: Helm) -> None:
 
 
 def test_the_readme_lists_every_alert_with_its_values_and_defaults(helm: Helm) -> None:
-    """README's alert table (section "Grafana and Prometheus"): one row per alert the chart
-    renders, each naming its values under monitoring.prometheusRule with their defaults."""
+    """The chart README's alert table: one row per alert the chart renders, each naming its
+    values under monitoring.prometheusRule with their defaults."""
     rule = one(helm.template("--set", "monitoring.prometheusRule.enabled=true"), "PrometheusRule")
     alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
-    readme = (REPO / "README.md").read_text()
+    readme = (CHART / "README.md").read_text()
     rows = re.findall(r"^\| `(Modelroll\w+)` \|[^|]+\| (.+) \|$", readme, re.MULTILINE)
     assert [name for name, _ in rows] == alerts
     values = yaml.safe_load((CHART / "values.yaml").read_text())["monitoring"]["prometheusRule"]

@@ -12,7 +12,9 @@ belongs, when something the code has is not documented:
   and `phase` values that exist up front), and in its component's README;
 - every field under spec and status of crds/modelversion.yaml, on a row of docs/design.md that names
   its full path (spec.batching.maxWaitMs, spec.server.env[].name) and its CRD default;
-- every relative link of these documents, to a file in the repository (and a heading in it).
+- every relative link of README.md, docs/design.md, the guides in docs/ (guide, local-node, testing,
+  troubleshooting), the chart's README and the component READMEs, to a file in the repository (and
+  a heading in it).
 
 Nothing is generated: add the missing row by hand, then run
 `.venv/bin/python -m pytest tests/unit/test_docs.py -q`.
@@ -53,7 +55,18 @@ SIDECAR_README = ROOT / "sidecar" / "README.md"
 GATEWAY_README = ROOT / "gateway" / "README.md"
 OPERATOR_README = ROOT / "operator" / "README.md"
 CRD = ROOT / "crds" / "modelversion.yaml"
-LINKED_DOCUMENTS = (ROOT / "README.md", DESIGN, SIDECAR_README, GATEWAY_README, OPERATOR_README)
+LINKED_DOCUMENTS = (
+    ROOT / "README.md",
+    DESIGN,
+    ROOT / "docs" / "guide.md",
+    ROOT / "docs" / "local-node.md",
+    ROOT / "docs" / "testing.md",
+    ROOT / "docs" / "troubleshooting.md",
+    ROOT / "charts" / "modelroll" / "README.md",
+    SIDECAR_README,
+    GATEWAY_README,
+    OPERATOR_README,
+)
 ENV_PREFIX = "MODELROLL_"
 
 
