@@ -23,6 +23,7 @@ include hack/cluster.mk
 include hack/prometheus.mk
 include hack/chart.mk
 include hack/e2e.mk
+include hack/llm.mk
 include hack/node.mk
 include hack/bench.mk
 

@@ -6,6 +6,7 @@ existing one named by a kubeconfig (``MODELROLL_KUBECONFIG``, e.g. a kind cluste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -124,6 +125,8 @@ class Cluster:
         if namespace:
             argv.append(f"--namespace={namespace}")
         argv.extend(args)
+        # A command that waits (`kubectl wait --timeout=120s`) gets its own wait and then some.
+        timeout = max(timeout, _wait_seconds(args) + 30)
         result = subprocess.run(
             [str(self.kubectl_path), *argv],
             input=input,
@@ -206,3 +209,14 @@ class Cluster:
         if self.plane is None:
             raise ClusterError("cannot restart the API server of a cluster given by a kubeconfig")
         self.plane.restart_apiserver()
+
+
+def _wait_seconds(args: tuple[str, ...]) -> float:
+    """The seconds a ``--timeout=<n>s`` or ``--timeout=<n>m`` among ``args`` asks for, else 0."""
+    for arg in args:
+        if arg.startswith("--timeout="):
+            value = arg.removeprefix("--timeout=")
+            scale = {"s": 1, "m": 60}.get(value[-1:], 0)
+            with contextlib.suppress(ValueError):
+                return float(value[:-1]) * scale
+    return 0.0

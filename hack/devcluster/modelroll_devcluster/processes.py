@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import subprocess
 import sys
+import time
+import urllib.parse
 from collections.abc import AsyncIterator
 
 import aiohttp
 
-from .controlplane import free_port
+from .controlplane import ClusterError, Component, free_port, tail
 
-__all__ = ["free_port", "process"]
+__all__ = ["free_port", "http_get", "process", "wait_ready"]
 
 
 @contextlib.asynccontextmanager
@@ -45,3 +48,38 @@ async def process(
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """``GET url`` (plain HTTP, e.g. a loopback server): its status and body."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or parts.hostname is None:
+        raise ValueError(f"not a plain http URL: {url!r}")
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request("GET", target)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_ready(
+    url: str, component: Component, timeout: float, error: type[ClusterError] = ClusterError
+) -> None:
+    """Poll ``url`` until it answers 200; raise ``error`` with the component's log if the process
+    exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not component.running():
+            code = component.process.returncode if component.process else None
+            log = f"log {component.log_path}:\n{tail(component.log_path)}"
+            raise error(f"{component.name} exited with {code} during start-up; {log}")
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            if http_get(url, timeout=1)[0] == 200:
+                return
+        if time.monotonic() > deadline:
+            log = f"log {component.log_path}:\n{tail(component.log_path)}"
+            raise error(f"{component.name} did not answer {url} within {timeout:.0f}s; {log}")
+        time.sleep(0.05)

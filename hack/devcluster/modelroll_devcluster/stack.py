@@ -39,6 +39,8 @@ from .controlplane import (
     repo_root,
     tail,
 )
+from .llama import LlamaServer
+from .processes import wait_ready
 from .progress import Progress
 from .prometheus import Prometheus, PrometheusAPI, static_job
 
@@ -51,6 +53,7 @@ READY_TIMEOUT = 60.0
 
 PrometheusMode = Literal["required", "optional", "off"]
 Protocol = Literal["batch", "openai"]
+Engine = Literal["demo", "llama"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,20 @@ class VersionSpec:
     max_in_flight: int | None = None
     """``openai``: the sidecar's ``--max-in-flight`` (None: its default)."""
     engine_args: tuple[str, ...] = ()
-    """More flags for the model server (``modelroll-demo-model``, or ``modelroll-demo-llm``)."""
+    """More flags for the model server (``modelroll-demo-model``, ``modelroll-demo-llm`` or
+    ``llama-server``)."""
+    engine: Engine = "demo"
+    """``openai``: the engine behind the sidecar. ``demo``: ``modelroll-demo-llm``; ``llama``:
+    llama.cpp's ``llama-server`` with SmolLM2-135M-Instruct (modelroll_devcluster.llama; built by
+    ``make llama-server llm-model``), which ignores the demo engine's settings."""
+    slots: int = 1
+    """``llama``: sequences the engine generates at once (``-np``)."""
+    context: int = 2048
+    """``llama``: the engine's context in tokens, shared by its slots (``-c``)."""
+
+    def __post_init__(self) -> None:
+        if self.engine == "llama" and self.protocol != "openai":
+            raise ValueError(f"{self.name}: engine llama serves protocol openai only")
 
 
 #: The rollout of the story: stable-v1 and canary-v2 at 9:1, the canary failing 20% of items.
@@ -193,10 +209,11 @@ class Stack:
             if self._own_namespace:
                 self.cluster.create_namespace(self.namespace)
         for spec in self.specs:
-            with step(
-                f"Starting {spec.name}: a demo model failing {spec.error_rate:.0%} of items, "
-                "behind its own sidecar"
-            ):
+            if spec.engine == "llama":
+                engine = "llama-server with SmolLM2-135M-Instruct"
+            else:
+                engine = f"a demo model failing {spec.error_rate:.0%} of items"
+            with step(f"Starting {spec.name}: {engine}, behind its own sidecar"):
                 self.versions[spec.name] = self._start_version(spec)
         with step(f"Starting the operator (namespace {self.namespace})"):
             self.start_operator()
@@ -278,23 +295,11 @@ class Stack:
         model_url = f"http://127.0.0.1:{model_port}"
         sidecar_url = f"http://127.0.0.1:{sidecar_port}"
         model_name = self.model_of(spec)
-        if spec.protocol == "openai":
-            server = [
-                venv_script("modelroll-demo-llm"), f"--served-model-name={model_name}",
-                f"--step-ms={spec.step_ms}", *spec.engine_args,
-            ]  # fmt: skip
+        if spec.engine == "llama":
+            model = self._start_llama(spec, model_port)
         else:
-            server = [
-                venv_script("modelroll-demo-model"), f"--fixed-ms={spec.fixed_ms}",
-                f"--per-token-ms={spec.per_token_ms}",
-                f"--batch-error-rate={spec.batch_error_rate}", *spec.engine_args,
-            ]  # fmt: skip
-        model = self._spawn(
-            f"model-{spec.name}",
-            [*server, "--host=127.0.0.1", f"--port={model_port}",
-             f"--error-rate={spec.error_rate}", "--seed=7"],
-            f"{model_url}/readyz",
-        )  # fmt: skip
+            argv = self._model_argv(spec, model_port)
+            model = self._spawn(f"model-{spec.name}", argv, f"{model_url}/readyz")
         flags = [f"--max-batch-size={spec.max_batch_size}", f"--max-wait-ms={spec.max_wait_ms}"]
         if spec.protocol == "openai":
             flags.append("--protocol=openai")
@@ -310,6 +315,44 @@ class Stack:
             f"{sidecar_url}/readyz",
         )  # fmt: skip
         return Version(spec, model, model_url, sidecar, sidecar_url)
+
+    def _model_argv(self, spec: VersionSpec, port: int) -> list[str]:
+        """The command line of the version's demo model server."""
+        model_name = self.model_of(spec)
+        if spec.protocol == "openai":
+            server = [
+                venv_script("modelroll-demo-llm"),
+                f"--served-model-name={model_name}",
+                f"--step-ms={spec.step_ms}",
+                *spec.engine_args,
+            ]
+        else:
+            server = [
+                venv_script("modelroll-demo-model"),
+                f"--fixed-ms={spec.fixed_ms}",
+                f"--per-token-ms={spec.per_token_ms}",
+                f"--batch-error-rate={spec.batch_error_rate}",
+                *spec.engine_args,
+            ]
+        flags = [f"--port={port}", f"--error-rate={spec.error_rate}", "--seed=7"]
+        return [*server, "--host=127.0.0.1", *flags]
+
+    def _start_llama(self, spec: VersionSpec, port: int) -> Component:
+        """The version's llama-server (it waits for /health), stopped with the stack like every
+        other process."""
+        server = LlamaServer(
+            self.model_of(spec),
+            self.log_dir / f"model-{spec.name}.log",
+            slots=spec.slots,
+            context=spec.context,
+            extra_args=spec.engine_args,
+            bin_dir=self.bin_dir,
+            name=f"model-{spec.name}",
+            port=port,
+        )
+        component = server.start(READY_TIMEOUT)
+        self._components.append(component)
+        return component
 
     def start_operator(self) -> Component:
         """Start (or start again) ``modelroll-operator`` for the namespace; wait for liveness."""
@@ -452,21 +495,6 @@ def get_json(url: str, timeout: float = 5.0) -> Any:
 
 
 def wait_http(url: str, component: Component, timeout: float = READY_TIMEOUT) -> None:
-    """Poll ``url`` until it answers 200; raise with the component's log if it dies or never
-    does."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not component.running():
-            code = component.process.returncode if component.process else None
-            raise StackError(f"{component.name} exited with {code} during start-up; "
-                             f"log {component.log_path}:\n{tail(component.log_path)}")  # fmt: skip
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 (loopback URL)
-                if resp.status == 200:
-                    return
-        except (OSError, urllib.error.URLError):
-            pass
-        if time.monotonic() > deadline:
-            raise StackError(f"{component.name} did not answer {url} within {timeout:.0f}s; "
-                             f"log {component.log_path}:\n{tail(component.log_path)}")  # fmt: skip
-        time.sleep(0.05)
+    """Poll ``url`` until it answers 200; raise StackError with the component's log if it dies or
+    never does."""
+    wait_ready(url, component, timeout, StackError)
