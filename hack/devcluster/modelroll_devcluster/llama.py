@@ -10,11 +10,9 @@ of the devcluster: started in its own session, stopped with SIGTERM, then SIGKIL
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .controlplane import ClusterError, Component, MissingBinaryError, default_bin_dir, free_port
 from .processes import http_get, wait_ready
@@ -108,13 +106,6 @@ class LlamaServer:
         if self.component is not None:
             self.component.stop()
 
-    def __enter__(self) -> LlamaServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 def llama_metrics(url: str) -> dict[str, float]:
     """The ``llamacpp:`` series of the server at ``url`` (``--metrics``), by name without the
@@ -128,12 +119,3 @@ def llama_metrics(url: str) -> dict[str, float]:
             name, _, value = line.removeprefix("llamacpp:").partition(" ")
             found[name] = float(value.split()[0])
     return found
-
-
-def llama_slots(url: str) -> list[dict[str, Any]]:
-    """The server's ``/slots``: one object per slot (``is_processing``, ``n_ctx``, ...)."""
-    status, body = http_get(f"{url.rstrip('/')}/slots")
-    if status != 200:
-        raise LlamaServerError(f"{url}/slots answered {status}: {body[:200]!r}")
-    slots: list[dict[str, Any]] = json.loads(body)
-    return slots
