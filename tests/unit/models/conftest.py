@@ -13,9 +13,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
+from modelroll_models.batch_server import BATCH_SERVICE, BatchService
 from modelroll_models.encoder import Encoder, EncoderFiles, load_encoder
 from modelroll_models.model_files import ModelFilesMissing, default_onnx_path, default_zip_path
-from modelroll_models.server import ENCODER, EncoderConfig, EncoderService, create_encoder_app
+from modelroll_models.server import EncoderConfig, create_encoder_app
 
 LOAD_TIMEOUT_S = 10.0
 
@@ -41,7 +42,7 @@ def fp32(files: EncoderFiles) -> Encoder:
 @dataclass
 class RunningEncoder:
     server: TestServer
-    service: EncoderService
+    service: BatchService
 
     @property
     def url(self) -> str:
@@ -51,7 +52,7 @@ class RunningEncoder:
 StartEncoder = Callable[..., Awaitable[RunningEncoder]]
 
 
-async def wait_loaded(service: EncoderService) -> None:
+async def wait_loaded(service: BatchService) -> None:
     async with asyncio.timeout(LOAD_TIMEOUT_S):
         await service.load_finished.wait()
 
@@ -74,7 +75,7 @@ def start_encoder(aiohttp_server: AiohttpServer, int8: Encoder) -> StartEncoder:
         config = EncoderConfig(**settings)
         app = create_encoder_app(config, load or loaded)
         server = await aiohttp_server(app)
-        running = RunningEncoder(server, app[ENCODER])
+        running = RunningEncoder(server, app[BATCH_SERVICE])
         if gate is None:
             await wait_loaded(running.service)
         return running
