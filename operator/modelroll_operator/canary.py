@@ -283,9 +283,14 @@ class Canaries:
         state = replace(state, applied=True)
         await self._write_status(info, state.to_dict())
         log.info(
-            "Analysis of %s/%s: weights %s=%d, %s=%d", info.namespace, info.name,
-            info.name, weights.canary, state.baseline, weights.baseline,
-        )  # fmt: skip
+            "Analysis of %s/%s: weights %s=%d, %s=%d",
+            info.namespace,
+            info.name,
+            info.name,
+            weights.canary,
+            state.baseline,
+            weights.baseline,
+        )
         return state
 
     async def _weight(self, namespace: str, name: str, weight: int) -> None:

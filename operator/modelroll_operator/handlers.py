@@ -223,8 +223,9 @@ def _has_analysis(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, when=_has_analysis, cancellation_timeout=10.0)
-async def analyse(namespace: str | None, name: str | None, memo: kopf.Memo,
-                  stopped: kopf.DaemonStopped, **_: Any) -> None:  # fmt: skip
+async def analyse(
+    namespace: str | None, name: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
     """A canary's analysis (canary.py), for as long as it has one and it is not finished."""
     if not namespace or not name:
         return

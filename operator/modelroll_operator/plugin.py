@@ -131,9 +131,12 @@ class Plugin:
         if dry_run:
             params["dryRun"] = "All"
         return self.api.call(
-            "PATCH", mv_path(self.namespace, change.version), change.patch(),
-            "application/merge-patch+json", params,
-        )  # fmt: skip
+            "PATCH",
+            mv_path(self.namespace, change.version),
+            change.patch(),
+            "application/merge-patch+json",
+            params,
+        )
 
     def apply(self, plan: Plan, wait: float) -> None:
         """Dry-run every patch, then patch in order, then wait for the operator and show."""

@@ -67,8 +67,14 @@ class PassIncomplete(Exception):
 
 def _ref(version: VersionInfo) -> dict[str, Any]:
     """The object reference kopf's JSON log formatter puts under "object"."""
-    return {"k8s_ref": {"kind": "ModelVersion", "namespace": version.namespace,
-                        "name": version.name, "uid": version.uid}}  # fmt: skip
+    return {
+        "k8s_ref": {
+            "kind": "ModelVersion",
+            "namespace": version.namespace,
+            "name": version.name,
+            "uid": version.uid,
+        }
+    }
 
 
 PERMANENT_500S = ("failed to convert", "duplicate entries for key")
@@ -273,8 +279,11 @@ class Reconciler:
         if len(changes) > MAX_EVENTS_PER_PASS:
             log.info(
                 "%d versions of model %s changed their routing at once; events are posted for "
-                "the first %d", len(changes), model, MAX_EVENTS_PER_PASS,
-            )  # fmt: skip
+                "the first %d",
+                len(changes),
+                model,
+                MAX_EVENTS_PER_PASS,
+            )
         for change in changes[:MAX_EVENTS_PER_PASS]:
             version = by_name.get(change.version)
             if version is None:
@@ -379,9 +388,13 @@ class Reconciler:
         figures = {"replicas": replicas, "ready_replicas": ready}
         if spec.replicas == 0:
             return Readiness(
-                False, "ScaledToZero", "spec.replicas is 0: no pod runs the model",
-                endpoint=endpoint, selector=selector, **figures,
-            )  # fmt: skip
+                False,
+                "ScaledToZero",
+                "spec.replicas is 0: no pod runs the model",
+                endpoint=endpoint,
+                selector=selector,
+                **figures,
+            )
         message = f"{ready} of {spec.replicas} replicas of Deployment {version.name} are ready"
         failure = live.failure if live else None
         if failure is not None:
@@ -482,9 +495,10 @@ class Reconciler:
             existing = await self.api.get(path)
             if existing is not None and not self._ours(existing, version):
                 return Readiness(
-                    False, "WorkloadConflict",
+                    False,
+                    "WorkloadConflict",
                     f"{kind} {name} already exists and is not managed by this ModelVersion",
-                )  # fmt: skip
+                )
         rejections = self._rejected.setdefault(version.model_key, {})
         rejected = rejections.get((kind, version.name))
         if rejected is not None and rejected[0] == want:
@@ -496,8 +510,13 @@ class Reconciler:
                 raise
             message = f"The API server rejected {kind} {name}: {exc.message}"
             rejections[(kind, version.name)] = (want, message)
-            log.warning("%s; ModelVersion %s/%s stays not Ready until its spec changes",
-                        message, version.namespace, version.name, extra=_ref(version))  # fmt: skip
+            log.warning(
+                "%s; ModelVersion %s/%s stays not Ready until its spec changes",
+                message,
+                version.namespace,
+                version.name,
+                extra=_ref(version),
+            )
             await self._warn(version, "InvalidSpec", message)
             return Readiness(False, "InvalidSpec", message)
         rejections.pop((kind, version.name), None)
@@ -514,8 +533,16 @@ class Reconciler:
             verb, why = "Restored", ": someone else had changed it"
         else:
             verb = "Updated"
-        log.info("%s %s %s/%s for ModelVersion %s%s", verb, kind, version.namespace, name,
-                 version.name, why, extra=_ref(version))  # fmt: skip
+        log.info(
+            "%s %s %s/%s for ModelVersion %s%s",
+            verb,
+            kind,
+            version.namespace,
+            name,
+            version.name,
+            why,
+            extra=_ref(version),
+        )
         return info
 
     @staticmethod
@@ -537,5 +564,9 @@ class Reconciler:
             if await self.api.delete(make_path(version.namespace, plural, seen.name)):
                 log.info(
                     "Deleted %s %s/%s: ModelVersion %s is in external mode now",
-                    seen.kind, version.namespace, seen.name, version.name, extra=_ref(version),
-                )  # fmt: skip
+                    seen.kind,
+                    version.namespace,
+                    seen.name,
+                    version.name,
+                    extra=_ref(version),
+                )

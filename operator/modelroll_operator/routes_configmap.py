@@ -132,19 +132,26 @@ class RoutesConfigMap:
         if route is None:
             log.info(
                 "Removed model %s/%s from ConfigMap %s: it has no versions left",
-                namespace, model, CONFIGMAP_NAME,
-            )  # fmt: skip
+                namespace,
+                model,
+                CONFIGMAP_NAME,
+            )
         else:
             weights = ", ".join(f"{v.name}={v.weight}" for v in route.versions)
             log.info(
                 "Routed model %s/%s in ConfigMap %s: %s",
-                namespace, model, CONFIGMAP_NAME, weights or "no Ready version",
-            )  # fmt: skip
+                namespace,
+                model,
+                CONFIGMAP_NAME,
+                weights or "no Ready version",
+            )
         if old_text is not None and before is None:
             log.warning(
                 "Replaced an invalid entry for model %s/%s in ConfigMap %s",
-                namespace, model, CONFIGMAP_NAME,
-            )  # fmt: skip
+                namespace,
+                model,
+                CONFIGMAP_NAME,
+            )
         return RouteWrite(before, route)
 
     def _manifest(self, namespace: str, data: Mapping[str, str]) -> dict[str, Any]:
@@ -171,8 +178,11 @@ class RoutesConfigMap:
                 )
                 return
             if exc.status == 403 and "being terminated" in exc.message:
-                log.info("Did not create ConfigMap %s/%s: the namespace is being deleted",
-                         namespace, CONFIGMAP_NAME)  # fmt: skip
+                log.info(
+                    "Did not create ConfigMap %s/%s: the namespace is being deleted",
+                    namespace,
+                    CONFIGMAP_NAME,
+                )
                 return
             raise
         log.info("Created ConfigMap %s/%s", namespace, CONFIGMAP_NAME)
@@ -198,5 +208,6 @@ class RoutesConfigMap:
         log.warning(
             "Replaced ConfigMap %s/%s: it was immutable, which would have frozen every model's "
             "routes (the gateway may have seen it missing for a moment)",
-            namespace, CONFIGMAP_NAME,
-        )  # fmt: skip
+            namespace,
+            CONFIGMAP_NAME,
+        )

@@ -165,14 +165,26 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
     else:
         health = "True"
     return [
-        {"type": PROGRESSING, "status": "True" if progressing else "False",
-         "reason": phase if not progressing else reason, "message": message},
+        {
+            "type": PROGRESSING,
+            "status": "True" if progressing else "False",
+            "reason": phase if not progressing else reason,
+            "message": message,
+        },
         {"type": ANALYSIS_HEALTHY, "status": health, "reason": reason, "message": message},
-        {"type": PROMOTED, "status": "True" if phase == PROMOTED else "False",
-         "reason": phase, "message": message if phase == PROMOTED else ""},
-        {"type": ROLLED_BACK, "status": "True" if phase == ROLLED_BACK else "False",
-         "reason": phase, "message": message if phase == ROLLED_BACK else ""},
-    ]  # fmt: skip
+        {
+            "type": PROMOTED,
+            "status": "True" if phase == PROMOTED else "False",
+            "reason": phase,
+            "message": message if phase == PROMOTED else "",
+        },
+        {
+            "type": ROLLED_BACK,
+            "status": "True" if phase == ROLLED_BACK else "False",
+            "reason": phase,
+            "message": message if phase == ROLLED_BACK else "",
+        },
+    ]
 
 
 def desired_status(

@@ -83,13 +83,14 @@ class Sidecar:
         if self.openai:
             config = self.config
             self.proxy = OpenAIProxy(
-                config.upstream, self.model.session,
+                config.upstream,
+                self.model.session,
                 LLMMetrics(self.metrics, config.model, config.version),
                 max_in_flight=config.max_in_flight,
                 upstream_timeout_s=config.upstream_timeout_ms / 1000,
                 generation_timeout_s=config.generation_timeout_ms / 1000,
                 max_body_bytes=config.max_body_bytes,
-            )  # fmt: skip
+            )
         self.batcher.start()
         self._probe = asyncio.create_task(self._probe_model(), name="modelroll-readiness")
 
@@ -127,8 +128,12 @@ class Sidecar:
             )
             await asyncio.sleep(self.config.prestop_delay_ms / 1000)
             closed = self.close_idle_connections()
-            log.info("Closed %d idle connections of %s/%s", closed, self.config.model,
-                     self.config.version)  # fmt: skip
+            log.info(
+                "Closed %d idle connections of %s/%s",
+                closed,
+                self.config.model,
+                self.config.version,
+            )
         else:
             await asyncio.sleep(self.config.prestop_delay_ms / 1000)
 

@@ -61,9 +61,12 @@ class DemoLLMConfig:
 
     def engine_cost(self) -> EngineCost:
         return EngineCost(
-            self.step_ms, self.step_ms_per_seq, self.prefill_ms_per_token,
-            self.max_seqs, self.kv_tokens,
-        )  # fmt: skip
+            self.step_ms,
+            self.step_ms_per_seq,
+            self.prefill_ms_per_token,
+            self.max_seqs,
+            self.kv_tokens,
+        )
 
 
 class BadRequest(Exception):
@@ -369,28 +372,56 @@ def parse_args(argv: Seq[str] | None = None) -> DemoLLMConfig:
     add("--host", default=d.host)
     add("--port", type=int, default=d.port)
     add("--served-model-name", default=d.served_model_name, help="the model id /v1/models lists")
-    add("--scheduler", choices=SCHEDULERS, default=d.scheduler,
+    add(
+        "--scheduler",
+        choices=SCHEDULERS,
+        default=d.scheduler,
         help="continuous: iteration-level batching; static: a batch runs until its longest "
-        "sequence ends")  # fmt: skip
+        "sequence ends",
+    )
     add("--step-ms", type=float, default=d.step_ms, help="an iteration's fixed cost")
-    add("--step-ms-per-seq", type=float, default=d.step_ms_per_seq,
-        help="an iteration's cost per sequence in the batch")  # fmt: skip
-    add("--prefill-ms-per-token", type=float, default=d.prefill_ms_per_token,
-        help="prompt processing per prompt token")  # fmt: skip
+    add(
+        "--step-ms-per-seq",
+        type=float,
+        default=d.step_ms_per_seq,
+        help="an iteration's cost per sequence in the batch",
+    )
+    add(
+        "--prefill-ms-per-token",
+        type=float,
+        default=d.prefill_ms_per_token,
+        help="prompt processing per prompt token",
+    )
     add("--max-seqs", type=int, default=d.max_seqs, help="sequences in one iteration")
-    add("--kv-tokens", type=int, default=d.kv_tokens,
-        help="KV budget: prompt and output tokens of the sequences in the batch")  # fmt: skip
+    add(
+        "--kv-tokens",
+        type=int,
+        default=d.kv_tokens,
+        help="KV budget: prompt and output tokens of the sequences in the batch",
+    )
     add("--output-mu", type=float, default=d.output_mu, help="lognormal output length: mu")
     add("--output-sigma", type=float, default=d.output_sigma, help="lognormal output length: sigma")
     add("--max-tokens", type=int, default=d.max_tokens, help="max_tokens when a request gives none")
     add("--embed-fixed-ms", type=float, default=d.embed_fixed_ms, help="cost of an embeddings call")
-    add("--embed-per-token-ms", type=float, default=d.embed_per_token_ms,
-        help="cost per input token of an embeddings call")  # fmt: skip
-    add("--error-rate", type=float, default=d.error_rate,
-        help="fraction of generations that fail mid-stream (the connection drops)")  # fmt: skip
+    add(
+        "--embed-per-token-ms",
+        type=float,
+        default=d.embed_per_token_ms,
+        help="cost per input token of an embeddings call",
+    )
+    add(
+        "--error-rate",
+        type=float,
+        default=d.error_rate,
+        help="fraction of generations that fail mid-stream (the connection drops)",
+    )
     add("--seed", type=int, default=d.seed)
-    add("--ready-after-ms", type=float, default=d.ready_after_ms,
-        help="answer /readyz with 503 for this long after start (loading weights)")  # fmt: skip
+    add(
+        "--ready-after-ms",
+        type=float,
+        default=d.ready_after_ms,
+        help="answer /readyz with 503 for this long after start (loading weights)",
+    )
     args = parser.parse_args(argv)
     if not 0.0 <= args.error_rate <= 1.0:
         parser.error(f"--error-rate must be between 0 and 1, got {args.error_rate}")
@@ -405,9 +436,13 @@ def main(argv: Seq[str] | None = None) -> None:
     # handler_cancellation: a client that goes away while its sequence waits to be admitted
     # cancels it there (the handler's CancelledError), as an engine drops an aborted request.
     web.run_app(
-        create_demo_llm_app(config), host=config.host, port=config.port, access_log=None,
-        print=None, handler_cancellation=True,
-    )  # fmt: skip
+        create_demo_llm_app(config),
+        host=config.host,
+        port=config.port,
+        access_log=None,
+        print=None,
+        handler_cancellation=True,
+    )
 
 
 if __name__ == "__main__":

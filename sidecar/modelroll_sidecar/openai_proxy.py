@@ -103,8 +103,9 @@ class OpenAIProxy:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         except TimeoutError:
-            log.warning("Cut %d streams still open after %.1fs of draining", self.in_flight,
-                        timeout_s)  # fmt: skip
+            log.warning(
+                "Cut %d streams still open after %.1fs of draining", self.in_flight, timeout_s
+            )
             self._streams.cut("the sidecar is shutting down")
 
     async def generate(self, request: web.Request) -> web.StreamResponse:

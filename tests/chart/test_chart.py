@@ -113,8 +113,11 @@ def test_full_values_render_every_optional_object(helm: Helm) -> None:
         # peering is on in the full values: the replicas' KopfPeering there goes too
         *(("kopf.dev", "kopfpeerings", verb) for verb in ("get", "list", "watch", "patch")),
     }
-    configmaps = [r for r in one(docs, "ClusterRole", "-operator-cluster")["rules"]
-                  if "configmaps" in r["resources"]]  # fmt: skip
+    configmaps = [
+        r
+        for r in one(docs, "ClusterRole", "-operator-cluster")["rules"]
+        if "configmaps" in r["resources"]
+    ]
     assert [r.get("resourceNames") for r in configmaps] == [["modelroll-routes"]]
 
 
@@ -419,7 +422,8 @@ def test_the_llm_examples_show_the_same_version_with_vllm() -> None:
 
 
 def test_the_canary_examples_promote_comment_gives_it_all_the_traffic() -> None:
-    """It used to patch the canary to 90 with the stable still at 90: a 50/50 split."""
+    """Both weights are patched, the canary's first: patching the canary to 90 alone, with the
+    stable still at 90, would be a 50/50 split."""
     text = (EXAMPLES / "managed" / "sentiment-canary.yaml").read_text()
     comment = [line[1:].strip() for line in text.splitlines() if line.startswith("#")]
     assert "kubectl modelroll promote sentiment-canary" in comment
@@ -585,8 +589,12 @@ def test_more_than_one_operator_without_peering_is_refused_naming_the_fix(
 
 def test_monitoring_is_opt_in_and_labelled_for_kube_prometheus_stack(helm: Helm) -> None:
     docs = helm.template(*MONITORING_ON)
-    monitors = [("PodMonitor", "-sidecars"), ("PodMonitor", "-operator"),
-                ("ServiceMonitor", ""), ("PrometheusRule", "")]  # fmt: skip
+    monitors = [
+        ("PodMonitor", "-sidecars"),
+        ("PodMonitor", "-operator"),
+        ("ServiceMonitor", ""),
+        ("PrometheusRule", ""),
+    ]
     for kind, suffix in monitors:
         labels = one(docs, kind, suffix)["metadata"]["labels"]
         assert labels["release"] == "kube-prometheus-stack", kind

@@ -122,16 +122,18 @@ def test_the_examples_are_valid_model_versions(crds: Cluster, namespace: str) ->
     assert result.stdout.strip() == (
         "modelversion.modelroll.io/sentiment-canary created (server dry run)"
     )
-    result = crds.kubectl("apply", "--dry-run=server", "-f", str(EXAMPLES / "llm"),
-                          namespace=namespace)  # fmt: skip
+    result = crds.kubectl(
+        "apply", "--dry-run=server", "-f", str(EXAMPLES / "llm"), namespace=namespace
+    )
     assert sorted(result.stdout.split("\n"))[-2:] == [
         "modelversion.modelroll.io/chat-canary created (server dry run)",
         "modelversion.modelroll.io/chat-stable created (server dry run)",
     ], result.stdout
     # The vLLM version its comments show is valid too (the API server checks the CRD's schema).
     vllm = commented_manifest(EXAMPLES / "llm" / "chat-stable.yaml")
-    result = crds.kubectl("apply", "--dry-run=server", "-f", "-", namespace=namespace,
-                          input=yaml.safe_dump(vllm))  # fmt: skip
+    result = crds.kubectl(
+        "apply", "--dry-run=server", "-f", "-", namespace=namespace, input=yaml.safe_dump(vllm)
+    )
     assert result.stdout.strip() == "modelversion.modelroll.io/chat-stable created (server dry run)"
 
 
@@ -156,8 +158,16 @@ def release(helm: Helm, crds: Cluster, namespace: str) -> Iterator[str]:
     """A release name unique to the test; whatever was installed under it is uninstalled."""
     name = f"mr-{secrets.token_hex(3)}"
     yield name
-    helm.run("uninstall", name, "--namespace", namespace, "--wait", "--timeout=60s",
-             "--ignore-not-found", env=helm_env(crds))  # fmt: skip
+    helm.run(
+        "uninstall",
+        name,
+        "--namespace",
+        namespace,
+        "--wait",
+        "--timeout=60s",
+        "--ignore-not-found",
+        env=helm_env(crds),
+    )
 
 
 def test_helm_install_creates_the_release_and_prints_the_next_commands(
@@ -336,18 +346,30 @@ def test_the_operator_runs_with_nothing_but_the_charts_rbac(
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     # On this machine, not in a pod: no metrics port that other tests' operators could hold.
     operator = spawn(
-        "modelroll-operator", *args, f"--kubeconfig={kubeconfig}", f"--liveness={liveness}",
-        "--metrics-port=0", ready=liveness,
-    )  # fmt: skip
+        "modelroll-operator",
+        *args,
+        f"--kubeconfig={kubeconfig}",
+        f"--liveness={liveness}",
+        "--metrics-port=0",
+        ready=liveness,
+    )
     try:
         crds.kubectl("apply", "-f", str(EXAMPLES / "external"), namespace=namespace)
-        poll(lambda: routes_weights(crds, namespace) == {"sentiment-stable": 90,
-             "sentiment-canary": 10}, "routing the external versions", operator)  # fmt: skip
+        poll(
+            lambda: (
+                routes_weights(crds, namespace) == {"sentiment-stable": 90, "sentiment-canary": 10}
+            ),
+            "routing the external versions",
+            operator,
+        )
 
         # Managed mode: the operator runs the model with the sidecar image the chart gave it.
         crds.kubectl("apply", "-f", str(EXAMPLES / "managed"), namespace=namespace)
-        poll(lambda: crds.exists("deployment", "sentiment-canary", namespace=namespace),
-             "creating the managed Deployment", operator)  # fmt: skip
+        poll(
+            lambda: crds.exists("deployment", "sentiment-canary", namespace=namespace),
+            "creating the managed Deployment",
+            operator,
+        )
         pod = crds.kubectl_json("get", "deployment", "sentiment-canary", namespace=namespace)
         images = {c["image"] for c in pod["spec"]["template"]["spec"]["containers"]}
         sidecar_image = next(a.split("=", 1)[1] for a in args if a.startswith("--sidecar-image="))
@@ -356,26 +378,40 @@ def test_the_operator_runs_with_nothing_but_the_charts_rbac(
 
         # A chat LLM version: the sidecar in front of the engine speaks OpenAI, capped as given.
         crds.kubectl("apply", "-f", str(EXAMPLES / "llm"), namespace=namespace)
-        poll(lambda: crds.exists("deployment", "chat-canary", namespace=namespace),
-             "creating the chat version's Deployment", operator)  # fmt: skip
+        poll(
+            lambda: crds.exists("deployment", "chat-canary", namespace=namespace),
+            "creating the chat version's Deployment",
+            operator,
+        )
         pod = crds.kubectl_json("get", "deployment", "chat-canary", namespace=namespace)
         [sidecar] = pod["spec"]["template"]["spec"]["containers"]
         assert sidecar["image"] == sidecar_image
-        assert {"--protocol=openai", "--max-in-flight=128", "--model=chat",
-                "--version=chat-canary"} <= set(sidecar["args"])  # fmt: skip
-        engines = [c for c in pod["spec"]["template"]["spec"]["initContainers"]
-                   if c.get("command") == ["modelroll-demo-llm"]]  # fmt: skip
+        assert {
+            "--protocol=openai",
+            "--max-in-flight=128",
+            "--model=chat",
+            "--version=chat-canary",
+        } <= set(sidecar["args"])
+        engines = [
+            c
+            for c in pod["spec"]["template"]["spec"]["initContainers"]
+            if c.get("command") == ["modelroll-demo-llm"]
+        ]
         assert len(engines) == 1, pod["spec"]["template"]["spec"]["initContainers"]
         assert "--served-model-name=chat" in engines[0]["args"]
 
         # Back to external mode: the operator deletes the workload it created.
         crds.kubectl("apply", "-f", str(EXAMPLES / "external"), namespace=namespace)
-        poll(lambda: not crds.exists("deployment", "sentiment-canary", namespace=namespace),
-             "deleting the managed Deployment", operator)  # fmt: skip
+        poll(
+            lambda: not crds.exists("deployment", "sentiment-canary", namespace=namespace),
+            "deleting the managed Deployment",
+            operator,
+        )
     finally:
         # While the operator still runs, so that it removes its finalizers.
-        crds.kubectl("delete", "modelversions", "--all", "--timeout=60s", namespace=namespace,
-                     check=False)  # fmt: skip
+        crds.kubectl(
+            "delete", "modelversions", "--all", "--timeout=60s", namespace=namespace, check=False
+        )
     log = operator.log()
     assert "Forbidden" not in log, log
     assert " 403" not in log, log

@@ -95,10 +95,15 @@ def test_a_budget_that_would_block_every_drain_or_means_nothing_is_refused(
     helm: Helm, setting: str
 ) -> None:
     result = helm.run(
-        "template", "modelroll", str(CHART), "--set", "gateway.replicas=2",
-        "--set", f"gateway.podDisruptionBudget.maxUnavailable={setting}",
+        "template",
+        "modelroll",
+        str(CHART),
+        "--set",
+        "gateway.replicas=2",
+        "--set",
+        f"gateway.podDisruptionBudget.maxUnavailable={setting}",
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode != 0, f"maxUnavailable={setting} was accepted"
     assert "values don't meet the specifications of the schema" in result.stderr
 

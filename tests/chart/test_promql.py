@@ -322,17 +322,29 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
         ) -> dict[str, Any]:
             """Start a model server and its sidecar; the version's route."""
             model_port, sidecar_port = free_port(), free_port()
-            model = _start(f"model-{name}", [*server, f"--port={model_port}", "--seed=7"], tmp,
-                           procs)  # fmt: skip
+            model = _start(
+                f"model-{name}", [*server, f"--port={model_port}", "--seed=7"], tmp, procs
+            )
             wait_http(f"http://127.0.0.1:{model_port}/readyz", model)
-            sidecar = _start(f"sidecar-{name}", [
-                str(VENV_BIN / "modelroll-sidecar"), f"--port={sidecar_port}",
-                f"--upstream=http://127.0.0.1:{model_port}", "--host=127.0.0.1", *sidecar_flags,
-            ], tmp, procs)  # fmt: skip
+            sidecar = _start(
+                f"sidecar-{name}",
+                [
+                    str(VENV_BIN / "modelroll-sidecar"),
+                    f"--port={sidecar_port}",
+                    f"--upstream=http://127.0.0.1:{model_port}",
+                    "--host=127.0.0.1",
+                    *sidecar_flags,
+                ],
+                tmp,
+                procs,
+            )
             wait_http(f"http://127.0.0.1:{sidecar_port}/readyz", sidecar)
             sidecars.append(f"127.0.0.1:{sidecar_port}")
-            return {"name": name.rsplit("-", 1)[-1], "weight": weight,
-                    "endpoint": f"http://127.0.0.1:{sidecar_port}"}  # fmt: skip
+            return {
+                "name": name.rsplit("-", 1)[-1],
+                "weight": weight,
+                "endpoint": f"http://127.0.0.1:{sidecar_port}",
+            }
 
         routes = [
             version_behind_sidecar(
@@ -368,15 +380,26 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
             for version in CHAT_VERSIONS
         ]
         routes_file = tmp / "routes.json"
-        routes_file.write_text(json.dumps({
-            MODEL: {"model": MODEL, "versions": routes},
-            CHAT_MODEL: {"model": CHAT_MODEL, "versions": chat_routes},
-        }))  # fmt: skip
+        routes_file.write_text(
+            json.dumps(
+                {
+                    MODEL: {"model": MODEL, "versions": routes},
+                    CHAT_MODEL: {"model": CHAT_MODEL, "versions": chat_routes},
+                }
+            )
+        )
         gateway_port = free_port()
-        gateway = _start("gateway", [
-            str(VENV_BIN / "modelroll-gateway"), f"--port={gateway_port}", "--host=127.0.0.1",
-            f"--routes-file={routes_file}",
-        ], tmp, procs)  # fmt: skip
+        gateway = _start(
+            "gateway",
+            [
+                str(VENV_BIN / "modelroll-gateway"),
+                f"--port={gateway_port}",
+                "--host=127.0.0.1",
+                f"--routes-file={routes_file}",
+            ],
+            tmp,
+            procs,
+        )
         wait_http(f"http://127.0.0.1:{gateway_port}/readyz", gateway)
         # The operator's series of the canary's analysis, served as the operator serves them.
         operator_registry = CollectorRegistry()
@@ -453,15 +476,23 @@ def test_the_error_alert_fires_for_the_failing_version_only(helm: Helm, tmp_path
     rules = write_rules(helm, tmp_path)
     labels = f'namespace="{NAMESPACE}", model="{MODEL}"'
     series = [
-        {"series": f'modelroll_requests_total{{{labels}, version="stable", code="200"}}',
-         "values": "0+100x20"},
-        {"series": f'modelroll_requests_total{{{labels}, version="stable", code="422"}}',
-         "values": "0+0x20"},
-        {"series": f'modelroll_requests_total{{{labels}, version="canary", code="200"}}',
-         "values": "0+80x20"},
-        {"series": f'modelroll_requests_total{{{labels}, version="canary", code="422"}}',
-         "values": "0+20x20"},
-    ]  # fmt: skip
+        {
+            "series": f'modelroll_requests_total{{{labels}, version="stable", code="200"}}',
+            "values": "0+100x20",
+        },
+        {
+            "series": f'modelroll_requests_total{{{labels}, version="stable", code="422"}}',
+            "values": "0+0x20",
+        },
+        {
+            "series": f'modelroll_requests_total{{{labels}, version="canary", code="200"}}',
+            "values": "0+80x20",
+        },
+        {
+            "series": f'modelroll_requests_total{{{labels}, version="canary", code="422"}}',
+            "values": "0+20x20",
+        },
+    ]
     canary = {"namespace": NAMESPACE, "model": MODEL, "version": "canary", "severity": "critical"}
     # The annotations render with the alert's labels and value, as a person paged reads them.
     annotations = {
@@ -501,10 +532,12 @@ def ttft_buckets(labels: str, per_minute: dict[str, int]) -> list[dict[str, str]
     """Input series of the sidecar's time-to-first-token histogram: `per_minute` observations
     a minute up to each bucket's bound (cumulative, as Prometheus stores them)."""
     return [
-        {"series": f'modelroll_llm_time_to_first_token_seconds_bucket{{{labels}, le="{le}"}}',
-         "values": f"0+{count}x20"}
+        {
+            "series": f'modelroll_llm_time_to_first_token_seconds_bucket{{{labels}, le="{le}"}}',
+            "values": f"0+{count}x20",
+        }
         for le, count in per_minute.items()
-    ]  # fmt: skip
+    ]
 
 
 def test_the_time_to_first_token_alert_fires_for_the_slow_version_only(
@@ -520,8 +553,12 @@ def test_the_time_to_first_token_alert_fires_for_the_slow_version_only(
     ) + ttft_buckets(
         f'{labels}, version="canary"', {"0.1": 0, "0.25": 0, "2.5": 0, "5.0": 10, "+Inf": 10}
     )
-    canary = {"namespace": NAMESPACE, "model": CHAT_MODEL, "version": "canary",
-              "severity": "warning"}  # fmt: skip
+    canary = {
+        "namespace": NAMESPACE,
+        "model": CHAT_MODEL,
+        "version": "canary",
+        "severity": "warning",
+    }
     # The canary's p99 falls in its (2.5, 5] bucket, 2.5 + 0.99 x 2.5 s; the stable's in its
     # (0.1, 0.25] bucket, which holds half its observations: 0.1 + 0.98 x 0.15 s.
     annotations = {

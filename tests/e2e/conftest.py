@@ -90,9 +90,13 @@ def analysis_of(stack: Stack, name: str) -> dict[str, Any]:
 def wait_condition_of(stack: Stack, name: str, kind: str, within: float) -> None:
     """kubectl wait for the version's condition, as a user would."""
     result = stack.kubectl(
-        "wait", f"--for=condition={kind}", f"--timeout={within:g}s", f"mv/{name}",
-        check=False, timeout=within + 30,
-    )  # fmt: skip
+        "wait",
+        f"--for=condition={kind}",
+        f"--timeout={within:g}s",
+        f"mv/{name}",
+        check=False,
+        timeout=within + 30,
+    )
     assert result.returncode == 0, (
         f"{kind} not True: {analysis_of(stack, name)}\n{stack.log_tails()}"
     )

@@ -88,8 +88,12 @@ class InCluster:
         return yaml.safe_dump_all([managed_manifest(n) for n in STORY], sort_keys=False)
 
     def plugin(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        argv = [venv_script("kubectl-modelroll"), f"--kubeconfig={self.cluster.kubeconfig}",
-                f"--namespace={self.namespace}", *args]  # fmt: skip
+        argv = [
+            venv_script("kubectl-modelroll"),
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--namespace={self.namespace}",
+            *args,
+        ]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True)
 
     def routes(self) -> dict[str, Any]:
@@ -129,5 +133,6 @@ class InCluster:
 
     def cleanup(self) -> None:
         """Delete the story's versions (the operator removes their routes and workloads)."""
-        self.kubectl("delete", "modelversions", *STORY, "--ignore-not-found", "--timeout=60s",
-                     check=False)  # fmt: skip
+        self.kubectl(
+            "delete", "modelversions", *STORY, "--ignore-not-found", "--timeout=60s", check=False
+        )

@@ -152,9 +152,11 @@ def test_a_rollback_during_hundreds_of_open_streams_cuts_none_and_moves_new_ones
     after the gateway saw the patch go to the stable alone."""
     engine = (*LONG, "--max-seqs=128")
     stack = local_stacks(
-        [chat(STABLE, 50, engine_args=engine, max_in_flight=512),
-         chat(CANARY, 50, engine_args=engine, max_in_flight=512)]
-    )  # fmt: skip
+        [
+            chat(STABLE, 50, engine_args=engine, max_in_flight=512),
+            chat(CANARY, 50, engine_args=engine, max_in_flight=512),
+        ]
+    )
     routed(stack, STABLE, CANARY)
     max_tokens = 100
 
@@ -350,12 +352,14 @@ def test_the_chat_story_a_slow_canary_shows_in_prometheus_and_is_rolled_back(
 
         sidecar_p50 = eventually(
             lambda: p50_by_version("modelroll_llm_time_to_first_token_seconds"),
-            "both versions' TTFT in Prometheus", 30,
-        )  # fmt: skip
+            "both versions' TTFT in Prometheus",
+            30,
+        )
         gateway_p50 = eventually(
             lambda: p50_by_version("modelroll_gateway_llm_time_to_first_token_seconds"),
-            "the gateway's TTFT per version in Prometheus", 30,
-        )  # fmt: skip
+            "the gateway's TTFT per version in Prometheus",
+            30,
+        )
         for seen in (sidecar_p50, gateway_p50):
             assert seen[CANARY] > 2 * seen[STABLE], seen
         before = load.since(started)

@@ -116,13 +116,15 @@ def another_shell_block(lines: list[str], within: float) -> list[str]:
 def test_the_commands_the_running_demo_prints_work_as_printed(tmp_path: Path) -> None:
     """From a shell with neither KUBECONFIG nor the virtualenv on PATH, the printed lines, pasted
     as they are, reach the demo's namespace (`kubectl get mv` lists both versions) and the plugin
-    (`kubectl modelroll promote canary-v2`). They used to show nothing and fail with
+    (`kubectl modelroll promote canary-v2`) rather than showing nothing or failing with
     `unknown command "modelroll"`."""
     lines: list[str] = []
     demo = subprocess.Popen(
         [sys.executable, "-m", "modelroll_devcluster.demo", "--every=0.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     reader = read_lines(demo, lines)
     try:
         commands = another_shell_block(lines, 180)
@@ -138,9 +140,14 @@ def test_the_commands_the_running_demo_prints_work_as_printed(tmp_path: Path) ->
             f"echo '$ {c}'\n{c}\n" for c in commands
         )  # echo is for the failure message; every line runs exactly as printed
         shell = subprocess.run(
-            ["bash", "-c", script], capture_output=True, text=True, timeout=90, env=env,
-            cwd=tmp_path, check=False,
-        )  # fmt: skip
+            ["bash", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+            cwd=tmp_path,
+            check=False,
+        )
         out = shell.stdout
         assert shell.returncode == 0, out + shell.stderr
         get_mv = out.partition("$ kubectl get mv\n")[2].partition("$ ")[0]

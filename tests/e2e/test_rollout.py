@@ -147,8 +147,9 @@ def test_the_rollout_story(rollout: Rollout, figures: Figures) -> None:
         "the gateway routing stable-v1:canary-v2 at 9:1",
         rollout.settle_s,
     )
-    with Traffic(rollout.gateway_url, MODEL, window=WINDOW, rounds_per_second=ROUNDS_PER_SECOND) \
-            as traffic:  # fmt: skip
+    with Traffic(
+        rollout.gateway_url, MODEL, window=WINDOW, rounds_per_second=ROUNDS_PER_SECOND
+    ) as traffic:
         started = time.monotonic()
         traffic.wait_for(40 * WINDOW, after=started, timeout=60)
         windows = windows_after(traffic, started)

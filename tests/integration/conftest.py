@@ -82,6 +82,11 @@ def start_operator(
     ).stdout.split()
     for name in leftover:  # no operator was left to release them
         cluster.kubectl(
-            "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-            namespace=namespace, check=False,
-        )  # fmt: skip
+            "patch",
+            name,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+            namespace=namespace,
+            check=False,
+        )

@@ -84,9 +84,12 @@ def cluster_admin(cluster: Cluster, namespace: str) -> Iterator[str]:
     account = f"{namespace}-admin"
     cluster.kubectl("create", "serviceaccount", account, namespace=namespace)
     cluster.kubectl(
-        "create", "clusterrolebinding", account, "--clusterrole=cluster-admin",
+        "create",
+        "clusterrolebinding",
+        account,
+        "--clusterrole=cluster-admin",
         f"--serviceaccount={namespace}:{account}",
-    )  # fmt: skip
+    )
     try:
         yield account
     finally:
@@ -106,18 +109,33 @@ def service_account_token(cluster: Cluster, namespace: str, account: str, bound_
     can revoke it at once, as deleting a pod revokes the token projected into it."""
     cluster.kubectl("create", "secret", "generic", bound_to, namespace=namespace)
     return cluster.kubectl(
-        "create", "token", account, "--duration=1h",
-        "--bound-object-kind=Secret", f"--bound-object-name={bound_to}", namespace=namespace,
-    ).stdout.strip()  # fmt: skip
+        "create",
+        "token",
+        account,
+        "--duration=1h",
+        "--bound-object-kind=Secret",
+        f"--bound-object-name={bound_to}",
+        namespace=namespace,
+    ).stdout.strip()
 
 
 def token_accepted(cluster: Cluster, token: str) -> bool:
     """Whether the API server accepts ``token`` right now."""
     result = subprocess.run(
-        [str(cluster.kubectl_path), "--kubeconfig=/dev/null", f"--server={cluster.server}",
-         "--insecure-skip-tls-verify", f"--token={token}", "auth", "whoami"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        [
+            str(cluster.kubectl_path),
+            "--kubeconfig=/dev/null",
+            f"--server={cluster.server}",
+            "--insecure-skip-tls-verify",
+            f"--token={token}",
+            "auth",
+            "whoami",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return result.returncode == 0
 
 

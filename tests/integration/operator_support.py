@@ -127,9 +127,14 @@ def mark_pods_ready(cluster: Cluster, namespace: str, selector: str) -> int:
     ).stdout.split()
     for name in names:
         cluster.kubectl(
-            "patch", name, "--subresource=status", "--type=merge", "-p", patch,
+            "patch",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
             namespace=namespace,
-        )  # fmt: skip
+        )
     return len(names)
 
 

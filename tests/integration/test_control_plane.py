@@ -159,9 +159,13 @@ def test_deployment_controllers_create_replicaset_and_pods(
 ) -> None:
     """Deployment → ReplicaSet → Pods (never scheduled: there is no kubelet), then cascade GC."""
     cluster.kubectl(
-        "create", "deployment", "web", "--image=example.invalid/web:1", "--replicas=2",
+        "create",
+        "deployment",
+        "web",
+        "--image=example.invalid/web:1",
+        "--replicas=2",
         namespace=namespace,
-    )  # fmt: skip
+    )
 
     def pods() -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = cluster.kubectl_json(

@@ -36,9 +36,15 @@ def canary(analysis: dict[str, Any]) -> dict[str, Any]:
 def dry_run(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
     """Create ``manifest`` with a server-side dry run: full validation and defaulting."""
     result = cluster.kubectl(
-        "create", "--dry-run=server", "-o", "json", "-f", "-",
-        namespace=ns, input=yaml.safe_dump(manifest),
-    )  # fmt: skip
+        "create",
+        "--dry-run=server",
+        "-o",
+        "json",
+        "-f",
+        "-",
+        namespace=ns,
+        input=yaml.safe_dump(manifest),
+    )
     doc: dict[str, Any] = json.loads(result.stdout)
     return doc
 
@@ -227,9 +233,11 @@ def test_length_aware_batching_with_an_adaptive_wait_is_accepted_with_the_other_
     cluster: Cluster, ns: str
 ) -> None:
     tuned = model_version(
-        "tuned", "sentiment", server=SERVER,
+        "tuned",
+        "sentiment",
+        server=SERVER,
         batching={"batchBy": "Length", "waitPolicy": "Adaptive", "maxWaitMs": 25},
-    )  # fmt: skip
+    )
     assert dry_run(cluster, ns, tuned)["spec"]["batching"] == {
         "maxBatchSize": 32,
         "maxWaitMs": 25,
@@ -266,9 +274,14 @@ def test_the_model_of_a_version_cannot_change(cluster: Cluster, ns: str) -> None
     cluster.apply(model_version("moving", "sentiment", endpoint="http://s:8000"), namespace=ns)
     with pytest.raises(KubectlError) as caught:
         cluster.kubectl(
-            "patch", "mv", "moving", "--type=merge", "-p", '{"spec":{"model":"other"}}',
+            "patch",
+            "mv",
+            "moving",
+            "--type=merge",
+            "-p",
+            '{"spec":{"model":"other"}}',
             namespace=ns,
-        )  # fmt: skip
+        )
     assert "spec.model is immutable" in caught.value.stderr
 
 
@@ -300,17 +313,17 @@ def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> Non
     assert "Relative routing weight, 0 to 1000" in " ".join(spec.split())
 
 
+COLUMNS = ["NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP", "AGE"]
+"""What ``kubectl get mv`` prints; ``-o wide`` adds more after them."""
+
+
 def test_kubectl_get_shows_the_columns_people_scan(cluster: Cluster, ns: str) -> None:
     cluster.apply(model_version("stable-v1", "sentiment", weight=9, endpoint="http://s:8000"), ns)
     header, row = cluster.kubectl("get", "mv", "stable-v1", namespace=ns).stdout.splitlines()
-    assert header.split() == ["NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP",
-                              "AGE"]  # fmt: skip
+    assert header.split() == COLUMNS
     assert row.split()[:3] == ["stable-v1", "sentiment", "9"]
     wide = cluster.kubectl("get", "modelversions", "stable-v1", "-o", "wide", namespace=ns).stdout
-    assert wide.splitlines()[0].split() == [
-        "NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP", "AGE", "ROUTED",
-        "REPLICAS", "ENDPOINT", "MESSAGE",
-    ]  # fmt: skip
+    assert wide.splitlines()[0].split() == [*COLUMNS, "ROUTED", "REPLICAS", "ENDPOINT", "MESSAGE"]
     # The category lists ModelVersions along with anything else modelroll adds later.
     assert (
         "modelversion.modelroll.io/stable-v1"

@@ -71,8 +71,12 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
         gateway = spawn(
             "modelroll-gateway", f"--port={port}", ready=f"http://127.0.0.1:{port}/readyz", **in_pod
         )
-        flags = [f"--namespace={namespace}", f"--liveness={liveness}", "--metrics-port=0",
-                 "--sidecar-image=s:test"]  # fmt: skip
+        flags = [
+            f"--namespace={namespace}",
+            f"--liveness={liveness}",
+            "--metrics-port=0",
+            "--sidecar-image=s:test",
+        ]
         operator = OperatorProcess(
             spawn("modelroll-operator", *flags, ready=liveness, **in_pod), liveness
         )
@@ -98,9 +102,14 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
         cluster.restart_apiserver()
 
         cluster.kubectl(
-            "patch", "mv", "stable-v1", "--type=merge", "-p", '{"spec": {"weight": 5}}',
+            "patch",
+            "mv",
+            "stable-v1",
+            "--type=merge",
+            "-p",
+            '{"spec": {"weight": 5}}',
             namespace=namespace,
-        )  # fmt: skip
+        )
         eventually(
             lambda: gateway_weights(port, "sentiment") == {"stable-v1": 5},
             "the new weight through the operator and the gateway",
@@ -118,8 +127,11 @@ def test_a_failing_exec_plugin_is_named(command: str, cluster: Cluster, tmp_path
     kubeconfig = exec_kubeconfig(cluster, tmp_path / "failing.kubeconfig", failing)
     result = subprocess.run(
         [str(VENV_BIN / command), f"--kubeconfig={kubeconfig}"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     assert f"the kubeconfig's exec credential plugin '{failing}' gave no token" in result.stderr
     assert "no credentials for you" in result.stderr  # the plugin's own words, from the client

@@ -62,9 +62,14 @@ class RoutesConfigMap:
 
     def merge(self, patch: dict[str, Any]) -> None:
         self.cluster.kubectl(
-            "patch", "configmap", CONFIGMAP_NAME, "--type=merge", "-p", json.dumps(patch),
+            "patch",
+            "configmap",
+            CONFIGMAP_NAME,
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
             namespace=self.namespace,
-        )  # fmt: skip
+        )
 
     def set_route(self, route: ModelRoute) -> None:
         self.merge(configmap_patch(route))
@@ -363,13 +368,21 @@ async def test_weight_changes_under_load_fail_no_request(
     endpoints = {}
     for version in ("stable", "canary"):
         model_port, sidecar_port = free_port(), free_port()
-        spawn("modelroll-demo-model", f"--port={model_port}", "--fixed-ms=2",
-              ready=f"http://127.0.0.1:{model_port}/readyz")  # fmt: skip
         spawn(
-            "modelroll-sidecar", f"--port={sidecar_port}", f"--upstream=http://127.0.0.1:{model_port}",
-            "--model=sentiment", f"--version={version}", "--max-wait-ms=2",
+            "modelroll-demo-model",
+            f"--port={model_port}",
+            "--fixed-ms=2",
+            ready=f"http://127.0.0.1:{model_port}/readyz",
+        )
+        spawn(
+            "modelroll-sidecar",
+            f"--port={sidecar_port}",
+            f"--upstream=http://127.0.0.1:{model_port}",
+            "--model=sentiment",
+            f"--version={version}",
+            "--max-wait-ms=2",
             ready=f"http://127.0.0.1:{sidecar_port}/readyz",
-        )  # fmt: skip
+        )
         endpoints[version] = f"http://127.0.0.1:{sidecar_port}"
     plans = [(9, 1), (1, 1), (0, 1), (1, 0), (5, 5)]
 

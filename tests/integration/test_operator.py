@@ -88,26 +88,42 @@ def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
     assert row.split()[:5] == ["stable-v1", "sentiment", "9", "90.0%", "True"]
 
     eventually(
-        lambda: ("Routed", "Now routed: 10.0% of model sentiment's traffic (weight 1 of 10) "
-                 "to http://canary-v2.example:8000") in events(cluster, namespace, "canary-v2"),
+        lambda: (
+            (
+                "Routed",
+                "Now routed: 10.0% of model sentiment's traffic (weight 1 of 10) "
+                "to http://canary-v2.example:8000",
+            )
+            in events(cluster, namespace, "canary-v2")
+        ),
         "an event saying canary-v2 is routed",
-    )  # fmt: skip
+    )
 
     # Weight 0: deployed but dark. The version stays listed (a request can pin it).
     cluster.kubectl(
-        "patch", "mv", "canary-v2", "--type=merge", "-p", '{"spec":{"weight":0}}',
+        "patch",
+        "mv",
+        "canary-v2",
+        "--type=merge",
+        "-p",
+        '{"spec":{"weight":0}}',
         namespace=namespace,
-    )  # fmt: skip
+    )
     eventually(lambda: routes.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}, "dark")
     canary = eventually(lambda: settled(cluster, namespace, "canary-v2"), "canary-v2's status")
     assert canary["status"]["share"] == "0.0%"
     assert conditions(canary)["Routed"]["reason"] == "WeightZero"
     assert conditions(canary)["Ready"]["status"] == "True"
     eventually(
-        lambda: ("Routed", "Routing changed: 10.0% -> 0.0% of model sentiment's traffic "
-                 "(weight 0 of 9)") in events(cluster, namespace, "canary-v2"),
+        lambda: (
+            (
+                "Routed",
+                "Routing changed: 10.0% -> 0.0% of model sentiment's traffic (weight 0 of 9)",
+            )
+            in events(cluster, namespace, "canary-v2")
+        ),
         "an event saying canary-v2's weight went to 0",
-    )  # fmt: skip
+    )
     # stable-v1's share moved only because canary-v2 changed: no event of its own.
     assert not any(
         m.startswith("Routing changed") for _, m in events(cluster, namespace, "stable-v1")

@@ -66,13 +66,19 @@ def chart_rbac(
 
     def grant(watched: str) -> Path:
         docs = helm.template(
-            "--set", f"operator.watchNamespaces={{{watched}}}",
-            release=release, namespace=operator_namespace,
-        )  # fmt: skip
+            "--set",
+            f"operator.watchNamespaces={{{watched}}}",
+            release=release,
+            namespace=operator_namespace,
+        )
         rbac = chart_operator_rbac(docs)
         assert {d["kind"] for d in rbac} == {
-            "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"
-        }  # fmt: skip
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        }
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
         applied.extend(rbac)
         account = next(d for d in rbac if d["kind"] == "ServiceAccount")["metadata"]["name"]
@@ -234,10 +240,12 @@ def test_a_version_annotated_by_an_older_operator_can_grow_past_the_limit_and_be
         "patch", "modelversion", "old", "--type=merge", f"--patch-file={grow}", namespace=namespace
     )
     eventually(
-        lambda: BIG_ARGS[0] in json.dumps(cluster.kubectl_json("get", "deploy", "old",
-                                                               namespace=namespace)),
+        lambda: (
+            BIG_ARGS[0]
+            in json.dumps(cluster.kubectl_json("get", "deploy", "old", namespace=namespace))
+        ),
         "the Deployment running the new arguments",
-    )  # fmt: skip
+    )
 
     cluster.kubectl("delete", "modelversion", "old", "--wait=false", namespace=namespace)
     eventually(lambda: not cluster.exists("modelversion", "old", namespace=namespace), "deleted")

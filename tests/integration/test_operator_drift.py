@@ -31,14 +31,19 @@ def selector(cluster: Cluster, namespace: str) -> dict[str, str]:
 
 
 def change_by_hand(cluster: Cluster, namespace: str) -> None:
-    cluster.kubectl("set", "image", "deploy/canary-v2", "model=evil.example/miner:1",
-                    namespace=namespace)  # fmt: skip
+    cluster.kubectl(
+        "set", "image", "deploy/canary-v2", "model=evil.example/miner:1", namespace=namespace
+    )
     cluster.kubectl("scale", "deploy/canary-v2", "--replicas=3", namespace=namespace)
     cluster.kubectl(
-        "patch", "svc", "canary-v2", "--type=merge",
-        "-p", json.dumps({"spec": {"selector": {"modelroll.io/version": "nothing"}}}),
+        "patch",
+        "svc",
+        "canary-v2",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"selector": {"modelroll.io/version": "nothing"}}}),
         namespace=namespace,
-    )  # fmt: skip
+    )
 
 
 def converged(cluster: Cluster, namespace: str) -> bool:
@@ -77,9 +82,14 @@ def ghost_route(model: str) -> str:
 
 def add_key(cluster: Cluster, namespace: str, model: str) -> None:
     cluster.kubectl(
-        "patch", "configmap", "modelroll-routes", "--type=merge",
-        "-p", json.dumps({"data": {model: ghost_route(model)}}), namespace=namespace,
-    )  # fmt: skip
+        "patch",
+        "configmap",
+        "modelroll-routes",
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {model: ghost_route(model)}}),
+        namespace=namespace,
+    )
 
 
 def test_routes_of_models_without_versions_are_removed_while_running_and_on_restart(
@@ -96,8 +106,15 @@ def test_routes_of_models_without_versions_are_removed_while_running_and_on_rest
     cluster.apply(model_version("w1", "leaving", weight=1, endpoint="http://l:8000"), namespace)
     eventually(lambda: routes.weights("leaving") == {"w1": 1}, "the leaving model's route")
     operator.stop()
-    cluster.kubectl("patch", "mv", "w1", "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                    namespace=namespace)  # fmt: skip
+    cluster.kubectl(
+        "patch",
+        "mv",
+        "w1",
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+        namespace=namespace,
+    )
     cluster.kubectl("delete", "mv", "w1", namespace=namespace)
     add_key(cluster, namespace, "ghost2")
     assert routes.weights("leaving") == {"w1": 1}

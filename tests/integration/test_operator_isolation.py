@@ -101,9 +101,14 @@ def test_a_version_refused_by_a_quota_leaves_its_siblings_and_the_route_working(
 
     # Once the quota allows it, new gets its Deployment (a retry, not a restart).
     cluster.kubectl(
-        "patch", "resourcequota", "one-deployment", "--type=merge",
-        "-p", '{"spec": {"hard": {"count/deployments.apps": "2"}}}', namespace=namespace,
-    )  # fmt: skip
+        "patch",
+        "resourcequota",
+        "one-deployment",
+        "--type=merge",
+        "-p",
+        '{"spec": {"hard": {"count/deployments.apps": "2"}}}',
+        namespace=namespace,
+    )
     eventually(
         lambda: (
             condition(get(cluster, namespace, "mv", "new"), "Ready")
@@ -123,9 +128,14 @@ def test_a_configmap_made_immutable_is_replaced_and_routes_move_on(
         cluster.apply(model_version(name, "m", weight=1, endpoint=f"http://{name}:8000"), namespace)
     eventually(lambda: routes.weights("m") == {"a": 1, "b": 1}, "the route")
     cluster.kubectl(
-        "patch", "configmap", "modelroll-routes", "--type=merge", "-p", '{"immutable": true}',
+        "patch",
+        "configmap",
+        "modelroll-routes",
+        "--type=merge",
+        "-p",
+        '{"immutable": true}',
         namespace=namespace,
-    )  # fmt: skip
+    )
 
     patch_mv(cluster, namespace, "a", {"spec": {"weight": 3}})
     eventually(lambda: routes.weights("m") == {"a": 3, "b": 1}, "the new weight in force")
@@ -243,9 +253,15 @@ def test_a_refused_route_write_is_reported_and_statuses_keep_the_share_in_force(
         def refused() -> bool:  # the policy is in force once the API server has loaded it
             patch = json.dumps({"metadata": {"annotations": {"probe": "x"}}})
             result = cluster.kubectl(
-                "patch", "configmap", "modelroll-routes", "--type=merge", "-p", patch,
-                namespace=namespace, check=False,
-            )  # fmt: skip
+                "patch",
+                "configmap",
+                "modelroll-routes",
+                "--type=merge",
+                "-p",
+                patch,
+                namespace=namespace,
+                check=False,
+            )
             return result.returncode != 0
 
         eventually(refused, "the admission policy in force")

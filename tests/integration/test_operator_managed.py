@@ -90,19 +90,24 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
     )
     cluster.apply(
         model_version(
-            "canary-v2", "sentiment", weight=1, server=SERVER,
+            "canary-v2",
+            "sentiment",
+            weight=1,
+            server=SERVER,
             batching={"maxBatchSize": 16, "maxWaitMs": 5, "batchBy": "Length"},
         ),
         namespace,
-    )  # fmt: skip
+    )
     deployment = eventually(lambda: maybe(cluster, namespace, "deploy", "canary-v2"), "Deployment")
     service = eventually(lambda: maybe(cluster, namespace, "service", "canary-v2"), "Service")
     mv = get(cluster, namespace, "mv", "canary-v2")
     for child in (deployment, service):
         (owner,) = child["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"], owner["uid"]) == (
-            "ModelVersion", "canary-v2", mv["metadata"]["uid"],
-        )  # fmt: skip
+            "ModelVersion",
+            "canary-v2",
+            mv["metadata"]["uid"],
+        )
         assert owner["controller"] is True
 
     pod = containers(deployment)
@@ -135,8 +140,9 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
         "canary-v2 reported not routed",
     )
     assert condition(get(cluster, namespace, "mv", "canary-v2"), "Ready") == (
-        "False", "ReplicasNotReady",
-    )  # fmt: skip
+        "False",
+        "ReplicasNotReady",
+    )
     assert routes.weights("sentiment") == {"stable-v1": 3}
 
     eventually(lambda: mark_pods_ready(cluster, namespace, POD_SELECTOR), "a canary-v2 pod")
@@ -185,13 +191,16 @@ def test_a_weight_change_leaves_the_deployment_alone_and_a_batching_change_rolls
     )
     after = get(cluster, namespace, "deploy", "canary-v2")["metadata"]
     assert (after["generation"], after["resourceVersion"]) == (
-        before["generation"], before["resourceVersion"],
-    )  # fmt: skip
+        before["generation"],
+        before["resourceVersion"],
+    )
 
     patch_mv(
-        cluster, namespace, "canary-v2",
+        cluster,
+        namespace,
+        "canary-v2",
         {"spec": {"batching": {"maxBatchSize": 8, "waitPolicy": "Adaptive"}}},
-    )  # fmt: skip
+    )
     rolled = eventually(
         lambda: deployment_after(cluster, namespace, before["generation"]), "a Deployment update"
     )
@@ -232,9 +241,11 @@ def test_external_mode_creates_no_workload_and_switching_to_it_removes_one(
     assert sorted(o["metadata"]["name"] for o in owned) == ["canary-v2", "canary-v2"]
 
     patch_mv(
-        cluster, namespace, "canary-v2",
+        cluster,
+        namespace,
+        "canary-v2",
         {"spec": {"server": None, "endpoint": "http://canary.elsewhere:8000"}},
-    )  # fmt: skip
+    )
     eventually(
         lambda: routes.endpoints("sentiment").get("canary-v2") == "http://canary.elsewhere:8000",
         "canary-v2 routed to its endpoint",
@@ -305,11 +316,15 @@ def test_spec_sidecar_reaches_the_sidecar_and_external_versions_say_it_is_ignore
 
     cluster.apply(
         model_version(
-            "stable-v1", "sentiment", weight=9, endpoint="http://stable:8000",
-            batching={"maxBatchSize": 8}, sidecar={"readTimeoutMs": 1000},
+            "stable-v1",
+            "sentiment",
+            weight=9,
+            endpoint="http://stable:8000",
+            batching={"maxBatchSize": 8},
+            sidecar={"readTimeoutMs": 1000},
         ),
         namespace,
-    )  # fmt: skip
+    )
     ready = eventually(
         lambda: (
             (body := get(cluster, namespace, "mv", "stable-v1"))

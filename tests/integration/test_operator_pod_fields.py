@@ -1,4 +1,4 @@
-"""The pod fields of spec.server against the real API server (issue 19). GPU nodes cannot run
+"""The pod fields of spec.server against the real API server. GPU nodes cannot run
 here, so their rendering is checked where it matters: the CRD admits the fields, the operator's
 Deployment carrying them passes the API server's own pod validation (and a server-side dry run
 of a pod from its template, which is what the ReplicaSet controller will create), and what the
@@ -82,9 +82,15 @@ def test_a_gpu_version_renders_a_pod_the_api_server_accepts(
     try:
         cluster.apply(PREREQUISITES, namespace)
         dry = cluster.kubectl(
-            "create", "--dry-run=server", "-o", "json", "-f", "-",
-            namespace=namespace, input=json.dumps(candidate),
-        )  # fmt: skip
+            "create",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            "-",
+            namespace=namespace,
+            input=json.dumps(candidate),
+        )
     finally:
         cluster.kubectl("delete", "runtimeclass", "nvidia", "--ignore-not-found", check=False)
         cluster.kubectl(

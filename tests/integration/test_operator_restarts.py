@@ -72,10 +72,14 @@ def test_a_restarted_operator_rewrites_nothing(
     eventually(lambda: routes.weights("sentiment") == {"canary-v2": 1, "stable-v1": 9}, "routes")
     eventually(lambda: all_routed(cluster, namespace), "every version reported Routed")
     eventually(
-        lambda: cluster.kubectl_json("get", "deploy", "canary-v2", namespace=namespace)["status"]
-        .get("availableReplicas") == 1,
+        lambda: (
+            cluster.kubectl_json("get", "deploy", "canary-v2", namespace=namespace)["status"].get(
+                "availableReplicas"
+            )
+            == 1
+        ),
         "the Deployment's controllers settled",
-    )  # fmt: skip
+    )
     before, events = resource_versions(cluster, namespace), operator_events(cluster, namespace)
     first.stop()
 
@@ -110,9 +114,14 @@ def test_an_api_server_restart_ends_with_the_same_routes_and_no_errors(
     # The operator's watches came back: a change made now is routed.
     def set_weight(name: str, weight: int) -> None:
         cluster.kubectl(
-            "patch", "mv", name, "--type=merge", "-p", json.dumps({"spec": {"weight": weight}}),
+            "patch",
+            "mv",
+            name,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"weight": weight}}),
             namespace=namespace,
-        )  # fmt: skip
+        )
 
     set_weight("canary-v2", 3)
     eventually(

@@ -207,18 +207,31 @@ def test_unusable_remembered_weights_show_in_status_and_rollback_patches_nothing
     cluster: Cluster, namespace: str, versions: Routes, garbage: str, why: str
 ) -> None:
     add_version(cluster, namespace, versions, "other-v0")  # a third version: a multi-patch plan
-    cluster.kubectl("patch", "mv", "other-v0", "--type=merge", "-p", '{"spec":{"weight":2}}',
-                    namespace=namespace)  # fmt: skip
+    cluster.kubectl(
+        "patch",
+        "mv",
+        "other-v0",
+        "--type=merge",
+        "-p",
+        '{"spec":{"weight":2}}',
+        namespace=namespace,
+    )
     promoted = run(cluster, namespace, "promote", "canary-v2")
     assert promoted.returncode == 0, promoted.stderr
     cluster.kubectl(
-        "annotate", "--overwrite", "mv", "canary-v2", f"{BEFORE_PROMOTE}={garbage}",
+        "annotate",
+        "--overwrite",
+        "mv",
+        "canary-v2",
+        f"{BEFORE_PROMOTE}={garbage}",
         namespace=namespace,
-    )  # fmt: skip
+    )
     before = stored(cluster, namespace)
     assert {name: w for name, (w, _, _) in before.items()} == {
-        "canary-v2": 12, "other-v0": 0, "stable-v1": 0,
-    }  # fmt: skip
+        "canary-v2": 12,
+        "other-v0": 0,
+        "stable-v1": 0,
+    }
 
     status = run(cluster, namespace, "status")
     assert status.returncode == 0, status.stderr
@@ -267,10 +280,15 @@ def test_previous_weights_of_the_older_plugin_crash_nothing_and_are_not_restored
     for name in ("old-v0", "zz-v0"):
         add_version(cluster, namespace, versions, name)
     for name, weight, previous in (
-        ("canary-v2", 10, "1"), ("stable-v1", 0, "9"), ("old-v0", 0, "²"), ("zz-v0", 0, "99999"),
-    ):  # fmt: skip
-        patch = {"metadata": {"annotations": {LEGACY_PREVIOUS_WEIGHT: previous}},
-                 "spec": {"weight": weight}}  # fmt: skip
+        ("canary-v2", 10, "1"),
+        ("stable-v1", 0, "9"),
+        ("old-v0", 0, "²"),
+        ("zz-v0", 0, "99999"),
+    ):
+        patch = {
+            "metadata": {"annotations": {LEGACY_PREVIOUS_WEIGHT: previous}},
+            "spec": {"weight": weight},
+        }
         cluster.kubectl(
             "patch", "mv", name, "--type=merge", "-p", json.dumps(patch), namespace=namespace
         )
@@ -279,8 +297,11 @@ def test_previous_weights_of_the_older_plugin_crash_nothing_and_are_not_restored
     status = run(cluster, namespace, "status")
     assert status.returncode == 0, status.stderr
     assert [r[1:3] for r in table(status.stdout)[1:5]] == [
-        ["canary-v2", "10"], ["old-v0", "0"], ["stable-v1", "0"], ["zz-v0", "0"],
-    ]  # fmt: skip
+        ["canary-v2", "10"],
+        ["old-v0", "0"],
+        ["stable-v1", "0"],
+        ["zz-v0", "0"],
+    ]
     assert (
         f'note: old-v0: annotation {LEGACY_PREVIOUS_WEIGHT}="²" is from an older '
         "kubectl-modelroll; rollback no longer restores it"
@@ -305,8 +326,11 @@ def test_previous_weights_of_the_older_plugin_crash_nothing_and_are_not_restored
     assert back.returncode == 0, back.stderr
     assert back.stdout.splitlines()[0] == "modelversion/canary-v2 weight 10 -> 0"
     assert weights(cluster, namespace) == {
-        "canary-v2": 0, "old-v0": 0, "stable-v1": 9, "zz-v0": 0,
-    }  # fmt: skip
+        "canary-v2": 0,
+        "old-v0": 0,
+        "stable-v1": 9,
+        "zz-v0": 0,
+    }
     legacy = {
         name: annotations.get(LEGACY_PREVIOUS_WEIGHT)
         for name, (_, _, annotations) in stored(cluster, namespace).items()
@@ -415,13 +439,21 @@ def test_an_exec_credential_plugin_in_the_kubeconfig_works_and_its_failure_is_na
     """The token comes from a ServiceAccount that may read and patch ModelVersions here."""
     cluster.kubectl("create", "serviceaccount", "plugin-user", namespace=namespace)
     cluster.kubectl(
-        "create", "role", "modelversions", "--verb=get,list,patch",
-        "--resource=modelversions.modelroll.io", namespace=namespace,
-    )  # fmt: skip
+        "create",
+        "role",
+        "modelversions",
+        "--verb=get,list,patch",
+        "--resource=modelversions.modelroll.io",
+        namespace=namespace,
+    )
     cluster.kubectl(
-        "create", "rolebinding", "plugin-user", "--role=modelversions",
-        f"--serviceaccount={namespace}:plugin-user", namespace=namespace,
-    )  # fmt: skip
+        "create",
+        "rolebinding",
+        "plugin-user",
+        "--role=modelversions",
+        f"--serviceaccount={namespace}:plugin-user",
+        namespace=namespace,
+    )
     token = cluster.kubectl("create", "token", "plugin-user", namespace=namespace).stdout.strip()
     plugin = credential_plugin(tmp_path / "get-token", token)
     kubeconfig = exec_kubeconfig(cluster, tmp_path / "exec.kubeconfig", plugin)
@@ -430,8 +462,11 @@ def test_an_exec_credential_plugin_in_the_kubeconfig_works_and_its_failure_is_na
     def plugin_run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [binary, f"--kubeconfig={kubeconfig}", "-n", namespace, *args],
-            capture_output=True, text=True, timeout=90, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
 
     status = plugin_run("status")
     assert status.returncode == 0, status.stderr

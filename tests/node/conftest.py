@@ -49,9 +49,13 @@ def rendered_pod_monitor(helm: Helm) -> dict[str, Any]:
     """The PodMonitor the chart renders for this release (the Prometheus Operator's CRDs are not
     installed on the node, so it is applied to real pods through Prometheus's own discovery)."""
     out = helm.run(
-        "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
         *set_flags(*NODE_VALUES, "monitoring.podMonitor.enabled=true"),
-    )  # fmt: skip
+    )
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
     assert isinstance(monitor, dict)
@@ -62,12 +66,20 @@ def install_chart(cluster: Cluster, helm: Helm) -> float:
     """``helm install --wait`` with the locally built images; seconds it took."""
     started = time.monotonic()
     helm.run(
-        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-        "--kubeconfig", str(cluster.kubeconfig), "--wait", f"--timeout={INSTALL_TIMEOUT_S}s",
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--wait",
+        f"--timeout={INSTALL_TIMEOUT_S}s",
         # Monitoring stays off: the PodMonitor's CRD is not on the node, and the Prometheus
         # the fixture runs applies the PodMonitor's selector itself.
         *set_flags(*NODE_VALUES),
-    )  # fmt: skip
+    )
     return time.monotonic() - started
 
 

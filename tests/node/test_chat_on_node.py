@@ -96,5 +96,6 @@ def test_the_chat_examples_stream_on_the_node_show_ttft_per_version_and_roll_bac
         )
         assert canary["status"].get("readyReplicas") == 1, canary["status"]
     finally:
-        story.kubectl("delete", "-f", str(EXAMPLES), "--ignore-not-found", "--timeout=120s",
-                      check=False)  # fmt: skip
+        story.kubectl(
+            "delete", "-f", str(EXAMPLES), "--ignore-not-found", "--timeout=120s", check=False
+        )

@@ -69,15 +69,26 @@ def test_cluster_up_with_a_node_runs_pods_with_dns_and_down_leaves_nothing(
         assert not node["spec"].get("taints"), node["spec"]["taints"]
 
         started = kubectl(
-            kubeconfig, "run", "dns-probe", "--restart=Never",
-            "--image=ghcr.io/modelroll/modelroll-sidecar:0.1.0", "--image-pull-policy=Never",
-            "--command", "--", "python3", "-c", PROBE,
-        )  # fmt: skip
+            kubeconfig,
+            "run",
+            "dns-probe",
+            "--restart=Never",
+            "--image=ghcr.io/modelroll/modelroll-sidecar:0.1.0",
+            "--image-pull-policy=Never",
+            "--command",
+            "--",
+            "python3",
+            "-c",
+            PROBE,
+        )
         assert started.returncode == 0, started.stderr
         done = kubectl(
-            kubeconfig, "wait", "pod/dns-probe", "--for=jsonpath={.status.phase}=Succeeded",
+            kubeconfig,
+            "wait",
+            "pod/dns-probe",
+            "--for=jsonpath={.status.phase}=Succeeded",
             "--timeout=120s",
-        )  # fmt: skip
+        )
         logs = kubectl(kubeconfig, "logs", "dns-probe")  # through the kubelet
         assert done.returncode == 0, f"{done.stderr} {logs.stdout} {logs.stderr}"
         assert logs.stdout.split() == ["10.0.0.1", "10.0.0.10"]

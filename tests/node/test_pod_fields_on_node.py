@@ -1,4 +1,4 @@
-"""The pod fields of spec.server on a node that runs the pods (issue 19), as a model team uses
+"""The pod fields of spec.server on a node that runs the pods, as a model team uses
 them: a GPU-style pool (the node labelled and tainted) that only a version with the matching
 nodeSelector and toleration lands on; weights that an init container writes into a volume the
 model mounts; a key from a Secret in the model's environment; a model that takes a while to load,

@@ -74,8 +74,12 @@ def kubectl_modelroll(story: InCluster, *args: str) -> subprocess.CompletedProce
     }
     return subprocess.run(
         [str(story.cluster.kubectl_path), "modelroll", "-n", story.namespace, *args],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(420)
@@ -116,5 +120,6 @@ def test_the_managed_examples_run_as_written_and_their_promote_comment_works(
         # Rollback gives back exactly the weights from before the promote, the canary's too.
         eventually(lambda: gateway_weights(story) == {STABLE: 90, CANARY: 10}, "90/10 again", 30)
     finally:
-        story.kubectl("delete", "-f", str(EXAMPLES), "--ignore-not-found", "--timeout=120s",
-                      check=False)  # fmt: skip
+        story.kubectl(
+            "delete", "-f", str(EXAMPLES), "--ignore-not-found", "--timeout=120s", check=False
+        )

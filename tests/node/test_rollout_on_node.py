@@ -120,9 +120,10 @@ class Steps:
         during = self.traffic.since(started)
         lost = failed(during)
         self.figures.add(
-            name, f"{what}; {len(lost)} of {len(during)} requests failed meanwhile"
-            + (f" ({describe(lost)})" if lost else "")
-        )  # fmt: skip
+            name,
+            f"{what}; {len(lost)} of {len(during)} requests failed meanwhile"
+            + (f" ({describe(lost)})" if lost else ""),
+        )
         return lost
 
 
@@ -202,9 +203,14 @@ def test_rollout_story_with_pods(story: InCluster, figures: Figures) -> None:
         def batching_change() -> str:
             before = story.cluster.kubectl_json("get", "deployment", STABLE, namespace=ns)
             story.kubectl(
-                "patch", "mv", STABLE, "--type", "merge", "-p",
+                "patch",
+                "mv",
+                STABLE,
+                "--type",
+                "merge",
+                "-p",
                 '{"spec":{"batching":{"maxWaitMs":5}}}',
-            )  # fmt: skip
+            )
             eventually(
                 lambda: (
                     story.cluster.kubectl_json("get", "deployment", STABLE, namespace=ns)[

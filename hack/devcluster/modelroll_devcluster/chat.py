@@ -83,14 +83,20 @@ async def stream_chat(
     watch, scanner = GenerationWatch(), EventScanner()
     try:
         async with session.post(
-            base_url.rstrip("/") + CHAT_PATH, json=chat_body(model, prompt, max_tokens),
+            base_url.rstrip("/") + CHAT_PATH,
+            json=chat_body(model, prompt, max_tokens),
             headers=headers,
-        ) as resp:  # fmt: skip
+        ) as resp:
             version = resp.headers.get(VERSION_HEADER, "")
             if resp.content_type != "text/event-stream":
-                return ChatStream(sent, time.monotonic(), resp.status, version,
-                                  error=await resp.text(),
-                                  retry_after=resp.headers.get("Retry-After", ""))  # fmt: skip
+                return ChatStream(
+                    sent,
+                    time.monotonic(),
+                    resp.status,
+                    version,
+                    error=await resp.text(),
+                    retry_after=resp.headers.get("Retry-After", ""),
+                )
             async for chunk in resp.content.iter_any():
                 for data in scanner.feed(chunk):
                     before = watch.tokens
@@ -99,11 +105,26 @@ async def stream_chat(
                         on_first_token()
                 if stop_after_tokens is not None and watch.tokens >= stop_after_tokens:
                     break
-            return ChatStream(sent, time.monotonic(), resp.status, version, watch.first_token_at,
-                              watch.tokens, watch.done, watch.error or "")  # fmt: skip
+            return ChatStream(
+                sent,
+                time.monotonic(),
+                resp.status,
+                version,
+                watch.first_token_at,
+                watch.tokens,
+                watch.done,
+                watch.error or "",
+            )
     except (aiohttp.ClientError, TimeoutError) as exc:
-        return ChatStream(sent, time.monotonic(), 0, "", watch.first_token_at, watch.tokens,
-                          error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        return ChatStream(
+            sent,
+            time.monotonic(),
+            0,
+            "",
+            watch.first_token_at,
+            watch.tokens,
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
 
 def ttft_percentile(streams: list[ChatStream], q: float) -> float:

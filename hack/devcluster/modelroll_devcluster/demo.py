@@ -210,8 +210,12 @@ def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
         if once:
             _prometheus_view(stack, table, canary)
             return
-        commands = [*shell, "kubectl get mv", "kubectl modelroll status",
-                    f"kubectl modelroll promote {canary}"]  # fmt: skip
+        commands = [
+            *shell,
+            "kubectl get mv",
+            "kubectl modelroll status",
+            f"kubectl modelroll promote {canary}",
+        ]
         table.event(
             "Running until Ctrl-C. Try in another shell:\n"
             + "".join(f"  {line}\n" for line in commands)

@@ -198,8 +198,19 @@ def reject_unprogrammed_services(service_cidr: str) -> None:
     Pods' traffic passes the firewall plugin's CNI-ADMIN chain (meant for such rules) first."""
     for table_args in (["-N", NO_SERVICE_CHAIN], ["-N", "CNI-ADMIN"]):
         _iptables("filter", *table_args)
-    _iptables("filter", "-A", NO_SERVICE_CHAIN, "-d", service_cidr, "-p", "tcp",
-              "-j", "REJECT", "--reject-with", "tcp-reset")  # fmt: skip
+    _iptables(
+        "filter",
+        "-A",
+        NO_SERVICE_CHAIN,
+        "-d",
+        service_cidr,
+        "-p",
+        "tcp",
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "tcp-reset",
+    )
     _iptables("filter", "-A", NO_SERVICE_CHAIN, "-d", service_cidr, "-j", "REJECT")
     _iptables("filter", "-A", "CNI-ADMIN", "-j", NO_SERVICE_CHAIN)
     _iptables("filter", "-A", "OUTPUT", "-j", NO_SERVICE_CHAIN)

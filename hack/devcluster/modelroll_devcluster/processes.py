@@ -1,7 +1,5 @@
-"""Helpers for scripts that run modelroll components as child processes (the benchmarks).
-
-Moved here from the sidecar-only demo that ``make demo`` used to run, so that bench/ keeps them.
-"""
+"""Helpers for scripts that run modelroll components as child processes (the benchmarks, the
+devcluster's own processes)."""
 
 from __future__ import annotations
 

@@ -243,17 +243,27 @@ class Stack:
         the finalizer is removed by hand so that the namespace can still be deleted."""
         if self.operator is not None and self.operator.running():
             cluster.kubectl(
-                "delete", "modelversions", "--all", "--timeout=20s",
-                namespace=self.namespace, check=False, timeout=30,
-            )  # fmt: skip
+                "delete",
+                "modelversions",
+                "--all",
+                "--timeout=20s",
+                namespace=self.namespace,
+                check=False,
+                timeout=30,
+            )
         leftover = cluster.kubectl(
             "get", "modelversions", "-o", "name", namespace=self.namespace, check=False
         ).stdout.split()
         for name in leftover:
             cluster.kubectl(
-                "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                namespace=self.namespace, check=False,
-            )  # fmt: skip
+                "patch",
+                name,
+                "--type=merge",
+                "-p",
+                '{"metadata":{"finalizers":null}}',
+                namespace=self.namespace,
+                check=False,
+            )
             cluster.kubectl("delete", name, "--wait=false", namespace=self.namespace, check=False)
 
     def __enter__(self) -> Self:
@@ -308,12 +318,16 @@ class Stack:
         sidecar = self._spawn(
             f"sidecar-{spec.name}",
             [
-                venv_script("modelroll-sidecar"), "--host=127.0.0.1", f"--port={sidecar_port}",
-                f"--upstream={model_url}", f"--model={model_name}", f"--version={spec.name}",
+                venv_script("modelroll-sidecar"),
+                "--host=127.0.0.1",
+                f"--port={sidecar_port}",
+                f"--upstream={model_url}",
+                f"--model={model_name}",
+                f"--version={spec.name}",
                 *flags,
             ],
             f"{sidecar_url}/readyz",
-        )  # fmt: skip
+        )
         return Version(spec, model, model_url, sidecar, sidecar_url)
 
     def _model_argv(self, spec: VersionSpec, port: int) -> list[str]:
@@ -360,10 +374,13 @@ class Stack:
             raise StackError("the operator is already running")
         liveness = f"http://127.0.0.1:{free_port()}/healthz"
         argv = [
-            venv_script("modelroll-operator"), f"--namespace={self.namespace}",
-            f"--kubeconfig={self._cluster().kubeconfig}", f"--liveness={liveness}",
-            "--metrics-port=0", "--log-format=full",
-        ]  # fmt: skip
+            venv_script("modelroll-operator"),
+            f"--namespace={self.namespace}",
+            f"--kubeconfig={self._cluster().kubeconfig}",
+            f"--liveness={liveness}",
+            "--metrics-port=0",
+            "--log-format=full",
+        ]
         if self.operator is not None:  # a restart: same log file, new process
             self._components.remove(self.operator)
         self.operator = self._spawn("operator", argv, liveness)
@@ -384,12 +401,15 @@ class Stack:
         self.gateway = self._spawn(
             "gateway",
             [
-                venv_script("modelroll-gateway"), "--host=127.0.0.1", f"--port={port}",
-                f"--namespace={self.namespace}", f"--configmap={CONFIGMAP}",
+                venv_script("modelroll-gateway"),
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--namespace={self.namespace}",
+                f"--configmap={CONFIGMAP}",
                 f"--kubeconfig={self._cluster().kubeconfig}",
             ],
             f"{self.gateway_url}/readyz",
-        )  # fmt: skip
+        )
 
     def _start_prometheus(self) -> None:
         sidecars = [v.sidecar_url.removeprefix("http://") for v in self.versions.values()]
@@ -459,15 +479,19 @@ class Stack:
         """``kubectl modelroll <args>`` in the stack's namespace; raises on failure."""
         cluster = self._cluster()
         argv = [
-            venv_script("kubectl-modelroll"), f"--kubeconfig={cluster.kubeconfig}",
-            f"--namespace={self.namespace}", *args,
-        ]  # fmt: skip
+            venv_script("kubectl-modelroll"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--namespace={self.namespace}",
+            *args,
+        ]
         result = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, check=False, env=cluster.env
         )
         if result.returncode != 0:
-            raise StackError(f"kubectl modelroll {' '.join(args)} exited {result.returncode}: "
-                             f"{result.stderr.strip()}")  # fmt: skip
+            raise StackError(
+                f"kubectl modelroll {' '.join(args)} exited {result.returncode}: "
+                f"{result.stderr.strip()}"
+            )
         return result
 
     def routes(self) -> dict[str, Any]:

@@ -433,7 +433,7 @@ async def test_a_disconnected_client_leaves_the_queue(start: Any) -> None:
     assert h.rejected("disconnect") == 1
 
 
-# -- the modes of issue 17 --------------------------------------------------------------------
+# -- token budget, length-aware forming, adaptive wait ---------------------------------------------
 
 
 async def test_the_adaptive_wait_sends_a_lone_request_at_once_once_the_cost_is_known(

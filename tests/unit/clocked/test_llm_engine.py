@@ -1,4 +1,4 @@
-"""The demo LLM engine's two schedulers (issue 18), on virtual time (conftest.py): when each
+"""The demo LLM engine's two schedulers, on virtual time (conftest.py): when each
 token comes, who waits for whom, and what static batching wastes on sequences that finished
 early."""
 

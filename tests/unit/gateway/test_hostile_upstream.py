@@ -21,39 +21,87 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 CHUNKED_OK = b"%x\r\n%s\r\n0\r\n\r\n" % (len(OK), OK)
 
 AMBIGUOUS = [
-    ("duplicate length", HEAD + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(OK), len(OK), OK), "Duplicate Content-Length"),
-    ("conflicting lengths", HEAD + b"Content-Length: 2\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(OK), OK), "Duplicate Content-Length"),
-    ("length and chunked", HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n"
-        + CHUNKED_OK, "Content-Length can't be present with Transfer-Encoding"),
-    ("signed length", HEAD + b"Content-Length: +%d\r\n\r\n%s" % (len(OK), OK),
-        "Invalid character in Content-Length"),
-    ("underscored length", HEAD + b"Content-Length: 0_%d\r\n\r\n%s" % (len(OK), OK),
-        "Invalid character in Content-Length"),
-    ("coding ending in chunked", HEAD + b"Transfer-Encoding: xchunked\r\n\r\n" + CHUNKED_OK,
-        "Transfer-Encoding is not exactly 'chunked'"),
-    ("gzip then chunked", HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + CHUNKED_OK,
-        "Transfer-Encoding is not exactly 'chunked'"),
-    ("status 999", b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nok",
-        "status 999 is not in 100-599"),
-    ("status 099", b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok",
-        "status 99 is not in 100-599"),
-    ("bare LF in a value", HEAD.replace(b"json\r\n", b"json\nX-Evil: 1\r\n")
-        + b"Content-Length: 2\r\n\r\nok", "Missing expected CR"),
-    ("control byte in a value", b"HTTP/1.1 200 OK\r\nContent-Type: a\x01b\r\n"
-        b"Content-Length: 2\r\n\r\nok", "Invalid header value char"),
-    ("non-ASCII passed-back value", b"HTTP/1.1 200 OK\r\nContent-Type: caf\xe9\r\n"
-        b"Content-Length: 2\r\n\r\nok", "content-type header has characters that are not allowed"),
-    ("two content types", HEAD + b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
-        "two content-type headers"),
-    ("switching protocols", b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n"
-        b"Upgrade: evil\r\n\r\n", "switch protocols"),
-    ("eleven interim answers", b"HTTP/1.1 100 Continue\r\n\r\n" * 11 + answer(OK),
-        "more than 10 interim (1xx) answers"),
-    ("obsolete line folding", HEAD + b"X-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
-        "not valid HTTP/1.1"),
-]  # fmt: skip
+    (
+        "duplicate length",
+        HEAD + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), len(OK), OK),
+        "Duplicate Content-Length",
+    ),
+    (
+        "conflicting lengths",
+        HEAD + b"Content-Length: 2\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), OK),
+        "Duplicate Content-Length",
+    ),
+    (
+        "length and chunked",
+        HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n" + CHUNKED_OK,
+        "Content-Length can't be present with Transfer-Encoding",
+    ),
+    (
+        "signed length",
+        HEAD + b"Content-Length: +%d\r\n\r\n%s" % (len(OK), OK),
+        "Invalid character in Content-Length",
+    ),
+    (
+        "underscored length",
+        HEAD + b"Content-Length: 0_%d\r\n\r\n%s" % (len(OK), OK),
+        "Invalid character in Content-Length",
+    ),
+    (
+        "coding ending in chunked",
+        HEAD + b"Transfer-Encoding: xchunked\r\n\r\n" + CHUNKED_OK,
+        "Transfer-Encoding is not exactly 'chunked'",
+    ),
+    (
+        "gzip then chunked",
+        HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + CHUNKED_OK,
+        "Transfer-Encoding is not exactly 'chunked'",
+    ),
+    (
+        "status 999",
+        b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nok",
+        "status 999 is not in 100-599",
+    ),
+    (
+        "status 099",
+        b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok",
+        "status 99 is not in 100-599",
+    ),
+    (
+        "bare LF in a value",
+        HEAD.replace(b"json\r\n", b"json\nX-Evil: 1\r\n") + b"Content-Length: 2\r\n\r\nok",
+        "Missing expected CR",
+    ),
+    (
+        "control byte in a value",
+        b"HTTP/1.1 200 OK\r\nContent-Type: a\x01b\r\nContent-Length: 2\r\n\r\nok",
+        "Invalid header value char",
+    ),
+    (
+        "non-ASCII passed-back value",
+        b"HTTP/1.1 200 OK\r\nContent-Type: caf\xe9\r\nContent-Length: 2\r\n\r\nok",
+        "content-type header has characters that are not allowed",
+    ),
+    (
+        "two content types",
+        HEAD + b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
+        "two content-type headers",
+    ),
+    (
+        "switching protocols",
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: evil\r\n\r\n",
+        "switch protocols",
+    ),
+    (
+        "eleven interim answers",
+        b"HTTP/1.1 100 Continue\r\n\r\n" * 11 + answer(OK),
+        "more than 10 interim (1xx) answers",
+    ),
+    (
+        "obsolete line folding",
+        HEAD + b"X-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+        "not valid HTTP/1.1",
+    ),
+]
 
 
 @pytest.mark.parametrize(

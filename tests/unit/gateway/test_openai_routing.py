@@ -1,4 +1,4 @@
-"""The gateway's OpenAI paths (issue 18): routed by the body's model, streamed back as the
+"""The gateway's OpenAI paths: routed by the body's model, streamed back as the
 version generates, a stream staying on its version through a weight change, and a client that
 goes away stopping the version's engine. Two demo LLM engines stand in for two versions' sidecars
 (they speak the same paths)."""

@@ -121,14 +121,21 @@ async def test_a_stream_outlasting_the_drain_ends_with_an_error_event_not_a_sile
     routes_file.write({"chat": route("chat", ("chat-v1", 1, url))})
     port = free_port()
     config = GatewayConfig(
-        host="127.0.0.1", port=port, routes_file=routes_file.path, routes_poll_seconds=0.05,
+        host="127.0.0.1",
+        port=port,
+        routes_file=routes_file.path,
+        routes_poll_seconds=0.05,
         upstream_timeout=1.0,
-    )  # fmt: skip
+    )
     stop = asyncio.Event()
     serving = _serving(config, stop, 0.2)
     base = f"http://127.0.0.1:{port}"
-    body = {"model": "chat", "messages": [{"role": "user", "content": "go on"}], "stream": True,
-            "max_tokens": 1000}  # fmt: skip
+    body = {
+        "model": "chat",
+        "messages": [{"role": "user", "content": "go on"}],
+        "stream": True,
+        "max_tokens": 1000,
+    }
     watch, scanner = GenerationWatch(), EventScanner()
     try:
         async with aiohttp.ClientSession() as session:

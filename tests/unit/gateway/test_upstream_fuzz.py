@@ -40,10 +40,18 @@ def framings(draw: st.DrawFn) -> Framing:
     valid = True
     status = draw(
         st.sampled_from(
-            [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 999 Odd", b"HTTP/1.1 2000 X",
-             b"HTTP/2 200 OK", b"HTTP/1.1 200", b"HTTP/1.1  200 OK", b"SSH-2.0-x"]
+            [
+                b"HTTP/1.1 200 OK",
+                b"HTTP/1.1 200 OK",
+                b"HTTP/1.1 999 Odd",
+                b"HTTP/1.1 2000 X",
+                b"HTTP/2 200 OK",
+                b"HTTP/1.1 200",
+                b"HTTP/1.1  200 OK",
+                b"SSH-2.0-x",
+            ]
         )
-    )  # fmt: skip
+    )
     if status not in (b"HTTP/1.1 200 OK", b"HTTP/1.1 200"):
         valid = False
     headers = [b"Content-Type: application/json"]

@@ -50,8 +50,10 @@ def test_the_operators_defaults_are_the_crds() -> None:
     assert guard_fields["maxErrorRatio"]["default"] == guard.max_error_ratio
     assert guard_fields["minRequests"]["default"] == guard.min_requests
     assert spec.errors.codes == DEFAULT_ERROR_CODES
-    assert all(code in checks["errors"]["properties"]["codes"]["description"]
-               for code in ("5xx", "422", "429"))  # fmt: skip
+    assert all(
+        code in checks["errors"]["properties"]["codes"]["description"]
+        for code in ("5xx", "422", "429")
+    )
 
 
 def test_a_checks_block_judges_only_what_it_names() -> None:

@@ -113,13 +113,21 @@ def statuses() -> Iterator[dict[str, Any]]:
     ) -> dict[str, Any]:
         route = compute_route(
             "sentiment",
-            [Candidate("a", weight, "http://a:8000", readiness.ready),
-             Candidate("b", 3, "http://b:8000", ready=True)],
-        )  # fmt: skip
+            [
+                Candidate("a", weight, "http://a:8000", readiness.ready),
+                Candidate("b", 3, "http://b:8000", ready=True),
+            ],
+        )
         return desired_status(
-            name="a", model="sentiment", generation=4, readiness=readiness, route=route,
-            current=current, now=now, route_problem=problem,
-        )  # fmt: skip
+            name="a",
+            model="sentiment",
+            generation=4,
+            readiness=readiness,
+            route=route,
+            current=current,
+            now=now,
+            route_problem=problem,
+        )
 
     written = (None, "the ConfigMap is too large")  # the route, or why it could not be
     for reason, ready, weight, problem in product(get_args(ReadyReason), BOOLS, (0, 2), written):
@@ -200,10 +208,14 @@ def test_an_analysis_edited_by_hand_still_gives_conditions_the_api_server_takes(
     phase (or Unknown): the rest of the status is still written."""
     analysis = {"phase": phase, "reason": reason, "message": "m"}
     doc = desired_status(
-        name="a", model="sentiment", generation=1,
-        readiness=Readiness(True, "ExternalEndpoint", "External mode"), route=None,
-        current={"analysis": analysis}, now=now_rfc3339(),
-    )  # fmt: skip
+        name="a",
+        model="sentiment",
+        generation=1,
+        readiness=Readiness(True, "ExternalEndpoint", "External mode"),
+        route=None,
+        current={"analysis": analysis},
+        now=now_rfc3339(),
+    )
     assert problems(doc["conditions"]) == []
     healthy = next(c for c in doc["conditions"] if c["type"] == status.ANALYSIS_HEALTHY)
     assert healthy["reason"] == written
@@ -212,10 +224,14 @@ def test_an_analysis_edited_by_hand_still_gives_conditions_the_api_server_takes(
 def test_a_message_longer_than_the_crd_allows_is_cut() -> None:
     """An API server's refusal quoted in full could exceed metav1.Condition's 32768 characters."""
     doc = desired_status(
-        name="a", model="sentiment", generation=1,
+        name="a",
+        model="sentiment",
+        generation=1,
         readiness=Readiness(False, "WorkloadRefused", "refused: " + "x" * MESSAGE_MAX),
-        route=None, current={}, now=now_rfc3339(),
-    )  # fmt: skip
+        route=None,
+        current={},
+        now=now_rfc3339(),
+    )
     ready = next(c for c in doc["conditions"] if c["type"] == status.READY)
     assert len(ready["message"]) == MESSAGE_MAX
     assert ready["message"].startswith("refused: x")

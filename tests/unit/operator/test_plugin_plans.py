@@ -298,7 +298,7 @@ def test_rollback_of_a_version_already_at_zero_only_forgets_its_used_up_memory()
 def test_legacy_previous_weights_are_shown_never_restored_and_removed_by_any_patch(
     legacy: str,
 ) -> None:
-    """ "²" passes str.isdigit() but not int(): it used to crash every command, status too."""
+    """ "²" passes str.isdigit() but not int(): every command, status too, reads past it."""
     stable = mv("stable", 0, legacy=legacy)
     assert stable.legacy_weight == legacy
     with pytest.raises(PluginError, match="no Ready version that has weight") as refused:
@@ -363,7 +363,7 @@ NO_READY_WEIGHT = "would leave model sentiment with no Ready version that has we
 
 
 def test_set_weight_refuses_to_take_the_models_last_ready_weighted_version_away() -> None:
-    """The README's promise: `set-weight stable 0` used to make the gateway answer 503."""
+    """The README's promise: `set-weight` never leaves the gateway answering 503 for a model."""
     with pytest.raises(PluginError, match=NO_READY_WEIGHT) as refused:
         plan_set_weight(mv("stable", 9), [mv("canary", 0)], 0, force=False)
     message = str(refused.value)

@@ -29,9 +29,17 @@ from .conftest import StartModel, StartSidecar
         (b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested"),
         (b'{"payload": ' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}", "nested"),
     ],
-    ids=["overflow", "negative overflow", "Infinity", "-Infinity", "NaN", "just too deep",
-         "very deep arrays", "very deep objects"],
-)  # fmt: skip
+    ids=[
+        "overflow",
+        "negative overflow",
+        "Infinity",
+        "-Infinity",
+        "NaN",
+        "just too deep",
+        "very deep arrays",
+        "very deep objects",
+    ],
+)
 async def test_values_a_model_cannot_read_are_refused_with_a_json_400(
     start_model: StartModel, start_sidecar: StartSidecar, body: bytes, message: str
 ) -> None:

@@ -1,4 +1,4 @@
-"""The sidecar in ``--protocol openai`` mode (issue 18), in front of the demo LLM engine, both
+"""The sidecar in ``--protocol openai`` mode, in front of the demo LLM engine, both
 served on loopback: streams pass through as they are generated, the in-flight bound, a broken
 engine stream, a client that goes away, draining, and embeddings batched across requests."""
 
@@ -123,9 +123,15 @@ async def test_a_whole_answer_passes_through_when_not_streamed(
 ) -> None:
     llm = await start_llm(step_ms=1.0)
     sidecar = await openai_sidecar(start_sidecar, llm)
-    resp = await sidecar.client.post("/v1/completions", json={
-        "model": "demo-llm", "prompt": "once upon a time", "max_tokens": 5, "stream": False,
-    })  # fmt: skip
+    resp = await sidecar.client.post(
+        "/v1/completions",
+        json={
+            "model": "demo-llm",
+            "prompt": "once upon a time",
+            "max_tokens": 5,
+            "stream": False,
+        },
+    )
     body = await resp.json()
     assert resp.status == 200
     assert body["object"] == "text_completion"
@@ -225,10 +231,12 @@ async def test_concurrent_embeddings_go_in_one_engine_call_and_each_gets_its_own
     llm = await start_llm(embed_fixed_ms=5.0)
     sidecar = await openai_sidecar(start_sidecar, llm, max_batch_size=16, max_wait_ms=50)
     requests = [["alpha", "beta"], ["gamma"], ["delta", "epsilon", "zeta"], "eta"]
-    answers = await asyncio.gather(*(
-        sidecar.client.post("/v1/embeddings", json={"model": "demo-llm", "input": given})
-        for given in requests
-    ))  # fmt: skip
+    answers = await asyncio.gather(
+        *(
+            sidecar.client.post("/v1/embeddings", json={"model": "demo-llm", "input": given})
+            for given in requests
+        )
+    )
     bodies = [await a.json() for a in answers]
     assert [a.status for a in answers] == [200] * 4
     assert llm.embedding_calls == [7]  # one call with every input

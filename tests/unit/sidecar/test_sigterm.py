@@ -45,17 +45,32 @@ async def test_sigterm_answers_every_accepted_request_then_exits(
     model_port, sidecar_port = free_port(), free_port()
     model = spawn(
         "modelroll-demo-model",
-        "--port", str(model_port), "--fixed-ms", "100", "--per-token-ms", "0",
+        "--port",
+        str(model_port),
+        "--fixed-ms",
+        "100",
+        "--per-token-ms",
+        "0",
         ready=f"http://127.0.0.1:{model_port}/readyz",
-    )  # fmt: skip
+    )
     base = f"http://127.0.0.1:{sidecar_port}"
     sidecar = spawn(
         "modelroll-sidecar",
-        "--port", str(sidecar_port), "--upstream", f"http://127.0.0.1:{model_port}",
-        "--max-batch-size", "16", "--max-wait-ms", "20000", "--timeout-ms", "60000",
-        "--max-queue-size", "1000", *mode,
+        "--port",
+        str(sidecar_port),
+        "--upstream",
+        f"http://127.0.0.1:{model_port}",
+        "--max-batch-size",
+        "16",
+        "--max-wait-ms",
+        "20000",
+        "--timeout-ms",
+        "60000",
+        "--max-queue-size",
+        "1000",
+        *mode,
         ready=f"{base}/readyz",
-    )  # fmt: skip
+    )
 
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -105,16 +120,26 @@ async def test_prestop_keeps_serving_but_sends_clients_elsewhere(spawn: Spawn) -
     the end."""
     model_port, sidecar_port, control_port = free_port(), free_port(), free_port()
     spawn(
-        "modelroll-demo-model", "--port", str(model_port), "--fixed-ms", "1",
+        "modelroll-demo-model",
+        "--port",
+        str(model_port),
+        "--fixed-ms",
+        "1",
         ready=f"http://127.0.0.1:{model_port}/readyz",
-    )  # fmt: skip
+    )
     base = f"http://127.0.0.1:{sidecar_port}"
     sidecar = spawn(
-        "modelroll-sidecar", "--port", str(sidecar_port),
-        "--upstream", f"http://127.0.0.1:{model_port}", "--prestop-delay-ms", "1500",
-        "--control-port", str(control_port),
+        "modelroll-sidecar",
+        "--port",
+        str(sidecar_port),
+        "--upstream",
+        f"http://127.0.0.1:{model_port}",
+        "--prestop-delay-ms",
+        "1500",
+        "--control-port",
+        str(control_port),
         ready=f"{base}/readyz",
-    )  # fmt: skip
+    )
     body = b'{"payload": "a fine day"}'
     request = (
         b"POST /v1/infer HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n"
