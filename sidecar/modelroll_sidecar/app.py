@@ -53,6 +53,7 @@ class Sidecar:
             config.max_concurrent_batches + (config.max_in_flight if self.openai else 0),
             ready_path="/health" if self.openai else "/readyz",
             api_key=config.engine_api_key(),
+            reuse_connections=not self.openai,
         )
         batch_model: BatchModel = EmbeddingsModel(self.model) if self.openai else self.model
         self.proxy: OpenAIProxy | None = None

@@ -144,8 +144,12 @@ class ModelClient:
         max_connections: int,
         ready_path: str = "/readyz",
         api_key: str | None = None,
+        reuse_connections: bool = True,
     ) -> None:
         self._base = base_url.rstrip("/")
+        self._reuse_connections = reuse_connections
+        """False: a new connection per call. llama-server closes its end after each streamed
+        answer while announcing keep-alive, so a pooled connection taken at once is dead (502)."""
         self._ready_path = ready_path
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         """Sent with every call to the model: an engine started with an API key needs it."""
@@ -156,7 +160,9 @@ class ModelClient:
         """A larger answer fails its batch (502) unread: answers are read whole."""
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self._max_connections + 2, force_close=False)
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections + 2, force_close=not self._reuse_connections
+        )
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, headers=self._headers
         )
