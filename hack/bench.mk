@@ -40,6 +40,10 @@ bench-rollback: venv cluster-bins ## Time from a weight patch to the last reques
 bench-llm: venv ## Chat LLM: continuous vs static scheduling, and the TTFT sidecar + gateway add (bench/results/llm.json).
 	$(BENCH) llm $(ARGS)
 
+.PHONY: bench-llama
+bench-llama: venv llama-server llm-model ## The real LLM engine (llama-server, SmolLM2-135M): N slots against one, and the TTFT sidecar + gateway add (bench/results/llama.json).
+	$(BENCH) llama $(ARGS)
+
 .PHONY: bench-encoder
 bench-encoder: venv wrk ## The sidecar in front of the real sentence encoder (int8; ARGS="--variant fp32"), against no batching (bench/results/encoder.json).
 	$(BENCH) encoder $(ARGS)

@@ -718,8 +718,10 @@ def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[
             "rate": rate,
             **{name: _rollouts(outcomes[name]) for name in JUDGES},
         }
-        log(f"A/A at {rate:g} req/s: {setup.rollouts} rollouts in "
-            f"{time.monotonic() - started:.1f} s")  # fmt: skip
+        log(
+            f"A/A at {rate:g} req/s: {setup.rollouts} rollouts in "
+            f"{time.monotonic() - started:.1f} s"
+        )
     for name in REGRESSIONS:
         canary = regressed(setup.healthy, name)
         for weight in setup.detect_weights:
@@ -741,8 +743,10 @@ def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[
                 "max_s": scenario_spec.max_seconds,
                 **{judge_name: _detection(outcomes[judge_name]) for judge_name in JUDGES},
             }
-            log(f"{name} at {weight}%: {setup.detect_seeds} runs in "
-                f"{time.monotonic() - started:.1f} s")  # fmt: skip
+            log(
+                f"{name} at {weight}%: {setup.detect_seeds} runs in "
+                f"{time.monotonic() - started:.1f} s"
+            )
     report["batched"] = batched_aa(setup, log=log)
     weight = setup.steps[0]
     fast = Scenario(

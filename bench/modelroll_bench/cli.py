@@ -9,6 +9,7 @@ modelroll-bench rollback           (make bench-rollback)
 modelroll-bench analysis           (make bench-analysis)
 modelroll-bench llm                (make bench-llm)
 modelroll-bench encoder            (make bench-encoder)
+modelroll-bench llama              (make bench-llama)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import canary, compare, encoder, lengths, llm, rollback, sweep
+from . import canary, compare, encoder, lengths, llama, llm, rollback, sweep
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("analysis", canary, "canary analysis vs Flagger's rule, on simulated traffic"),
         ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
         ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),
+        ("llama", llama, "llama-server with SmolLM2: N slots against one; TTFT the hops add"),
     ):
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)

@@ -28,7 +28,7 @@ The model's limit is parallel x max batch / E[cost of a full batch of random len
 batcher that ignores length can get out of it. A batcher that groups similar lengths pads less and
 can serve more than that "limit".
 
-Targets (the issue's), judged for the three new sidecar modes:
+Targets, judged for the three sidecar modes beyond FIFO:
 
 * goodput under the p99 SLO >= 1.5x FIFO's, on the lognormal lengths;
 * no length decile's p99 above FIFO's p99 for that decile by more than max-wait, at 70% and 90%
@@ -70,7 +70,7 @@ from .systems import KSERVE_BIN, Batching, StartError, System, batcher, demo_mod
 BASELINE = "sidecar FIFO"
 LENGTH, ADAPTIVE, BOTH = "sidecar length-aware", "sidecar adaptive", "sidecar length + adaptive"
 JUDGED = (LENGTH, ADAPTIVE, BOTH)
-"""The systems the issue's targets are judged on."""
+"""The systems the targets are judged on."""
 GOODPUT_TARGET = 1.5
 """Goodput under the SLO against FIFO's, on the lognormal lengths."""
 GOODPUT_TARGET_LENGTHS = "lognormal"
@@ -324,7 +324,7 @@ Check = tuple[str, str, bool, str]
 def checks(
     setup: Setup, distribution: str, summary: dict[str, Any], one_ms: float | None
 ) -> list[Check]:
-    """The issue's targets for the judged systems measured on this distribution."""
+    """The targets for the judged systems measured on this distribution."""
     out: list[Check] = []
     if BASELINE not in summary:
         return out

@@ -135,8 +135,10 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
                 )
                 row[label] = result.summary()
             direct = row["direct"]
-            line = [f"  latency round {r + 1}: direct p50 {direct['p50_ms']:.2f} "
-                    f"p99 {direct['p99_ms']:.2f} ms"]  # fmt: skip
+            line = [
+                f"  latency round {r + 1}: direct p50 {direct['p50_ms']:.2f} "
+                f"p99 {direct['p99_ms']:.2f} ms"
+            ]
             for label, _, _ in _gateways(setup):
                 through = row[label]
                 through["added_p50_ms"] = round(through["p50_ms"] - direct["p50_ms"], 3)
@@ -251,7 +253,7 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
 
 
 def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]:
-    """The issue's targets, judged on the gateway running on the `judged` event loop; with a
+    """The targets, judged on the gateway running on the `judged` event loop; with a
     baseline, also that this gateway is not slower than the baseline's."""
     lat, rate = report["latency"], report["rate"]
     label, echo = f"gateway/{judged}", f"echo/{judged}"

@@ -1,4 +1,5 @@
-"""``make bench-llm``: the seeds' comparison for chat LLMs, measured (issue 18), in one run.
+"""``make bench-llm``: continuous against static batching for chat LLMs, and the TTFT that the
+sidecar and the gateway add, in one run.
 
 1. Scheduling. Two ``modelroll-demo-llm`` engines with the same cost model, output lengths and
    seed, one ``--scheduler continuous`` (sequences join and leave at every iteration), one
@@ -19,7 +20,7 @@
    (``--routes-file``) and the sidecar; and through one and two bare proxies (:mod:`.llm_proxy`:
    aiohttp on uvloop, one pooled client session, the answer streamed back chunk by chunk, and
    nothing else). Added TTFT = a path's p50 (p99) minus the direct p50 (p99) of the same round;
-   the median over rounds is judged: gateway + sidecar <= 1 ms at p50, the issue's target.
+   the median over rounds is judged against the target: gateway + sidecar <= 1 ms at p50.
 
    Why the bare proxies: every process on the path costs a wake-up, whatever its code does. On
    a 2-vCPU VM a plain aiohttp request/response round trip between two processes took 0.46 ms
@@ -42,7 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -95,13 +96,29 @@ class EngineSetup:
 
     def args(self, scheduler: str, port: int) -> list[str]:
         return [
-            "--host", "127.0.0.1", "--port", str(port), "--scheduler", scheduler,
-            "--step-ms", str(self.step_ms), "--step-ms-per-seq", str(self.step_ms_per_seq),
-            "--prefill-ms-per-token", str(self.prefill_ms_per_token),
-            "--max-seqs", str(self.max_seqs), "--kv-tokens", str(self.kv_tokens),
-            "--output-mu", str(self.output_mu), "--output-sigma", str(self.output_sigma),
-            "--seed", str(self.seed),
-        ]  # fmt: skip
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--scheduler",
+            scheduler,
+            "--step-ms",
+            str(self.step_ms),
+            "--step-ms-per-seq",
+            str(self.step_ms_per_seq),
+            "--prefill-ms-per-token",
+            str(self.prefill_ms_per_token),
+            "--max-seqs",
+            str(self.max_seqs),
+            "--kv-tokens",
+            str(self.kv_tokens),
+            "--output-mu",
+            str(self.output_mu),
+            "--output-sigma",
+            str(self.output_sigma),
+            "--seed",
+            str(self.seed),
+        ]
 
     def iteration_ms(self, sequences: int) -> float:
         """An iteration's cost with ``sequences`` in the batch, prompts aside."""
@@ -203,8 +220,12 @@ async def saturation(
     clients = summarize(inside, last.at - first.at)  # tokens/s: the engine's counters
     await until_idle(http, engine.url)
     work = EngineWork.between(first, last)
-    return {"scheduler": scheduler, "streams": setup.concurrency, "engine": work.summary(),
-            "clients": clients}  # fmt: skip
+    return {
+        "scheduler": scheduler,
+        "streams": setup.concurrency,
+        "engine": work.summary(),
+        "clients": clients,
+    }
 
 
 async def open_run(
@@ -222,9 +243,14 @@ async def open_run(
     load = load_average()
     before = await read_stats(http, engine.url)
     run = await open_streams(
-        fixed(scheduler, engine.url + CHAT), body, rate, setup.duration_s,
-        seed=seed, drain_s=setup.drain_s, label=scheduler,
-    )  # fmt: skip
+        fixed(scheduler, engine.url + CHAT),
+        body,
+        rate,
+        setup.duration_s,
+        seed=seed,
+        drain_s=setup.drain_s,
+        label=scheduler,
+    )
     after = await read_stats(http, engine.url)
     work = EngineWork.between(before, after)
     return {**run.summary(), "engine": work.summary(), "load_average_1m": round(load, 2)}
@@ -320,18 +346,27 @@ def medians(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
-async def overhead(setup: Setup) -> dict[str, Any]:
-    """Part 2: one engine, reached directly, through the sidecar, through the gateway and the
-    sidecar, and through one and two bare proxies, in the same rounds of interleaved Poisson
-    arrivals (after an uncounted warm-up)."""
+Engine = Callable[[], contextlib.AbstractAsyncContextManager[Server]]
+"""Starts an engine for the overhead part, and stops it when the block ends."""
+
+
+async def overhead(
+    setup: Setup, engine_of: Engine | None = None, body: Body | None = None
+) -> dict[str, Any]:
+    """Part 2: one engine (by default the demo engine of ``setup.overhead_engine``), reached
+    directly, through the sidecar, through the gateway and the sidecar, and through one and two
+    bare proxies, in the same rounds of interleaved Poisson arrivals (after an uncounted
+    warm-up)."""
     cost = setup.overhead_engine
     words, tokens = setup.prompt_words, setup.overhead_max_tokens
-    body = chat_bodies(prompts(setup.prompts, words), MODEL, tokens)
+    body = body or chat_bodies(prompts(setup.prompts, words), MODEL, tokens)
     rows: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
         eport, sport, pport, qport = free_port(), free_port(), free_port(), free_port()
         engine = await stack.enter_async_context(
-            serve_module("modelroll_sidecar.demo_llm", cost.args("continuous", eport), eport)
+            engine_of()
+            if engine_of is not None
+            else serve_module("modelroll_sidecar.demo_llm", cost.args("continuous", eport), eport)
         )
         sidecar_args = ["--protocol", "openai", "--upstream", engine.url, "--model", MODEL]
         sidecar_args += ["--version", "v1", "--host", "127.0.0.1", "--port", str(sport)]
@@ -343,16 +378,25 @@ async def overhead(setup: Setup) -> dict[str, Any]:
         )
         inner = await stack.enter_async_context(bare_proxy(engine.url, pport))
         outer = await stack.enter_async_context(bare_proxy(inner.url, qport))
-        urls = {DIRECT: engine.url, SIDECAR: sidecar.url, GATEWAY: gateway.url,
-                BARE: inner.url, BARE2: outer.url}  # fmt: skip
+        urls = {
+            DIRECT: engine.url,
+            SIDECAR: sidecar.url,
+            GATEWAY: gateway.url,
+            BARE: inner.url,
+            BARE2: outer.url,
+        }
         paths = [(p, urls[p] + CHAT) for p in PATHS]
         warmup = min(2.0, setup.overhead_s / 2)  # every process's first requests, uncounted
         await open_streams(interleave(paths, 0), body, setup.overhead_rate, warmup, seed=0)
         for r in range(setup.overhead_rounds):
             run = await open_streams(
-                interleave(paths, r + 1), body, setup.overhead_rate, setup.overhead_s,
-                seed=r + 1, drain_s=10.0,
-            )  # fmt: skip
+                interleave(paths, r + 1),
+                body,
+                setup.overhead_rate,
+                setup.overhead_s,
+                seed=r + 1,
+                drain_s=10.0,
+            )
             found = by_path(run.samples)
             rows.append({p: summarize(found.get(p, []), run.elapsed_s) for p in PATHS})
             rows[-1]["load_average_1m"] = round(load_average(), 2)
@@ -360,7 +404,7 @@ async def overhead(setup: Setup) -> dict[str, Any]:
     keys = ("ttft_p50_ms", "ttft_p99_ms")
     failed = {p: sum(row[p]["failed"] + row[p]["cut"] for row in rows) for p in PATHS}
     return {
-        "engine": asdict(cost),
+        **({"engine": asdict(cost)} if engine_of is None else {}),
         "max_tokens": tokens,
         "rate_rps": setup.overhead_rate,
         "paths": list(PATHS),
@@ -398,7 +442,8 @@ async def run(setup: Setup) -> dict[str, Any]:
     return report
 
 
-def _floats(text: str) -> tuple[float, ...]:
+def floats(text: str) -> tuple[float, ...]:
+    """``--shares``' type: comma-separated positive numbers."""
     try:
         values = tuple(float(x) for x in text.split(","))
     except ValueError:
@@ -408,16 +453,38 @@ def _floats(text: str) -> tuple[float, ...]:
     return values
 
 
-def _parts(text: str) -> tuple[str, ...]:
-    parts = tuple(text.split(","))
-    if not parts or any(p not in PARTS for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated, of {', '.join(PARTS)}")
-    return parts
+def parts_of(known: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    """``--parts``' type: a comma-separated choice among ``known``."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        parts = tuple(text.split(","))
+        if not parts or any(p not in known for p in parts):
+            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated, of {', '.join(known)}")
+        return parts
+
+    return parse
 
 
-FLAGS: dict[str, tuple[str, Any, str]] = {
+Flags = dict[str, tuple[str, Any, str]]
+"""Setup fields settable from the command line: flag, type, help."""
+
+
+def add_flags(parser: argparse.ArgumentParser, flags: Flags, defaults: object) -> None:
+    """One option per setup field of ``flags``, its help showing ``defaults``' value."""
+    for name, (flag, kind, text) in flags.items():
+        default = getattr(defaults, name)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        parser.add_argument(flag, dest=name, type=kind, help=f"{text} ({shown})")
+
+
+def given(args: argparse.Namespace, flags: Flags) -> dict[str, Any]:
+    """The setup fields of ``flags`` given on the command line."""
+    return {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
+
+
+FLAGS: Flags = {
     "max_tokens": ("--max-tokens", int, "each request's max_tokens"),
-    "shares": ("--shares", _floats, "open-loop rates as shares of continuous saturation"),
+    "shares": ("--shares", floats, "open-loop rates as shares of continuous saturation"),
     "duration_s": ("--duration", float, "s of arrivals per open-loop run"),
     "drain_s": ("--drain", float, "s after the arrivals before streams are cut"),
     "saturation_s": ("--saturation-seconds", float, "s of the saturation window"),
@@ -426,7 +493,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "overhead_rate": ("--overhead-rate", float, "req/s over the five overhead paths"),
     "overhead_s": ("--overhead-seconds", float, "s per overhead round"),
     "overhead_rounds": ("--overhead-rounds", int, "overhead rounds"),
-    "parts": ("--parts", _parts, "comma-separated: scheduling, overhead"),
+    "parts": ("--parts", parts_of(PARTS), "comma-separated: scheduling, overhead"),
     "seed": ("--seed", int, "seeds the arrivals"),
 }
 """Setup fields settable from the command line: flag, type, help. Unset, they take the
@@ -434,18 +501,16 @@ default of the setup chosen (--quick or not)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = Setup()
-    for name, (flag, kind, text) in FLAGS.items():
-        default = getattr(d, name)
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        parser.add_argument(flag, dest=name, type=kind, help=f"{text} ({shown})")
+    add_flags(parser, FLAGS, Setup())
     e = EngineSetup()
     for name in ("step_ms", "step_ms_per_seq", "max_seqs", "output_mu", "output_sigma"):
         kind = int if name == "max_seqs" else float
         parser.add_argument(
-            "--" + name.replace("_", "-"), dest=f"engine_{name}", type=kind,
+            "--" + name.replace("_", "-"),
+            dest=f"engine_{name}",
+            type=kind,
             help=f"the scheduling engines' --{name.replace('_', '-')} ({getattr(e, name)})",
-        )  # fmt: skip
+        )
     q = QUICK
     parser.add_argument(
         "--quick",
@@ -464,13 +529,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def setup_from(args: argparse.Namespace) -> Setup:
     base = QUICK if args.quick else Setup()
-    given = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
     engine = {
         name.removeprefix("engine_"): value
         for name, value in vars(args).items()
         if name.startswith("engine_") and value is not None
     }
-    return replace(base, engine=replace(base.engine, **engine), **given)
+    return replace(base, engine=replace(base.engine, **engine), **given(args, FLAGS))
 
 
 def main(args: argparse.Namespace) -> int:

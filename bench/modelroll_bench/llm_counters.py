@@ -48,9 +48,14 @@ class EngineWork:
     def between(cls, before: Snapshot, after: Snapshot) -> EngineWork:
         d = {k: after.counters.get(k, 0.0) - before.counters.get(k, 0.0) for k in COUNTERS}
         return cls(
-            after.at - before.at, d["iterations"], d["slot_steps"], d["tokens"],
-            d["sequences"], d["cancelled"], d["busy_s"],
-        )  # fmt: skip
+            after.at - before.at,
+            d["iterations"],
+            d["slot_steps"],
+            d["tokens"],
+            d["sequences"],
+            d["cancelled"],
+            d["busy_s"],
+        )
 
     @property
     def wasted_fraction(self) -> float | None:

@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,8 +42,11 @@ READ_TIMEOUT_S = 120.0
 OK, CUT, FAILED = "ok", "cut", "failed"
 
 
-def chat_bodies(prompts: Sequence[str], model: str, max_tokens: int) -> Body:
-    """Streaming chat completion requests, one per prompt, encoded once and cycled through."""
+def chat_bodies(
+    prompts: Sequence[str], model: str, max_tokens: int, options: Mapping[str, Any] | None = None
+) -> Body:
+    """Streaming chat completion requests, one per prompt, encoded once and cycled through;
+    ``options`` are more fields of every body (``temperature``, say)."""
     encoded = [
         json.dumps(
             {
@@ -52,6 +55,7 @@ def chat_bodies(prompts: Sequence[str], model: str, max_tokens: int) -> Body:
                 "max_tokens": max_tokens,
                 "stream": True,
                 "stream_options": {"include_usage": True},
+                **(options or {}),
             }
         ).encode()
         for prompt in prompts
@@ -159,9 +163,11 @@ class StreamTimer:
         return Sample(self.path, start, OK, ttft, waited, waited, tokens, None, window)
 
 
-def session() -> aiohttp.ClientSession:
+def session(fresh_connections: bool = False) -> aiohttp.ClientSession:
+    """The load's client; ``fresh_connections``: one connection per request, for a client that
+    sends its next request the moment an answer ends, which llama-server may have closed."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0),
+        connector=aiohttp.TCPConnector(limit=0, force_close=fresh_connections),
         timeout=aiohttp.ClientTimeout(total=None, sock_read=READ_TIMEOUT_S),
     )
 
@@ -205,8 +211,11 @@ class StreamRun:
     window_s: float = 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {"label": self.label, "offered_rps": self.offered_rps,
-                **summarize(self.samples, self.elapsed_s, self.window_s)}  # fmt: skip
+        return {
+            "label": self.label,
+            "offered_rps": self.offered_rps,
+            **summarize(self.samples, self.elapsed_s, self.window_s),
+        }
 
 
 async def open_streams(
@@ -246,22 +255,27 @@ async def open_streams(
 
 
 async def closed_streams(
-    url: str, body: Body, concurrency: int, during: Awaitable[T]
+    url: str,
+    body: Body,
+    concurrency: int,
+    during: Awaitable[T],
+    window: tuple[float, float] | None = None,
 ) -> tuple[T, list[Sample]]:
     """``concurrency`` clients, each sending its next stream when its last one has ended, for as
     long as ``during`` runs (the measurement); then the streams in flight are cut. Client ``k``
-    sends bodies ``k``, ``k + concurrency``, ... ."""
+    sends bodies ``k``, ``k + concurrency``, ... ; tokens within ``window`` (perf_counter
+    times) are counted apart, as in :func:`open_streams`. Each request has its own connection."""
     timers: list[StreamTimer] = []
 
     async def client(http: aiohttp.ClientSession, k: int) -> None:
         i = k
         while True:
-            timer = StreamTimer(time.perf_counter())
+            timer = StreamTimer(time.perf_counter(), window=window)
             timers.append(timer)
             await stream(http, url, body(i), timer)
             i += concurrency
 
-    async with session() as http:
+    async with session(fresh_connections=True) as http:
         clients = {asyncio.create_task(client(http, k)) for k in range(concurrency)}
         try:
             result = await during

@@ -1,5 +1,5 @@
 """``make bench-llm``'s figures in words: ratios that respect lower bounds, the lines printed as
-the run goes, the summary tables at its end, the issue's target judged, and beside it (for
+the run goes, the summary tables at its end, the TTFT target judged, and beside it (for
 information) what modelroll costs beyond as many bare aiohttp hops.
 
 A figure named in a row's ``at_least`` is only a lower bound (streams cut before they got there,
@@ -118,7 +118,7 @@ def print_summary(report: dict[str, Any]) -> None:
     if "scheduling" in report:
         _print_scheduling(report["scheduling"], report["setup"])
     if "overhead" in report:
-        _print_overhead(report["overhead"])
+        print_overhead(report["overhead"])
         for what, measured in informational(report):
             print(f"  For information (no target): {what}: {measured}")
 
@@ -126,8 +126,10 @@ def print_summary(report: dict[str, Any]) -> None:
 def _print_scheduling(found: dict[str, Any], setup: dict[str, Any]) -> None:
     sat = found["saturation"]
     print(f"\nSaturation (closed loop, {sat['continuous']['streams']} streams; engine counters):")
-    print(f"  {'scheduler':<12} {'tokens/s':>9} {'req/s':>7} {'wasted':>7} {'mean batch':>10}"
-          f"   TTFT p50 / p95 / p99 ms")  # fmt: skip
+    print(
+        f"  {'scheduler':<12} {'tokens/s':>9} {'req/s':>7} {'wasted':>7} {'mean batch':>10}"
+        f"   TTFT p50 / p95 / p99 ms"
+    )
     for scheduler, row in sat.items():
         e = row["engine"]
         print(
@@ -135,9 +137,11 @@ def _print_scheduling(found: dict[str, Any], setup: dict[str, Any]) -> None:
             f"{_share(e['wasted_fraction']):>7} {e['mean_batch']:>10}   "
             f"{latencies(row['clients'], 'ttft')}"
         )
-    print(f"  continuous / static: output tokens/s "
-          f"{ratio_text(found['saturation_ratio'].get('output_tps'))}; the cost model's "
-          f"ceiling (every slot a token): {found['ceiling_tps']} tokens/s")  # fmt: skip
+    print(
+        f"  continuous / static: output tokens/s "
+        f"{ratio_text(found['saturation_ratio'].get('output_tps'))}; the cost model's "
+        f"ceiling (every slot a token): {found['ceiling_tps']} tokens/s"
+    )
     static = sat["static"]["engine"]
     print(
         f"  Early finish: at saturation static batching charged {static['slot_steps_per_s']} "
@@ -149,8 +153,10 @@ def _print_scheduling(found: dict[str, Any], setup: dict[str, Any]) -> None:
         f"finish ('>=': a bound, streams were cut); rates as shares of continuous saturation "
         f"({found['capacity_rps']} req/s); tokens/s: received in the last 3/4 of the arrivals:"
     )
-    print(f"  {'rate':<14} {'scheduler':<12} {'tokens/s':>9}  {'TTFT p50 / p95 / p99 ms':<26}"
-          f"{'e2e p50 / p95 / p99 ms':<28}{'wasted':>7}  ok/sent")  # fmt: skip
+    print(
+        f"  {'rate':<14} {'scheduler':<12} {'tokens/s':>9}  {'TTFT p50 / p95 / p99 ms':<26}"
+        f"{'e2e p50 / p95 / p99 ms':<28}{'wasted':>7}  ok/sent"
+    )
     for row in found["rates"]:
         rate = f"{row['rate_rps']:g} ({row['share']:.0%})"
         for scheduler in ("continuous", "static"):
@@ -165,8 +171,10 @@ def _print_scheduling(found: dict[str, Any], setup: dict[str, Any]) -> None:
         q = row["continuous_over_static"]
         ttft = " / ".join(ratio_text(q.get(f"ttft_{p}_ms")) for p in ("p50", "p95", "p99"))
         e2e = " / ".join(ratio_text(q.get(f"e2e_{p}_ms")) for p in ("p50", "p95", "p99"))
-        print(f"  {'':<14} {'cont/static':<12} {ratio_text(q.get('output_tps')):>9}  "
-              f"{ttft:<26}{e2e:<28}")  # fmt: skip
+        print(
+            f"  {'':<14} {'cont/static':<12} {ratio_text(q.get('output_tps')):>9}  "
+            f"{ttft:<26}{e2e:<28}"
+        )
 
 
 def _spread_text(found: dict[str, Any] | None) -> str:
@@ -178,7 +186,7 @@ def _spread_text(found: dict[str, Any] | None) -> str:
     return f"{_plus(found['median'])} ({_plus(found['min'])}..{_plus(found['max'])})"
 
 
-def _print_overhead(found: dict[str, Any]) -> None:
+def print_overhead(found: dict[str, Any]) -> None:
     rounds = len(found["rounds"])
     keys = ("ttft_p50_ms", "ttft_p99_ms")
     beyond = found.get("beyond_bare", {})
@@ -196,8 +204,10 @@ def _print_overhead(found: dict[str, Any]) -> None:
         ttft = " ".join(figure(row, f"ttft_{p}_ms", 2).rjust(7) for p in ("p50", "p95", "p99"))
         lines.append((path, ttft, text))
     width = max(len(t) for t in [*heads, *(t for _, _, text in lines for t in text)]) + 2
-    print(f"  {'path':<16} {'p50':>7} {'p95':>7} {'p99':>7}   "
-          f"{''.join(h.ljust(width) for h in heads)}".rstrip())  # fmt: skip
+    print(
+        f"  {'path':<16} {'p50':>7} {'p95':>7} {'p99':>7}   "
+        f"{''.join(h.ljust(width) for h in heads)}".rstrip()
+    )
     for path, ttft, text in lines:
         print(f"  {path:<16} {ttft}   {''.join(t.ljust(width) for t in text)}".rstrip())
     if ceilings:
@@ -206,7 +216,7 @@ def _print_overhead(found: dict[str, Any]) -> None:
 
 
 def checks(report: dict[str, Any]) -> list[Check]:
-    """The issue's target: what the gateway and the sidecar together add to TTFT at p50, median
+    """The target: what the gateway and the sidecar together add to TTFT at p50, median
     over the rounds, with every stream of those rounds answered."""
     found = report.get("overhead")
     if found is None:

@@ -234,16 +234,26 @@ class Routes:
     def patch_configmap(self, canary_weight: int) -> None:
         patch = json.dumps(configmap_patch(self.route(canary_weight)))
         self.cluster.kubectl(
-            "patch", "configmap", CONFIGMAP_NAME, "--type=merge", "-p", patch,
+            "patch",
+            "configmap",
+            CONFIGMAP_NAME,
+            "--type=merge",
+            "-p",
+            patch,
             namespace=self.namespace,
-        )  # fmt: skip
+        )
 
     def patch_version(self, canary_weight: int) -> None:
         patch = json.dumps({"spec": {"weight": canary_weight}})
         self.cluster.kubectl(
-            "patch", "modelversion", "canary", "--type=merge", "-p", patch,
+            "patch",
+            "modelversion",
+            "canary",
+            "--type=merge",
+            "-p",
+            patch,
             namespace=self.namespace,
-        )  # fmt: skip
+        )
 
     def create_configmap(self) -> None:
         self.cluster.apply(
@@ -270,9 +280,14 @@ class Routes:
 
     def share(self, version: str) -> str:
         return self.cluster.kubectl(
-            "get", "modelversion", version, "-o", "jsonpath={.status.share}",
-            namespace=self.namespace, check=False,
-        ).stdout  # fmt: skip
+            "get",
+            "modelversion",
+            version,
+            "-o",
+            "jsonpath={.status.share}",
+            namespace=self.namespace,
+            check=False,
+        ).stdout
 
 
 async def flips(

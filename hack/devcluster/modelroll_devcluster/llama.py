@@ -54,15 +54,16 @@ class LlamaServer:
     """One llama-server process serving the model as ``alias`` on 127.0.0.1.
 
     ``slots`` sequences are generated at once (``-np``), sharing a context of ``context`` tokens
-    (``-c``: each slot gets ``context / slots``). Start with :meth:`start` (it returns once
-    /health answers 200), stop with :meth:`stop`.
+    (``-c``: each slot gets ``context / slots``), on ``threads`` threads (``-t``: one, as the
+    encoder's, since a second one stalls at every step whenever the other core is busy). Start
+    with :meth:`start` (it returns once /health answers 200), stop with :meth:`stop`.
     """
 
     alias: str
     log_path: Path
     slots: int = 1
     context: int = 2048
-    threads: int = 2
+    threads: int = 1
     extra_args: Sequence[str] = ()
     bin_dir: Path | None = None
     name: str = BINARY

@@ -102,7 +102,7 @@ def test_limit_with_random_lengths_charges_the_longest_of_each_batch() -> None:
 
 
 def test_padding_makes_the_limit_peak_at_a_batch_size() -> None:
-    """With these costs a bigger batch stops paying for itself: the seeds' point."""
+    """With these costs a bigger batch stops paying for itself."""
     cost = CostModel(fixed_ms=10, per_token_ms=0.02)
     lengths = parse("lognormal:3,0.7")
     limits = {b: cost.limit_rps(lengths, b, trials=3000) for b in (1, 16, 64)}

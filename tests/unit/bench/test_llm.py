@@ -264,15 +264,27 @@ def overhead_row(
     def figures(p50: float) -> dict[str, Any]:
         return {"ttft_p50_ms": p50, "ttft_p99_ms": 2 * p50, "failed": 0, "cut": 0}
 
-    return {DIRECT: figures(direct), SIDECAR: figures(sidecar), GATEWAY: figures(both),
-            BARE: figures(bare or direct), BARE2: figures(bare2 or direct)}  # fmt: skip
+    return {
+        DIRECT: figures(direct),
+        SIDECAR: figures(sidecar),
+        GATEWAY: figures(both),
+        BARE: figures(bare or direct),
+        BARE2: figures(bare2 or direct),
+    }
 
 
 def overhead_report(rows: list[dict[str, Any]], failed: int = 0) -> dict[str, Any]:
     keys = ("ttft_p50_ms", "ttft_p99_ms")
-    return {"overhead": {"rate_rps": 100, "rounds": rows, "failed": failed, "ceilings": CEILINGS,
-                         "added": {k: added(rows, k) for k in keys},
-                         "beyond_bare": {k: beyond_bare(rows, k) for k in keys}}}  # fmt: skip
+    return {
+        "overhead": {
+            "rate_rps": 100,
+            "rounds": rows,
+            "failed": failed,
+            "ceilings": CEILINGS,
+            "added": {k: added(rows, k) for k in keys},
+            "beyond_bare": {k: beyond_bare(rows, k) for k in keys},
+        }
+    }
 
 
 def test_the_paths_pair_each_modelroll_path_with_as_many_bare_hops() -> None:
@@ -348,19 +360,26 @@ def test_the_overhead_lines_and_table_show_every_path(capsys: pytest.CaptureFixt
     assert "bare proxy x2 +1.00/+2.00, gateway+sidecar +1.50/+3.00" in line
     report = overhead_report([row, row])
     found = report["overhead"]
-    found |= {"max_tokens": 16, "median": {p: {"ttft_p50_ms": row[p]["ttft_p50_ms"],
-                                               "at_least": []} for p in PATHS}}  # fmt: skip
+    found |= {
+        "max_tokens": 16,
+        "median": {p: {"ttft_p50_ms": row[p]["ttft_p50_ms"], "at_least": []} for p in PATHS},
+    }
     print_summary(report)
     out = capsys.readouterr().out
-    table = {cells[0]: cells[1:] for line in out.splitlines()
-             if (cells := re.split(r"\s{2,}", line.strip()))[0] in PATHS}  # fmt: skip
+    table = {
+        cells[0]: cells[1:]
+        for line in out.splitlines()
+        if (cells := re.split(r"\s{2,}", line.strip()))[0] in PATHS
+    }
     assert "beyond bare p50" in out
     assert table[DIRECT] == ["3.00", "-", "-"]
     assert table[BARE][3:] == ["+0.50 (+0.50..+0.50)", "+1.00 (+1.00..+1.00)"]
     assert table[GATEWAY][3:] == [
-        "+1.50 (+1.50..+1.50)", "+3.00 (+3.00..+3.00)",
-        "+0.50 (+0.50..+0.50)", "+1.00 (+1.00..+1.00)",
-    ]  # fmt: skip
+        "+1.50 (+1.50..+1.50)",
+        "+3.00 (+3.00..+3.00)",
+        "+0.50 (+0.50..+0.50)",
+        "+1.00 (+1.00..+1.00)",
+    ]
     assert "For information (no target)" in out
 
 
@@ -387,8 +406,9 @@ async def test_a_short_run_counts_what_the_demo_engine_counts(scheduler: str) ->
     finished sequences: none with continuous batching, some with static batches (outputs of 1
     to 12 tokens, batches that outlast several arrivals)."""
     port = free_port()
-    cost = EngineSetup(step_ms=5.0, step_ms_per_seq=0.0, prefill_ms_per_token=0.0,
-                       output_mu=1.5, max_seqs=8)  # fmt: skip
+    cost = EngineSetup(
+        step_ms=5.0, step_ms_per_seq=0.0, prefill_ms_per_token=0.0, output_mu=1.5, max_seqs=8
+    )
     body = chat_bodies(prompts(40, 8), "chat", max_tokens=12)
     async with (
         serve_module("modelroll_sidecar.demo_llm", cost.args(scheduler, port), port) as engine,
