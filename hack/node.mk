@@ -18,9 +18,9 @@ PYTHON_IMAGE ?=
 NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
 	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
 IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
-	hack/images/base-image.sh $(shell git ls-files common sidecar gateway operator 2>/dev/null)
+	hack/images/base-image.sh $(shell git ls-files common sidecar gateway operator models 2>/dev/null)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
-	modelroll-sidecar pause coredns))
+	modelroll-sidecar modelroll-encoder pause coredns))
 
 # The host side of a node, and what builds its images: installed when missing (hack/host-packages.sh).
 NODE_PACKAGES := docker.io containerd runc containernetworking-plugins iptables conntrack iproute2 \
@@ -48,7 +48,7 @@ $(PAUSE_BIN): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
 	strip $@
 
 .PHONY: images
-images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, pause and CoreDNS images with Docker (.cache/images/).
+images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, pause and CoreDNS images with Docker (.cache/images/).
 
 $(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) | node-packages
 	NODE_IMAGES='$(NODE_IMAGE_SPECS)' hack/images/build.sh $(IMAGE_TAG) '$(PYTHON_IMAGE)'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make images: the operator, gateway and sidecar images from their own Dockerfiles, and the two
-# images a local node needs (pause, CoreDNS) from binaries built here, with a Docker engine.
+# make images: the operator, gateway, sidecar and encoder images from their own Dockerfiles, and
+# the two images a local node needs (pause, CoreDNS) from binaries built here, with a Docker engine.
 # Each image is also saved as .cache/images/<name>.tar, which the local node imports into
 # containerd (there is no registry to pull from).
 #
@@ -66,12 +66,13 @@ mkdir -p "$out"
 save() {  # image, file: an archive containerd's `ctr images import` takes
   "$docker" save "$1" -o "$out/$2.tar.tmp" && mv "$out/$2.tar.tmp" "$out/$2.tar"
 }
-for component in operator gateway sidecar; do
-  image=$registry/modelroll-$component:$tag
+for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder; do  # folder:image
+  component=${spec%%:*} name=modelroll-${spec#*:}
+  image=$registry/$name:$tag
   echo "Building $image (base $python_image)"
   "$docker" build --quiet "${build_args[@]}" --build-arg "PYTHON_IMAGE=$python_image" \
     -f "$component/Dockerfile" -t "$image" . >/dev/null
-  save "$image" "modelroll-$component"
+  save "$image" "$name"
 done
 
 # The node's own images, from binaries `make node-bins` built (hack/node.mk names them).

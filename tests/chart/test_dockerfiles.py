@@ -24,6 +24,7 @@ COMPONENTS = {
     "sidecar": ("modelroll-sidecar", ("modelroll-demo-model",)),
     "gateway": ("modelroll-gateway", ()),
     "operator": ("modelroll-operator", ()),
+    "models": ("modelroll-encoder", ()),
 }
 
 
