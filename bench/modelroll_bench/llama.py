@@ -102,7 +102,7 @@ class Setup:
     max_tokens: int = 64
     shares: tuple[float, ...] = (0.25, 0.5, 0.8)
     """Open-loop arrival rates, as shares of the N-slot engine's saturation rate."""
-    duration_s: float = 30.0
+    duration_s: float = 90.0
     drain_s: float = 60.0
     saturation_s: float = 30.0
     warmup_s: float = 5.0
