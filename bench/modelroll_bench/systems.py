@@ -32,30 +32,34 @@ class StartError(RuntimeError):
 @dataclass(frozen=True)
 class Batching:
     """One batcher configuration; ``max_batch_tokens`` 0 means no token budget. ``batch_by``
-    (arrival or length) and ``wait_policy`` (fixed or adaptive) are the sidecar's flags of those
-    names; the other batchers have neither and ignore them."""
+    (arrival or length), ``wait_policy`` (fixed or adaptive) and ``length_from`` (words or
+    tokenizer) are the sidecar's flags of those names; the other batchers ignore them."""
 
     max_batch: int = 32
     max_wait_ms: float = 10.0
     max_batch_tokens: int = 0
     batch_by: str = "arrival"
     wait_policy: str = "fixed"
+    length_from: str = "words"
 
     @property
     def name(self) -> str:
         tokens = f", {self.max_batch_tokens} tokens" if self.max_batch_tokens else ""
         by = ", by length" if self.batch_by != "arrival" else ""
         wait = f", {self.wait_policy} wait" if self.wait_policy != "fixed" else ""
-        return f"B={self.max_batch}, wait {self.max_wait_ms:g} ms{tokens}{by}{wait}"
+        unit = f", lengths from the {self.length_from}" if self.length_from != "words" else ""
+        return f"B={self.max_batch}, wait {self.max_wait_ms:g} ms{tokens}{by}{wait}{unit}"
 
     def sidecar_flags(self) -> list[str]:
-        """--batch-by and --wait-policy, each only when not the sidecar's default (so the
-        defaults' rows run the sidecar exactly as it is deployed without them)."""
+        """--batch-by, --wait-policy and --length-from, each only when not the sidecar's
+        default (so the defaults' rows run the sidecar exactly as it is deployed without them)."""
         flags = []
         if self.batch_by != "arrival":
             flags += ["--batch-by", self.batch_by]
         if self.wait_policy != "fixed":
             flags += ["--wait-policy", self.wait_policy]
+        if self.length_from != "words":
+            flags += ["--length-from", self.length_from]
         return flags
 
 

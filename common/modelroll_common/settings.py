@@ -61,6 +61,7 @@ class Choice:
 BATCHING_CHOICES = (
     Choice("batchBy", "batch_by", "--batch-by", "Arrival", ("Arrival", "Length")),
     Choice("waitPolicy", "wait_policy", "--wait-policy", "Fixed", ("Fixed", "Adaptive")),
+    Choice("lengthFrom", "length_from", "--length-from", "Words", ("Words", "Tokenizer")),
 )
 """spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
 from their default, so adding them changed (rolled) no existing Deployment."""

@@ -1,5 +1,6 @@
 """modelroll's model protocol (``POST /v1/batch``, ``GET /readyz``, ``GET /livez``,
-``GET /v1/stats``) over any batch function: what a model team subclasses to sit behind the sidecar.
+``GET /v1/stats``, ``GET /v1/tokenizer`` for a model with one) over any batch function: what a
+model team subclasses to sit behind the sidecar.
 
 The model loads in the background after the server starts, so probes are answered while it loads
 (``/readyz`` 503, then 200). Batches run one at a time on one worker thread, which keeps the event
@@ -45,6 +46,12 @@ class BatchModel(ABC):
     @abstractmethod
     def predict(self, inputs: list[Any]) -> list[Any]:
         """One output per input, in order (JSON values, numpy arrays or numpy scalars)."""
+
+    def tokenizer(self) -> str | None:
+        """The model's tokenizer as a Hugging Face tokenizer.json, configured as ``predict``
+        uses it (truncation included), for a sidecar that counts lengths in its tokens
+        (``--length-from tokenizer``); None: the model has none (``/v1/tokenizer`` is 404)."""
+        return None
 
     def info(self) -> dict[str, Any]:
         """Fields that ``/readyz`` and ``/v1/stats`` add about the model (a variant, a version)."""
@@ -148,6 +155,16 @@ async def handle_readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", **service.model.info()})
 
 
+async def handle_tokenizer(request: web.Request) -> web.Response:
+    service = request.app[BATCH_SERVICE]
+    if (refusal := service.unready()) is not None:
+        return refusal
+    tokenizer = service.model.tokenizer()
+    if tokenizer is None:
+        return error(404, f"{service.model.name} has no tokenizer")
+    return web.Response(text=tokenizer, content_type="application/json")
+
+
 async def handle_livez(request: web.Request) -> web.Response:
     """Alive while loading or serving; 500 once loading has failed, so the pod restarts."""
     if request.app[BATCH_SERVICE].load_failed:
@@ -203,6 +220,7 @@ def create_app(
     app.router.add_get("/readyz", handle_readyz)
     app.router.add_get("/livez", handle_livez)
     app.router.add_get("/v1/stats", handle_stats)
+    app.router.add_get("/v1/tokenizer", handle_tokenizer)
     return app
 
 

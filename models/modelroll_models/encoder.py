@@ -72,6 +72,12 @@ class Encoder:
         self.variant = variant
         self._tokenizer = tokenizer
         self._network = network
+        self._tokenizer_json = tokenizer.to_str()
+
+    def tokenizer_json(self) -> str:
+        """The tokenizer as ``tokenize`` uses it, as a tokenizer.json (truncation included;
+        padding is to the batch's longest input, which a length does not need)."""
+        return self._tokenizer_json
 
     def tokenize(self, texts: Sequence[str]) -> Tokens:
         encodings = self._tokenizer.encode_batch(list(texts))

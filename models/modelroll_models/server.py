@@ -90,6 +90,9 @@ class EncoderModel(BatchModel):
         self.encode_seconds += time.perf_counter() - started
         return list(vectors)
 
+    def tokenizer(self) -> str:
+        return self.encoder.tokenizer_json()
+
     def info(self) -> dict[str, Any]:
         return {"variant": self.variant}
 

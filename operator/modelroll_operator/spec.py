@@ -62,6 +62,7 @@ class Batching:
     max_concurrent_batches: int = 1
     batch_by: str = "Arrival"
     wait_policy: str = "Fixed"
+    length_from: str = "Words"
 
     def sidecar_flags(self) -> list[str]:
         """The sidecar's command-line flags for these settings, in a fixed order: every integer

@@ -24,6 +24,7 @@ from modelroll_common.server import RequestTimedOut, read_body
 
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
+from .lengths import Lengths, fetch_tokenizer
 from .metrics import LLMMetrics, SidecarMetrics
 from .openai_proxy import (
     GENERATION_PATHS,
@@ -32,7 +33,7 @@ from .openai_proxy import (
     OpenAIProxy,
     embeddings_request,
 )
-from .protocol import ModelClient, decode, encode
+from .protocol import ModelClient, decode, encode, payload_length
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ class Sidecar:
             wait_policy=config.wait_policy,
         )
         self.model_ready = False
+        self.lengths: Lengths | None = payload_length if config.length_from == "words" else None
+        """How long a request is; None until the model's tokenizer is loaded."""
+        self.lengths_problem = "not asked for yet"
+        """Why there is no tokenizer yet (for /readyz)."""
         self.closing = False
         """Set by the control app's GET /prestop: still serving, but unready and closing every
         connection."""
@@ -102,10 +107,24 @@ class Sidecar:
         timeout = self.config.readiness_timeout_ms / 1000
         while True:
             ready = await self.model.ready(timeout)
+            if ready and self.lengths is None:
+                await self._load_tokenizer()
             if ready != self.model_ready:
                 log.info("Model at %s became %s", self.config.upstream, _readiness(ready))
                 self.model_ready = ready
             await asyncio.sleep(interval if ready else min(interval, STARTUP_PROBE_S))
+
+    async def _load_tokenizer(self) -> None:
+        """--length-from tokenizer: fetch the model's tokenizer; until then the sidecar is
+        unready, and each new reason it gives is logged once."""
+        try:
+            self.lengths = await fetch_tokenizer(self.model, self.config.upstream_timeout_ms / 1000)
+        except ValueError as exc:
+            if str(exc) != self.lengths_problem:
+                log.warning("No tokenizer from the model at %s: %s", self.config.upstream, exc)
+                self.lengths_problem = str(exc)
+            return
+        log.info("Counting lengths in the tokens of the model's tokenizer")
 
     async def prestop(self) -> None:
         """The pod is terminating: while Kubernetes takes the pod out of its Services' endpoints,
@@ -232,8 +251,10 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
     payload = await read_payload(request, sidecar.config.max_body_bytes)
     if isinstance(payload, web.Response):
         return payload
+    if sidecar.lengths is None:
+        return error_response(503, "the model's tokenizer is not loaded yet")
     try:
-        pending = sidecar.batcher.submit(payload)
+        pending = sidecar.batcher.submit(payload, length=sidecar.lengths(payload))
     except QueueFull as exc:
         return error_response(429, str(exc), {"Retry-After": RETRY_AFTER_S})
     except (ShuttingDown, BatcherNotRunning) as exc:
@@ -353,6 +374,8 @@ async def handle_readyz(request: web.Request) -> web.Response:
         return error_response(503, "the batcher is not running")
     if not sidecar.model_ready:
         return error_response(503, f"model at {sidecar.config.upstream} is not ready")
+    if sidecar.lengths is None:
+        return error_response(503, f"no tokenizer from the model: {sidecar.lengths_problem}")
     return json_response(200, {"status": "ready"})
 
 

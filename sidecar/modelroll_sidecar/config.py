@@ -28,6 +28,7 @@ CHOICES = {c.attr: c for c in (*BATCHING_CHOICES, PROTOCOL)}
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 BATCH_BY = CHOICES["batch_by"].words
 WAIT_POLICIES = CHOICES["wait_policy"].words
+LENGTH_FROM = CHOICES["length_from"].words
 PROTOCOLS = CHOICES["protocol"].words
 
 
@@ -58,6 +59,7 @@ class SidecarConfig:
     max_concurrent_batches: int = _default("max_concurrent_batches")
     batch_by: str = _word("batch_by")
     wait_policy: str = _word("wait_policy")
+    length_from: str = _word("length_from")
     protocol: str = _word("protocol")
     max_in_flight: int = _default("max_in_flight")
     max_body_bytes: int = _default("max_body_bytes")
@@ -75,6 +77,7 @@ class SidecarConfig:
         # spec.batching spells these Arrival, Length, Fixed, Adaptive; the flags take any case.
         object.__setattr__(self, "batch_by", self.batch_by.lower())
         object.__setattr__(self, "wait_policy", self.wait_policy.lower())
+        object.__setattr__(self, "length_from", self.length_from.lower())
         object.__setattr__(self, "protocol", self.protocol.lower())
         problem = self.problem()
         if problem is not None:
@@ -108,6 +111,7 @@ class SidecarConfig:
         choices = {
             "batch_by": BATCH_BY,
             "wait_policy": WAIT_POLICIES,
+            "length_from": LENGTH_FROM,
             "protocol": PROTOCOLS,
             "event_loop": EVENT_LOOPS,
         }
@@ -116,6 +120,11 @@ class SidecarConfig:
                 return (
                     f"{flag(name)} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
                 )
+        if self.length_from == "tokenizer" and self.protocol == "openai":
+            return (
+                "--length-from tokenizer needs --protocol batch: an OpenAI engine serves no "
+                "tokenizer"
+            )
         for name in ("model", "version"):
             if not getattr(self, name):
                 return f"{flag(name)} must not be empty"
@@ -156,6 +165,10 @@ HELP = {
     "wait_policy": "fixed: a batch that is not full waits until its oldest request has waited "
     "--max-wait-ms; adaptive: it goes as soon as a model slot is free and no arrival is expected "
     "soon enough to be worth waiting for (never later than --max-wait-ms)",
+    "length_from": "what a request's length counts, for --batch-by length, --max-batch-tokens "
+    "and the padding metrics: words: whitespace words of a string payload; tokenizer: its tokens "
+    "under the model's own tokenizer, which the model serves at GET /v1/tokenizer (the sidecar "
+    "is unready until it has it); either way a list payload counts its items",
     "protocol": "batch: the model speaks POST /v1/batch and the sidecar batches requests to "
     "POST /v1/infer; openai: the model is an OpenAI-compatible engine that batches generation "
     "itself, and the sidecar streams /v1/chat/completions and /v1/completions through, batching "

@@ -120,6 +120,17 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             id="wait-policy-lowercase",
         ),
         pytest.param(
+            model_version(
+                "v1",
+                "chat",
+                server=SERVER,
+                protocol="OpenAI",
+                batching={"lengthFrom": "Tokenizer"},
+            ),
+            "spec.batching.lengthFrom Tokenizer needs spec.protocol Batch",
+            id="tokenizer-lengths-for-an-openai-engine",
+        ),
+        pytest.param(
             model_version("v1", "sentiment", endpoint="ftp://s"),
             "spec.endpoint must be an http:// or https:// URL",
             id="endpoint-not-http",
@@ -219,6 +230,7 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
             "maxConcurrentBatches": 1,
             "batchBy": "Arrival",
             "waitPolicy": "Fixed",
+            "lengthFrom": "Words",
         },
     }
     # maxWaitMs 0 (send what is queued at once, Triton's default) is a legal setting.
@@ -236,7 +248,12 @@ def test_length_aware_batching_with_an_adaptive_wait_is_accepted_with_the_other_
         "tuned",
         "sentiment",
         server=SERVER,
-        batching={"batchBy": "Length", "waitPolicy": "Adaptive", "maxWaitMs": 25},
+        batching={
+            "batchBy": "Length",
+            "waitPolicy": "Adaptive",
+            "lengthFrom": "Tokenizer",
+            "maxWaitMs": 25,
+        },
     )
     assert dry_run(cluster, ns, tuned)["spec"]["batching"] == {
         "maxBatchSize": 32,
@@ -247,6 +264,7 @@ def test_length_aware_batching_with_an_adaptive_wait_is_accepted_with_the_other_
         "maxConcurrentBatches": 1,
         "batchBy": "Length",
         "waitPolicy": "Adaptive",
+        "lengthFrom": "Tokenizer",
     }
     # Each alone, too: the other keeps its default.
     length = model_version("length", "sentiment", server=SERVER, batching={"batchBy": "Length"})

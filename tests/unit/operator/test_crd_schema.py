@@ -136,6 +136,7 @@ def test_the_crd_enums_and_defaults_of_batching_choices_are_the_operators_and_si
     sidecar_choices = {
         "batch_by": sidecar_config.BATCH_BY,
         "wait_policy": sidecar_config.WAIT_POLICIES,
+        "length_from": sidecar_config.LENGTH_FROM,
     }
     assert {c.attr for c in BATCHING_CHOICES} == set(sidecar_choices)
     for c in BATCHING_CHOICES:

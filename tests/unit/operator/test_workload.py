@@ -215,7 +215,7 @@ def test_spec_sidecar_settings_become_sidecar_flags_and_set_the_grace_period() -
 
 def _policy_flags(manifest: dict[str, Any]) -> list[str]:
     args: list[str] = containers(manifest)["sidecar"]["args"]
-    return [a for a in args if a.startswith(("--batch-by", "--wait-policy"))]
+    return [a for a in args if a.startswith(("--batch-by", "--wait-policy", "--length-from"))]
 
 
 def test_batch_by_length_and_adaptive_wait_reach_the_sidecar_and_defaults_add_no_flag() -> None:
@@ -224,22 +224,30 @@ def test_batch_by_length_and_adaptive_wait_reach_the_sidecar_and_defaults_add_no
     # What the API server stores for a spec that leaves them out: the CRD's defaults, spelt out.
     # The pod template, and so the Deployment, must be the one from before these fields existed.
     defaulted = deployment_manifest(
-        version(batching={"batchBy": "Arrival", "waitPolicy": "Fixed"}), CONFIG
+        version(batching={"batchBy": "Arrival", "waitPolicy": "Fixed", "lengthFrom": "Words"}),
+        CONFIG,
     )
     assert defaulted == plain
     length = deployment_manifest(version(batching={"batchBy": "Length"}), CONFIG)
     assert _policy_flags(length) == ["--batch-by=length"]
     assert _hash(length) != _hash(plain)  # a change rolls the Deployment
-    both = version(batching={"batchBy": "Length", "waitPolicy": "Adaptive"})
+    both = version(
+        batching={"batchBy": "Length", "waitPolicy": "Adaptive", "lengthFrom": "Tokenizer"}
+    )
     args = containers(deployment_manifest(both, CONFIG))["sidecar"]["args"]
     assert _policy_flags(deployment_manifest(both, CONFIG)) == [
         "--batch-by=length",
         "--wait-policy=adaptive",
+        "--length-from=tokenizer",
     ]
     assert args[-1] == "--drain-timeout-s=20"
     # The sidecar takes every flag the operator gives it.
     config = parse_sidecar_args(args, environ={})
-    assert (config.batch_by, config.wait_policy) == ("length", "adaptive")
+    assert (config.batch_by, config.wait_policy, config.length_from) == (
+        "length",
+        "adaptive",
+        "tokenizer",
+    )
     assert (config.model, config.version) == ("sentiment", "canary-v2")
     assert parse_sidecar_args(containers(plain)["sidecar"]["args"], environ={}).batch_by == (
         "arrival"

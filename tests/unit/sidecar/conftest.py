@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,15 @@ class RunningSidecar:
             {"model": self.sidecar.config.model, "version": self.sidecar.config.version, **labels},
         )
         return value or 0.0
+
+
+async def until_ready(client: TestClient[web.Request, web.Application]) -> None:
+    """Wait, at most 5 s, until the sidecar behind ``client`` answers /readyz 200."""
+    for _ in range(100):
+        if (await client.get("/readyz")).status == 200:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the sidecar never became ready")
 
 
 StartModel = Callable[..., Awaitable[RunningModel]]

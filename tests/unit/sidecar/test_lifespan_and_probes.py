@@ -11,7 +11,7 @@ from pytest_aiohttp import AiohttpServer
 from modelroll_sidecar.app import create_app, handle_infer, handle_livez
 from modelroll_sidecar.config import SidecarConfig
 
-from .conftest import StartModel, StartSidecar
+from .conftest import StartModel, StartSidecar, until_ready
 
 
 async def test_readyz_is_503_until_the_model_is_ready(
@@ -74,3 +74,26 @@ async def test_an_app_whose_lifespan_never_started_answers_503_at_once() -> None
 
     assert response.status == 503
     assert live.status == 503
+
+
+async def test_a_sidecar_counting_tokens_stays_unready_behind_a_model_with_no_tokenizer(
+    start_model: StartModel, start_sidecar: StartSidecar
+) -> None:
+    """--length-from tokenizer in front of a model that serves no GET /v1/tokenizer (the demo
+    model): the model is ready, the sidecar is not, says why, and takes no request."""
+    model = await start_model(fixed_ms=1)
+    sidecar = await start_sidecar(model.url, length_from="tokenizer")
+    counting_words = await start_sidecar(model.url)
+
+    await until_ready(counting_words.client)
+    await asyncio.sleep(0.3)  # three more probes of the model, each asking for its tokenizer
+    unready = await sidecar.client.get("/readyz")
+    status, body = await sidecar.infer("a sentence")
+
+    assert unready.status == 503
+    assert (await unready.json())["error"] == (
+        "no tokenizer from the model: the model answers GET /v1/tokenizer with HTTP 404; "
+        "--length-from tokenizer needs a model that serves its tokenizer.json there"
+    )
+    assert (status, body) == (503, {"error": "the model's tokenizer is not loaded yet"})
+    assert model.model.items == 0
