@@ -2,6 +2,12 @@
 and HTTP excluded, for batches of typical sentences (about 15 words, 20 tokens with [CLS] and
 [SEP]). Prints one row per variant, thread count and batch size: the medians over the repeats
 of the wall-clock time and of the process's CPU time (all its threads).
+
+``--fit`` measures a grid of batch sizes and sentence lengths instead (every sentence of a batch
+as long as the others, so nothing is padding) and fits ``fixed + per_token x padded tokens`` to
+the medians by least squares, in WordPiece tokens and in whitespace words: the cost model of
+``modelroll-demo-model`` (``--fixed-ms``, ``--per-token-ms``, which counts words), so a
+stand-in can be given the real model's cost.
 """
 
 from __future__ import annotations
@@ -51,16 +57,102 @@ def measure(variant: str, threads: int, sizes: Sequence[int], repeats: int) -> N
         )
 
 
+FIT_SIZES = (1, 2, 4, 8, 16, 32)
+FIT_WORDS = (4, 8, 16, 32)
+FILLER = (
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "near",
+    "our",
+    "quiet",
+    "river",
+    "bank",
+    "at",
+    "dawn",
+    "today",
+    "while",
+    "seven",
+    "tired",
+    "people",
+    "count",
+    "their",
+    "steps",
+    "along",
+    "an",
+    "old",
+    "stone",
+    "path",
+)
+
+
+def sentence_of(words: int) -> str:
+    """A sentence of exactly ``words`` common English words (each one WordPiece token)."""
+    return " ".join(FILLER[i % len(FILLER)] for i in range(words)).capitalize() + "."
+
+
+def least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
+    """``(intercept, slope, r2)`` of the least-squares line through the points."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    intercept = mean_y - slope * mean_x
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    total = sum((y - mean_y) ** 2 for y in ys)
+    return intercept, slope, 1 - residual / total if total else 1.0
+
+
+def fit(variant: str, threads: int, repeats: int) -> None:
+    files = EncoderFiles(default_zip_path(), default_onnx_path())
+    encoder = load_encoder(variant, files, threads)
+    tokens, words, ms = [], [], []
+    for length in FIT_WORDS:
+        for size in FIT_SIZES:
+            texts = [sentence_of(length)] * size
+            encoder.encode(texts)  # warm-up
+            wall = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                encoder.encode(texts)
+                wall.append(time.perf_counter() - started)
+            tokens.append(encoder.tokenize(texts).padded)
+            words.append(size * length)
+            ms.append(statistics.median(wall) * 1000)
+    for unit, xs in (("token", tokens), ("word", words)):
+        fixed, per, r2 = least_squares(xs, ms)
+        print(
+            f"{variant:5} threads={threads} per {unit:5}: {fixed:6.2f} ms + {per:.4f} ms x padded "
+            f"{unit}s (R^2 {r2:.3f}, {len(ms)} batch shapes, sizes {FIT_SIZES[0]}-"
+            f"{FIT_SIZES[-1]}, {FIT_WORDS[0]}-{FIT_WORDS[-1]} words)"
+        )
+    fixed, per, _ = least_squares(words, ms)
+    print(f"  as a stand-in: modelroll-demo-model --fixed-ms {fixed:.2f} --per-token-ms {per:.4f}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m modelroll_models.batch_cost")
     parser.add_argument("--variant", choices=VARIANTS, action="append")
     parser.add_argument("--threads", type=int, action="append", help="intra-op threads (int8)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--fit", action="store_true", help="fit fixed + per-token cost over a grid of shapes"
+    )
     args = parser.parse_args(argv)
     for variant in args.variant or VARIANTS:
         for threads in args.threads or [1]:
-            measure(variant, threads, args.sizes, args.repeats)
+            if args.fit:
+                fit(variant, threads, args.repeats)
+            else:
+                measure(variant, threads, args.sizes, args.repeats)
 
 
 if __name__ == "__main__":
