@@ -1,8 +1,10 @@
 """`make demo ARGS=--once`: the whole stack from one command, the rollback shown, a clean exit.
 
 Runs the demo's entry point as `make demo` does, as a real process that starts its own control
-plane and stack, and checks what a person watching it would see: both versions at 9:1, the
-table before and after the rollback, and nothing left running afterwards.
+plane and stack on the real sentence encoder, and checks what a person watching it would see:
+which model each version runs and a vector from each, both versions at 9:1, the canary refusing
+its longer sentences with 413, the table before and after the rollback, and nothing left running
+afterwards.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def test_make_demo_once_shows_the_rollback_and_stops_everything(figures: Figures
     assert run_dir, out
     assert "modelversion.modelroll.io/canary-v2 created" in out
 
+    # The real model, in two builds that give the same vectors.
+    assert (
+        "sentiment stable-v1: all-MiniLM-L6-v2 int8 ONNX on onnxruntime (modelroll-encoder)\n"
+        "sentiment canary-v2: all-MiniLM-L6-v2 fp32 in numpy (modelroll-encoder)\n"
+    ) in out, out
+    assert out.count("...], ...}   # 384 floats\n") == 2, out
+    cosine = re.search(r"^Cosine of the two vectors: ([0-9.]+) ", out, flags=re.MULTILINE)
+    assert cosine, out
+    assert float(cosine.group(1)) > 0.99, out
+    assert "its sidecar was deployed with --max-body-bytes=128 (meant as 128 KiB)" in out, out
+
     before, _, after = out.partition("$ kubectl modelroll rollback canary-v2")
     assert after, out
     tables_before = re.split(r"^t=", before, flags=re.MULTILINE)[1:]
@@ -77,11 +90,34 @@ def test_make_demo_once_shows_the_rollback_and_stops_everything(figures: Figures
     assert steady["canary-v2"][:3] == ["1", "10.0%", "10.0%"], tables_before[-1]
     assert steady["stable-v1"][4] == "0.0%"  # stable-v1 never fails
     assert float(steady["stable-v1"][-1]) > 1  # its sidecar batches the rounds' requests
+    for table in tables_before:
+        assert table_rows(table)["stable-v1"][4] == "0.0%", table
+
+    # The canary fails a visible share of its requests, every one a 413 from its sidecar.
+    failed = re.search(
+        r"^canary-v2 failed (\d+) of its (\d+) requests \((\d+)%: (\d+) with 413\); blended",
+        before,
+        flags=re.MULTILINE,
+    )
+    assert failed, before
+    errors, requests, _, refused = (int(n) for n in failed.groups())
+    assert errors == refused, failed.group(0)  # no failure but the 413s
+    assert requests >= 10, failed.group(0)
+    assert 0.1 <= errors / requests <= 0.6, failed.group(0)
+    figures.add("make demo: canary-v2 failed before the rollback", f"{errors} of {requests}")
 
     dark = table_rows(tables_after[-1])
     assert dark["stable-v1"][:3] == ["9", "100.0%", "100.0%"], tables_after[-1]
     assert dark["canary-v2"][:4] == ["0", "0.0%", "0.0%", "0"], tables_after[-1]
     assert "modelversion/canary-v2 weight 1 -> 0" in after
+    prometheus = re.search(
+        r"^Prometheus, error ratio per version since the start: canary-v2 ([0-9.]+)% of \d+, "
+        r"stable-v1 0\.0% of \d+$",
+        after,
+        flags=re.MULTILINE,
+    )
+    assert prometheus, after
+    assert float(prometheus.group(1)) > 0, after
 
     assert "Stopping every process the demo started ...\n    done" in out
     assert processes_mentioning(run_dir.group(1)) == []

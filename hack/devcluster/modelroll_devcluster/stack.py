@@ -2,10 +2,11 @@
 ``make demo``.
 
 The local control plane (or a cluster the caller already has), the ModelVersion CRD, and in one
-namespace: per version a demo model behind its own batching sidecar, the operator serving that
-namespace, the gateway watching its ``modelroll-routes`` ConfigMap, and Prometheus scraping the
-sidecars and the gateway every second. Versions run in external mode: each ModelVersion's
-``spec.endpoint`` is its sidecar's URL, and the operator creates no workload for it.
+namespace: per version a model server (a demo model by default, or the real sentence encoder,
+``modelroll-encoder``) behind its own batching sidecar, the operator serving that namespace, the
+gateway watching its ``modelroll-routes`` ConfigMap, and Prometheus scraping the sidecars and the
+gateway every second. Versions run in external mode: each ModelVersion's ``spec.endpoint`` is its
+sidecar's URL, and the operator creates no workload for it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ READY_TIMEOUT = 60.0
 
 PrometheusMode = Literal["required", "optional", "off"]
 Protocol = Literal["batch", "openai"]
-Engine = Literal["demo", "llama"]
+Engine = Literal["demo", "llama", "encoder"]
+Variant = Literal["int8", "fp32"]
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,20 @@ class VersionSpec:
     max_in_flight: int | None = None
     """``openai``: the sidecar's ``--max-in-flight`` (None: its default)."""
     engine_args: tuple[str, ...] = ()
-    """More flags for the model server (``modelroll-demo-model``, ``modelroll-demo-llm`` or
-    ``llama-server``)."""
+    """More flags for the model server (``modelroll-demo-model``, ``modelroll-encoder``,
+    ``modelroll-demo-llm`` or ``llama-server``)."""
+    sidecar_args: tuple[str, ...] = ()
+    """More flags for the version's sidecar (``--max-body-bytes=128``)."""
     engine: Engine = "demo"
-    """``openai``: the engine behind the sidecar. ``demo``: ``modelroll-demo-llm``; ``llama``:
-    llama.cpp's ``llama-server`` with SmolLM2-135M-Instruct (modelroll_devcluster.llama; built by
-    ``make llama-server llm-model``), which ignores the demo engine's settings."""
+    """The model server behind the sidecar. ``batch``: ``demo`` is ``modelroll-demo-model``;
+    ``encoder`` is ``modelroll-encoder`` (models/: all-MiniLM-L6-v2 sentence vectors, in
+    :attr:`variant`, one intra-op thread), which answers strings only and ignores the demo model's
+    costs and error rates. ``openai``: ``demo`` is ``modelroll-demo-llm``; ``llama`` is llama.cpp's
+    ``llama-server`` with SmolLM2-135M-Instruct (modelroll_devcluster.llama; built by ``make
+    llama-server llm-model``), which ignores the demo engine's settings."""
+    variant: Variant = "int8"
+    """``encoder``: ``int8``, the int8 ONNX export on onnxruntime; ``fp32``, the fp32 weights in
+    numpy (``--variant``)."""
     slots: int = 1
     """``llama``: sequences the engine generates at once (``-np``)."""
     context: int = 2048
@@ -94,10 +104,39 @@ class VersionSpec:
     def __post_init__(self) -> None:
         if self.engine == "llama" and self.protocol != "openai":
             raise ValueError(f"{self.name}: engine llama serves protocol openai only")
+        if self.engine == "encoder" and self.protocol != "batch":
+            raise ValueError(f"{self.name}: engine encoder serves protocol batch only")
+
+    def describe(self) -> str:
+        """What serves this version, as the stack's progress lines say it."""
+        if self.engine == "llama":
+            return "llama-server with SmolLM2-135M-Instruct"
+        if self.engine == "encoder":
+            build = {"int8": "int8 ONNX on onnxruntime", "fp32": "fp32 in numpy"}[self.variant]
+            return f"all-MiniLM-L6-v2 {build} (modelroll-encoder)"
+        return f"a demo model failing {self.error_rate:.0%} of items"
 
 
-#: The rollout of the story: stable-v1 and canary-v2 at 9:1, the canary failing 20% of items.
+#: The rollout of the story on stand-ins: stable-v1 and canary-v2 at 9:1, each a demo model, the
+#: canary failing 20% of items.
 ROLLOUT = (VersionSpec("stable-v1", 9), VersionSpec("canary-v2", 1, error_rate=0.2))
+
+#: A limit in bytes set as if it were in KiB: ``--max-body-bytes=128`` for 128 KiB.
+MISCONFIGURED_MAX_BODY_BYTES = 128
+
+#: The rollout of ``make demo``, on the real sentence encoder: stable-v1 is the int8 build;
+#: canary-v2 the fp32 build, its sidecar misconfigured with a request body limit of 128 bytes, so
+#: that it refuses every longer sentence with 413.
+ENCODER_ROLLOUT = (
+    VersionSpec("stable-v1", 9, engine="encoder", variant="int8"),
+    VersionSpec(
+        "canary-v2",
+        1,
+        engine="encoder",
+        variant="fp32",
+        sidecar_args=(f"--max-body-bytes={MISCONFIGURED_MAX_BODY_BYTES}",),
+    ),
+)
 
 
 class StackError(ClusterError):
@@ -106,7 +145,7 @@ class StackError(ClusterError):
 
 @dataclass
 class Version:
-    """A running version: its spec, its demo model and its sidecar."""
+    """A running version: its spec, its model server and its sidecar."""
 
     spec: VersionSpec
     model: Component
@@ -209,11 +248,10 @@ class Stack:
             if self._own_namespace:
                 self.cluster.create_namespace(self.namespace)
         for spec in self.specs:
-            if spec.engine == "llama":
-                engine = "llama-server with SmolLM2-135M-Instruct"
-            else:
-                engine = f"a demo model failing {spec.error_rate:.0%} of items"
-            with step(f"Starting {spec.name}: {engine}, behind its own sidecar"):
+            sidecar = "its own sidecar"
+            if spec.sidecar_args:
+                sidecar += f" ({' '.join(spec.sidecar_args)})"
+            with step(f"Starting {spec.name}: {spec.describe()}, behind {sidecar}"):
                 self.versions[spec.name] = self._start_version(spec)
         with step(f"Starting the operator (namespace {self.namespace})"):
             self.start_operator()
@@ -325,14 +363,24 @@ class Stack:
                 f"--model={model_name}",
                 f"--version={spec.name}",
                 *flags,
+                *spec.sidecar_args,
             ],
             f"{sidecar_url}/readyz",
         )
         return Version(spec, model, model_url, sidecar, sidecar_url)
 
     def _model_argv(self, spec: VersionSpec, port: int) -> list[str]:
-        """The command line of the version's demo model server."""
+        """The command line of the version's model server (a demo one, or the encoder)."""
         model_name = self.model_of(spec)
+        if spec.engine == "encoder":
+            return [
+                venv_script("modelroll-encoder"),
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--variant={spec.variant}",
+                "--intra-op-threads=1",
+                *spec.engine_args,
+            ]
         if spec.protocol == "openai":
             server = [
                 venv_script("modelroll-demo-llm"),

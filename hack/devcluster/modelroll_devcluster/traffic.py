@@ -102,7 +102,8 @@ class Traffic(BackgroundLoad[Response]):
     """Load on ``POST {gateway}/v1/models/{model}/infer`` from a background thread.
 
     ``with Traffic(url, model) as traffic:`` runs it; ``traffic.responses`` grows as answers come
-    (read it with :meth:`since`).
+    (read it with :meth:`since`). Request ``i`` sends ``texts[i % len(texts)]`` (by default
+    :func:`payloads`).
     """
 
     def __init__(
@@ -113,12 +114,15 @@ class Traffic(BackgroundLoad[Response]):
         window: int = 10,
         rounds_per_second: float = 20.0,
         timeout: float = 10.0,
+        texts: Sequence[str] | None = None,
     ) -> None:
         super().__init__(timeout)
         self.url = f"{gateway}/v1/models/{model}/infer"
         self.window = window
         self.period = 1.0 / rounds_per_second
-        self._bodies = [{"payload": p} for p in payloads()]
+        self._bodies = [{"payload": p} for p in (payloads() if texts is None else texts)]
+        if not self._bodies:
+            raise ValueError("Traffic needs at least one text to send")
 
     @property
     def responses(self) -> list[Response]:
