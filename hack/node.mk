@@ -1,8 +1,9 @@
 # A real node for the local cluster (owned by hack/): kubelet, kube-scheduler and kube-proxy from
 # the pinned Kubernetes module (hack/cluster.mk builds them), CoreDNS from hack/go/coredns, the
 # pause container from the Kubernetes module's own C source, and every image the node runs, built
-# with Docker and saved under .cache/images/ for containerd. Included from the Makefile after
-# hack/cluster.mk and hack/chart.mk. The node itself is modelroll_devcluster.node.
+# with Docker and saved under .cache/images/ for containerd, among them modelroll-llama from the
+# llama-server and model hack/llm.mk builds. Included from the Makefile after hack/cluster.mk,
+# hack/chart.mk and hack/llm.mk. The node itself is modelroll_devcluster.node.
 
 COREDNS_MOD := hack/go/coredns
 COREDNS_BIN := $(CLUSTER_BIN)/coredns
@@ -18,9 +19,10 @@ PYTHON_IMAGE ?=
 NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
 	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
 IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
-	hack/images/base-image.sh $(shell git ls-files common sidecar gateway operator models 2>/dev/null)
+	hack/images/base-image.sh hack/images/llama.Dockerfile \
+	$(shell git ls-files common sidecar gateway operator models 2>/dev/null)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
-	modelroll-sidecar modelroll-encoder pause coredns))
+	modelroll-sidecar modelroll-encoder modelroll-llama pause coredns))
 
 # The host side of a node, and what builds its images: installed when missing (hack/host-packages.sh).
 NODE_PACKAGES := docker.io containerd runc containernetworking-plugins iptables conntrack iproute2 \
@@ -48,10 +50,12 @@ $(PAUSE_BIN): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
 	strip $@
 
 .PHONY: images
-images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, pause and CoreDNS images with Docker (.cache/images/).
+images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, llama (llama-server + SmolLM2), pause and CoreDNS images with Docker (.cache/images/).
 
-$(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) | node-packages
-	NODE_IMAGES='$(NODE_IMAGE_SPECS)' hack/images/build.sh $(IMAGE_TAG) '$(PYTHON_IMAGE)'
+$(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) $(LLAMA_SERVER) $(LLM_MODEL) \
+		| node-packages
+	LLAMA_SERVER='$(LLAMA_SERVER)' LLM_MODEL='$(LLM_MODEL)' NODE_IMAGES='$(NODE_IMAGE_SPECS)' \
+		hack/images/build.sh $(IMAGE_TAG) '$(PYTHON_IMAGE)'
 	@touch $(IMAGE_TARS)
 
 .PHONY: node-prereqs

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# make images: the operator, gateway, sidecar and encoder images from their own Dockerfiles, and
-# the two images a local node needs (pause, CoreDNS) from binaries built here, with a Docker engine.
-# Each image is also saved as .cache/images/<name>.tar, which the local node imports into
-# containerd (there is no registry to pull from).
+# make images: the operator, gateway, sidecar and encoder images from their own Dockerfiles, the
+# llama image (llama-server and its model, hack/images/llama.Dockerfile), and the two images a
+# local node needs (pause, CoreDNS) from binaries built here, with a Docker engine. Each image is
+# also saved as .cache/images/<name>.tar, which the local node imports into containerd (there is
+# no registry to pull from).
 #
-#   hack/images/build.sh TAG [PYTHON_IMAGE]
+#   [LLAMA_SERVER=binary LLM_MODEL=gguf] [NODE_IMAGES=specs] hack/images/build.sh TAG [PYTHON_IMAGE]
 #
 # PYTHON_IMAGE empty (the default): a Python base made from Debian packages (base-image.sh).
+# LLAMA_SERVER and LLM_MODEL (hack/node.mk passes the files hack/llm.mk builds): without them,
+# no llama image.
 # Uses the Docker engine that answers `docker info`; when none does and we are root, starts a
 # private dockerd for the build (no bridge, no iptables rules: builds use the host's network)
 # and stops it afterwards, leaving nothing running.
@@ -23,6 +26,7 @@ docker_dir=$state_dir/docker
 docker=${DOCKER:-docker}
 build_args=()
 dockerd_pid=""
+llama_context=""
 
 stop_dockerd() {
   [ -n "$dockerd_pid" ] || return 0
@@ -35,7 +39,8 @@ stop_dockerd() {
   awk -v dir="$docker_dir/" 'index($5, dir) == 1 {print $5}' /proc/self/mountinfo | sort -r |
     while read -r point; do umount --lazy "$point" 2>/dev/null || true; done
 }
-trap stop_dockerd EXIT
+# A failed build leaves no copy of the model behind either.
+trap 'rm -rf "$llama_context"; stop_dockerd' EXIT
 
 if ! "$docker" info >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || { echo "no Docker engine answers, and starting one needs root" >&2; exit 1; }
@@ -57,9 +62,8 @@ export DOCKER_BUILDKIT=0
 
 if [ -z "$python_image" ]; then
   python_image=modelroll.local/python:3.11-bookworm
-  if ! "$docker" image inspect "$python_image" >/dev/null 2>&1; then
-    DOCKER="$docker" hack/images/base-image.sh "$python_image" "$state_dir/base-rootfs"
-  fi
+  # Kept while its package list is the one base-image.sh has, else made again.
+  DOCKER="$docker" hack/images/base-image.sh "$python_image" "$state_dir/base-rootfs"
 fi
 
 mkdir -p "$out"
@@ -74,6 +78,21 @@ for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder; do
     -f "$component/Dockerfile" -t "$image" . >/dev/null
   save "$image" "$name"
 done
+
+# llama-server and the GGUF live outside the repository root's context (.bin/, ignored there): the
+# image is built from a temporary context of its own holding the two files and llama.Dockerfile.
+if [ -n "${LLAMA_SERVER:-}" ] && [ -n "${LLM_MODEL:-}" ]; then
+  image=$registry/modelroll-llama:$tag
+  llama_context=$(mktemp -d)
+  cp hack/images/llama.Dockerfile "$llama_context/Dockerfile"
+  cp "$LLAMA_SERVER" "$llama_context/llama-server"
+  cp "$LLM_MODEL" "$llama_context/SmolLM2-135M-Instruct.Q4_1.gguf"
+  echo "Building $image (base $python_image)"
+  "$docker" build --quiet "${build_args[@]}" --build-arg "PYTHON_IMAGE=$python_image" \
+    -t "$image" "$llama_context" >/dev/null
+  rm -rf "$llama_context"
+  save "$image" modelroll-llama
+fi
 
 # The node's own images, from binaries `make node-bins` built (hack/node.mk names them).
 for spec in ${NODE_IMAGES:-}; do   # name=image:tag=binary

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ from prometheus_client import CollectorRegistry
 from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
-from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
+from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
+from modelroll_operator.spec import parse_spec
+from modelroll_operator.workload import sidecar_args
 from modelroll_sidecar.metrics import CLOSE_REASONS, STREAM_OUTCOMES, LLMMetrics, SidecarMetrics
 from tests.chart.conftest import (
     CHART,
@@ -33,6 +36,7 @@ from tests.chart.conftest import (
     containers,
     one,
 )
+from tests.chart.test_dockerfiles import Dockerfile
 
 MONITORING_ON = (
     "--set",
@@ -371,6 +375,67 @@ def test_the_llm_examples_are_a_chat_pair_with_the_canary_slower_to_its_first_to
     assert {k: v for k, v in canary.items() if k != "step-ms"} == {
         k: v for k, v in stable.items() if k != "step-ms"
     }
+
+
+def llama_args(doc: Manifest) -> dict[str, str | None]:
+    """llama-server's flags as it parses them: `--flag value` or a lone `--flag`."""
+    args: list[str] = doc["spec"]["server"]["args"]
+    flags: dict[str, str | None] = {}
+    previous = ""
+    for arg in args:
+        if arg.startswith("-"):
+            flags[arg] = None
+            previous = arg
+        else:
+            assert flags.get(previous, "") is None, f"{arg!r} follows no flag"
+            flags[previous] = arg
+    return flags
+
+
+def test_the_chat_examples_run_the_llama_image_make_images_builds() -> None:
+    """examples/chat/: llama-server from the image `make images` tags (hack/images/build.sh: the
+    registry prefix, the chart's appVersion), never pulled on a node that has it; its model the
+    file that image holds, served as spec.model, on the address and port the sidecar the operator
+    injects calls; every flag as llama-server reads it (it refuses `--flag=value`); the same
+    context per slot in both versions, whatever their slots."""
+    tag = chart_meta()["appVersion"]
+    build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
+    assert "registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}" in build_sh
+    assert "image=$registry/modelroll-llama:$tag" in build_sh
+    dockerfile = Dockerfile.parse(REPO / "hack" / "images" / "llama.Dockerfile")
+    for source in dockerfile.context_sources():  # build.sh puts them in the build's context
+        assert f'"$llama_context/{source}"' in build_sh, source
+    held = {shlex.split(c)[-1] for c in dockerfile.all("COPY")}
+    paths = sorted((EXAMPLES / "chat").glob("*.yaml"))
+    docs = {path.stem: yaml.safe_load(path.read_text()) for path in paths}
+    assert set(docs) == {"smollm2-serial", "smollm2-continuous"}
+    for name, doc in docs.items():
+        spec = doc["spec"]
+        server = spec["server"]
+        assert doc["metadata"]["name"] == name
+        assert server["image"] == f"ghcr.io/modelroll/modelroll-llama:{tag}", name
+        assert server["imagePullPolicy"] == "IfNotPresent", name
+        assert not [a for a in server["args"] if a.startswith("-") and "=" in a], name
+        args = llama_args(doc)
+        assert args["--model"] in held, name
+        assert args["--alias"] == spec["model"], name
+        sidecar = sidecar_args(name, parse_spec(spec), OperatorConfig())
+        assert "--protocol=openai" in sidecar, name
+        [upstream] = [
+            urllib.parse.urlsplit(a.removeprefix("--upstream=")) for a in sidecar if "upstream" in a
+        ]
+        assert upstream.port == int(str(args["--port"])) == server["port"], name
+        assert args["--host"] in {upstream.hostname, "0.0.0.0"}, name
+    # --ctx-size is shared by the --parallel slots: what one conversation gets is the quotient.
+    per_slot = {
+        name: int(str(args["--ctx-size"])) // int(str(args["--parallel"]))
+        for name, args in ((n, llama_args(d)) for n, d in docs.items())
+    }
+    assert len(set(per_slot.values())) == 1, per_slot
+    assert min(per_slot.values()) >= 1024, per_slot
+    text = (EXAMPLES / "chat" / "smollm2-serial.yaml").read_text()
+    for how in ("`make images` builds", "kind load docker-image", "docker push"):
+        assert how in text, how
 
 
 def comment_lines(path: Path) -> list[str]:
