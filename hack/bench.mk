@@ -45,5 +45,5 @@ bench-llama: venv llama-server llm-model ## The real LLM engine (llama-server, S
 	$(BENCH) llama $(ARGS)
 
 .PHONY: bench-encoder
-bench-encoder: venv wrk ## The sidecar in front of the real sentence encoder (int8; ARGS="--variant fp32"), against no batching (bench/results/encoder.json).
+bench-encoder: venv wrk kserve-batcher ## The sidecar and KServe's batcher in front of the real sentence encoder (int8; ARGS="--variant fp32"; ARGS=--stand-in: a demo model fitted to it), against no batching (bench/results/encoder.json).
 	$(BENCH) encoder $(ARGS)

@@ -3,9 +3,10 @@
 words, against the same sidecar with ``--max-batch-size 1`` (no batching: one model call per
 request, through the same event loop and libraries), in one run.
 
-Three sidecars share one encoder: the defaults (max batch 32, max-wait 10 ms, first in, first
-out), ``--max-batch-size 1``, and ``--batch-by length`` (a batch takes requests of similar word
-counts, so less of it is padding: the model pads every input to the batch's longest).
+Four sidecars share one encoder: the defaults (max batch 32, max-wait 10 ms, first in, first
+out), ``--max-batch-size 1``, ``--batch-by length`` (a batch takes requests of similar word
+counts, so less of it is padding: the model pads every input to the batch's longest), and the
+same with ``--length-from tokenizer`` (similar counts of the encoder's own WordPiece tokens).
 
 1. Throughput at saturation: wrk, closed loop (128 connections), after a one-second warm-up
    that is not counted.
@@ -29,7 +30,6 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
-import random
 import statistics
 import sys
 from collections.abc import Sequence
@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from modelroll_devcluster.processes import free_port
+from modelroll_devcluster.sentences import sentences as seeded_sentences
+from modelroll_models import batch_cost
 
 from . import wrk
 from .analysis import Spread, paired_ratios
@@ -51,36 +53,22 @@ SYSTEMS = (
     System(BASELINE, "sidecar", Batching(max_batch=1)),
     System("sidecar", "sidecar", Batching()),
     System("sidecar, by length", "sidecar", Batching(batch_by="length")),
+    System(
+        "sidecar, by length in tokens",
+        "sidecar",
+        Batching(batch_by="length", length_from="tokenizer"),
+    ),
+    System("KServe batcher", "kserve", Batching()),
 )
 """The sidecar's defaults but for the one flag each row is about (``Batching``'s defaults are the
 sidecar's: max batch 32, max-wait 10 ms, arrival order, fixed wait, one batch at a time), with
-``System.argv``'s queue of 4096 so that no closed-loop connection is refused."""
+``System.argv``'s queue of 4096 so that no closed-loop connection is refused; and KServe's batcher
+(its Go package, ``make kserve-batcher``) with the same batch size and wait."""
+STAND_IN_FIT_REPEATS = 10
+"""Batches per shape in the stand-in's cost fit (24 shapes: about 20 s on int8)."""
 SKIP_ABOVE = 0.9
 """A system is not offered a rate above this share of its own saturation: its queue would only
 grow, and the percentiles would measure the run's length."""
-
-
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(text.split())
-
-
-# Words for the sentences, by part of speech, so that every clause reads as English.
-DETERMINERS = _words("the a this every one our their some no each")
-ADJECTIVES = _words(
-    "small large quiet busy new old careful rapid simple local remote early late short long "
-    "bright cold warm heavy light strange common public private final"
-)
-NOUNS = _words(
-    "engineer river report server garden teacher market window question city train model "
-    "request letter doctor village storm program bridge customer kitchen meeting forest "
-    "library camera ticket budget"
-)
-VERBS = _words(
-    "reads sends finds builds watches carries opens follows answers moves checks writes "
-    "cleans leaves repairs describes measures visits"
-)
-PREPOSITIONS = _words("near after before under behind across during without beside")
-LINKS = _words("and but because while although so")
 
 
 @dataclass(frozen=True)
@@ -103,36 +91,21 @@ class Setup:
     min_words: int = 5
     max_words: int = 40
     seed: int = 1
+    stand_in: bool = False
+    """Run the same measurements on ``modelroll-demo-model`` with the encoder's cost fitted as a
+    line first (``modelroll_models.batch_cost``): how well a fitted stand-in predicts them."""
 
-
-def sentence(rng: random.Random, words: int) -> str:
-    """An English sentence of exactly ``words`` words: clauses of determiner, noun, verb and
-    object (some with adjectives and a prepositional phrase) joined by conjunctions, cut at
-    ``words``."""
-    out: list[str] = []
-    while len(out) < words:
-        if out:
-            out[-1] += ","
-            out.append(rng.choice(LINKS))
-        for part in ("subject", "object"):
-            out.append(rng.choice(DETERMINERS))
-            if rng.random() < 0.5:
-                out.append(rng.choice(ADJECTIVES))
-            out.append(rng.choice(NOUNS))
-            if part == "subject":
-                out.append(rng.choice(VERBS))
-        if rng.random() < 0.4:
-            out += [rng.choice(PREPOSITIONS), rng.choice(DETERMINERS), rng.choice(NOUNS)]
-    text = " ".join(out[:words]).rstrip(",")
-    return text[0].upper() + text[1:] + "."
+    @property
+    def systems(self) -> tuple[System, ...]:
+        """The rows measured: the stand-in serves no tokenizer, so it has no row in tokens."""
+        if not self.stand_in:
+            return SYSTEMS
+        return tuple(s for s in SYSTEMS if s.batching.length_from == "words")
 
 
 def sentences(setup: Setup) -> list[str]:
     """``setup.sentences`` sentences, word counts uniform in [min_words, max_words], seeded."""
-    rng = random.Random(setup.seed)
-    return [
-        sentence(rng, rng.randint(setup.min_words, setup.max_words)) for _ in range(setup.sentences)
-    ]
+    return seeded_sentences(setup.sentences, setup.min_words, setup.max_words, setup.seed)
 
 
 def model_description(setup: Setup) -> dict[str, Any]:
@@ -145,6 +118,10 @@ def model_description(setup: Setup) -> dict[str, Any]:
         text = f"all-MiniLM-L6-v2 fp32 in {runtime}"
     threads = setup.intra_op_threads
     text += f", {threads} intra-op thread{'s' if threads > 1 else ''}"
+    if setup.stand_in:
+        text = f"modelroll-demo-model with the cost of {text}, fitted as a line"
+    else:
+        text += " (modelroll-encoder)"
     return {"variant": setup.variant, "runtime": runtime, "intra_op_threads": threads, "text": text}
 
 
@@ -157,11 +134,11 @@ def cpu_model() -> str:
     return ""
 
 
-def rotated(r: int) -> list[System]:
+def rotated(systems: Sequence[System], r: int) -> list[System]:
     """The systems in round ``r``'s order: each round starts one system later, so drift on the
     machine does not always fall on the same one."""
-    shift = r % len(SYSTEMS)
-    return [*SYSTEMS[shift:], *SYSTEMS[:shift]]
+    shift = r % len(systems)
+    return [*systems[shift:], *systems[:shift]]
 
 
 @dataclass
@@ -217,7 +194,7 @@ def _wrk(setup: Setup, label: str, url: str, bodies: list[str], seconds: int) ->
 async def saturation_round(
     setup: Setup, r: int, servers: Servers, bodies: list[str], rows: Rows
 ) -> None:
-    for system in rotated(r):
+    for system in rotated(setup.systems, r):
         url = servers.urls[system.label] + "/v1/infer"
         await asyncio.to_thread(_wrk, setup, system.label, url, bodies, 1)  # the warm-up
         await servers.settle()
@@ -251,7 +228,7 @@ async def rate_round(
     bodies = json_bodies(payloads)
     for entry in rates:
         rate = entry["rate_rps"]
-        for system in rotated(r):
+        for system in rotated(setup.systems, r):
             rounds = entry["rounds"].setdefault(system.label, [])
             if rate <= 0 or rate > SKIP_ABOVE * saturation[system.label]:
                 rounds.append(None)
@@ -349,7 +326,7 @@ def _cell(fig: dict[str, Any] | None, fmt: str, ratio: bool = False) -> str:
 
 
 def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
-    w = max(len(s.label) for s in SYSTEMS)
+    w = max(len(s.label) for s in setup.systems)
     print(
         f"\n=== Saturation: wrk, {setup.connections} connections, {setup.duration_s} s; medians "
         f"(range) over {setup.rounds} round(s); ratios to {BASELINE} paired by round ==="
@@ -396,9 +373,9 @@ async def run(setup: Setup) -> dict[str, Any]:
     bodies = [json.dumps({"payload": p}) for p in payloads]
     model = model_description(setup)
     host = {**machine(), "cpu": cpu_model()}
-    systems = ", ".join(f"{s.label} ({s.batching.name})" for s in SYSTEMS)
+    systems = ", ".join(f"{s.label} ({s.batching.name})" for s in setup.systems)
     print(
-        f"Model: {model['text']} (modelroll-encoder). Machine: {host['cpus']} CPUs "
+        f"Model: {model['text']}. Machine: {host['cpus']} CPUs "
         f"({host['cpu'] or 'model unknown'}), load average {host['load_average_1m']}, commit "
         f"{host['commit']}.\nSidecars: {systems}; one batch at a time.\n"
         f"{len(payloads)} sentences of {min(words)} to {max(words)} "
@@ -411,16 +388,35 @@ async def run(setup: Setup) -> dict[str, Any]:
     mport = free_port()
     argv = [sys.executable, "-m", "modelroll_models", "--port", str(mport)]
     argv += ["--variant", setup.variant, "--intra-op-threads", str(setup.intra_op_threads)]
+    if setup.stand_in:
+        found = await asyncio.to_thread(
+            batch_cost.fit, setup.variant, setup.intra_op_threads, STAND_IN_FIT_REPEATS
+        )
+        model["stand_in"] = asdict(found)
+        flags = found.stand_in_flags()
+        print(
+            f"Stand-in: modelroll-demo-model {' '.join(flags)}, the encoder's cost fitted per "
+            f"padded word (R^2 {found.per_word.r2:.3f}); per WordPiece token it is "
+            f"{found.per_token.fixed_ms:.2f} ms + {found.per_token.per_ms:.4f} ms.",
+            flush=True,
+        )
+        argv = [sys.executable, "-m", "modelroll_sidecar.demo_model", "--port", str(mport)]
+        argv += [*flags, "--parallel", "1"]
     async with contextlib.AsyncExitStack() as stack:
         model_url = await stack.enter_async_context(serve(argv, mport))
-        costs = await batch_costs(model_url, payloads, max(s.batching.max_batch for s in SYSTEMS))
+        costs = await batch_costs(
+            model_url, payloads, max(s.batching.max_batch for s in setup.systems)
+        )
         print(
-            f"Encoder, HTTP included: a median sentence alone "
+            f"The model, HTTP included: a median sentence alone "
             f"{costs['median_sentence_alone_ms']:.1f} ms, a full batch of the longest "
             f"{costs['longest_full_batch_ms']:.1f} ms.",
             flush=True,
         )
-        urls = {s.label: await stack.enter_async_context(batcher(s, model_url, 1)) for s in SYSTEMS}
+        urls = {
+            s.label: await stack.enter_async_context(batcher(s, model_url, 1))
+            for s in setup.systems
+        }
         servers = Servers(model_url, urls, max(0.3, 2 * costs["longest_full_batch_ms"] / 1000))
         for r in range(setup.rounds):
             await saturation_round(setup, r, servers, bodies, rows)
@@ -450,7 +446,7 @@ async def run(setup: Setup) -> dict[str, Any]:
         "model": {**model, **costs},
         "machine": host,
         "setup": asdict(setup),
-        "systems": {s.label: s.batching.name for s in SYSTEMS},
+        "systems": {s.label: s.batching.name for s in setup.systems},
         "sentences": {
             "count": len(payloads),
             "words_min": min(words),
@@ -483,6 +479,11 @@ def _shares(text: str) -> tuple[float, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Setup()
     parser.add_argument("--variant", choices=("int8", "fp32"), default=d.variant)
+    parser.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="measure modelroll-demo-model with the encoder's cost fitted as a line instead",
+    )
     parser.add_argument(
         "--intra-op-threads",
         type=_at_least_one,
@@ -518,7 +519,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Poisson rates as shares of the sidecar's saturation (0.5,0.8)",
     )
     parser.add_argument("--seed", type=int, default=d.seed, help="sentences and arrivals")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/encoder.json"))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the report (bench/results/encoder.json; with --stand-in encoder-stand-in.json)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -532,6 +537,10 @@ def main(args: argparse.Namespace) -> int:
         shares_of_baseline=args.shares_of_no_batching,
         shares_of_sidecar=args.shares_of_sidecar,
         seed=args.seed,
+        stand_in=args.stand_in,
     )
-    write(asyncio.run(run(setup)), args.out)
+    out = args.out or Path(
+        "bench/results/encoder-stand-in.json" if setup.stand_in else "bench/results/encoder.json"
+    )
+    write(asyncio.run(run(setup)), out)
     return 0

@@ -16,6 +16,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .encoder import VARIANTS, EncoderFiles, load_encoder
 from .model_files import default_onnx_path, default_zip_path
@@ -110,7 +111,30 @@ def least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, floa
     return intercept, slope, 1 - residual / total if total else 1.0
 
 
-def fit(variant: str, threads: int, repeats: int) -> None:
+@dataclass(frozen=True)
+class Line:
+    """``fixed_ms + per_ms x padded units`` and how well it fits (R^2)."""
+
+    fixed_ms: float
+    per_ms: float
+    r2: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The cost line of one variant, per WordPiece token and per whitespace word."""
+
+    per_token: Line
+    per_word: Line
+
+    def stand_in_flags(self) -> list[str]:
+        """``modelroll-demo-model``'s flags for this cost (it counts whitespace words)."""
+        line = self.per_word
+        return ["--fixed-ms", f"{line.fixed_ms:.2f}", "--per-token-ms", f"{line.per_ms:.4f}"]
+
+
+def fit(variant: str, threads: int, repeats: int) -> Fit:
+    """Measure the grid of batch shapes and fit the cost lines to the medians."""
     files = EncoderFiles(default_zip_path(), default_onnx_path())
     encoder = load_encoder(variant, files, threads)
     tokens, words, ms = [], [], []
@@ -126,15 +150,18 @@ def fit(variant: str, threads: int, repeats: int) -> None:
             tokens.append(encoder.tokenize(texts).padded)
             words.append(size * length)
             ms.append(statistics.median(wall) * 1000)
-    for unit, xs in (("token", tokens), ("word", words)):
-        fixed, per, r2 = least_squares(xs, ms)
+    return Fit(Line(*least_squares(tokens, ms)), Line(*least_squares(words, ms)))
+
+
+def print_fit(variant: str, threads: int, found: Fit) -> None:
+    shapes = f"{len(FIT_SIZES) * len(FIT_WORDS)} batch shapes"
+    for unit, line in (("token", found.per_token), ("word", found.per_word)):
         print(
-            f"{variant:5} threads={threads} per {unit:5}: {fixed:6.2f} ms + {per:.4f} ms x padded "
-            f"{unit}s (R^2 {r2:.3f}, {len(ms)} batch shapes, sizes {FIT_SIZES[0]}-"
-            f"{FIT_SIZES[-1]}, {FIT_WORDS[0]}-{FIT_WORDS[-1]} words)"
+            f"{variant:5} threads={threads} per {unit:5}: {line.fixed_ms:6.2f} ms + "
+            f"{line.per_ms:.4f} ms x padded {unit}s (R^2 {line.r2:.3f}, {shapes}, sizes "
+            f"{FIT_SIZES[0]}-{FIT_SIZES[-1]}, {FIT_WORDS[0]}-{FIT_WORDS[-1]} words)"
         )
-    fixed, per, _ = least_squares(words, ms)
-    print(f"  as a stand-in: modelroll-demo-model --fixed-ms {fixed:.2f} --per-token-ms {per:.4f}")
+    print(f"  as a stand-in: modelroll-demo-model {' '.join(found.stand_in_flags())}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -150,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for variant in args.variant or VARIANTS:
         for threads in args.threads or [1]:
             if args.fit:
-                fit(variant, threads, args.repeats)
+                print_fit(variant, threads, fit(variant, threads, args.repeats))
             else:
                 measure(variant, threads, args.sizes, args.repeats)
 
