@@ -30,12 +30,16 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
+import random
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from modelroll_devcluster.processes import free_port
 from modelroll_devcluster.sentences import sentences as seeded_sentences
@@ -43,7 +47,7 @@ from modelroll_models import batch_cost
 
 from . import wrk
 from .analysis import Spread, paired_ratios
-from .loadgen import json_bodies, open_loop
+from .loadgen import HEADERS, closed_loop, json_bodies, open_loop
 from .metrics import Watch
 from .runs import WRK_TIMEOUT_S, idle, load_average, machine, sequential_ms, write
 from .systems import Batching, System, batcher, serve
@@ -64,6 +68,8 @@ SYSTEMS = (
 sidecar's: max batch 32, max-wait 10 ms, arrival order, fixed wait, one batch at a time), with
 ``System.argv``'s queue of 4096 so that no closed-loop connection is refused; and KServe's batcher
 (its Go package, ``make kserve-batcher``) with the same batch size and wait."""
+SWEPT = (BASELINE, "sidecar", "sidecar, by length", "sidecar, by length in tokens")
+"""The systems of the concurrency sweep (``--sweep``)."""
 STAND_IN_FIT_REPEATS = 10
 """Batches per shape in the stand-in's cost fit (24 shapes: about 20 s on int8)."""
 SKIP_ABOVE = 0.9
@@ -91,6 +97,11 @@ class Setup:
     min_words: int = 5
     max_words: int = 40
     seed: int = 1
+    sweep: bool = False
+    """Measure only a closed-loop concurrency sweep (``concurrencies``, ``sweep_duration_s`` per
+    point) of ``SWEPT``, for batching against no batching at equal p95."""
+    concurrencies: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    sweep_duration_s: float = 4.0
     stand_in: bool = False
     """Run the same measurements on ``modelroll-demo-model`` with the encoder's cost fitted as a
     line first (``modelroll_models.batch_cost``): how well a fitted stand-in predicts them."""
@@ -98,9 +109,10 @@ class Setup:
     @property
     def systems(self) -> tuple[System, ...]:
         """The rows measured: the stand-in serves no tokenizer, so it has no row in tokens."""
+        rows = tuple(s for s in SYSTEMS if not self.sweep or s.label in SWEPT)
         if not self.stand_in:
-            return SYSTEMS
-        return tuple(s for s in SYSTEMS if s.batching.length_from == "words")
+            return rows
+        return tuple(s for s in rows if s.batching.length_from == "words")
 
 
 def sentences(setup: Setup) -> list[str]:
@@ -179,6 +191,42 @@ async def batch_costs(model: str, payloads: list[str], max_batch: int) -> dict[s
     return {"median_sentence_alone_ms": round(one, 2), "longest_full_batch_ms": round(full, 2)}
 
 
+LIMIT_SIZES = (1, 8, 16, 32)
+"""Batch sizes at which the model's own limit is measured."""
+
+
+async def model_limits(model: str, payloads: list[str], seed: int) -> dict[str, float]:
+    """The model's own limit, nothing but full batches sent one after another straight to its
+    ``POST /v1/batch``, once through all the sentences: in arrival order (shuffled, seeded), as
+    a first-in-first-out batcher gets them, and sorted by length, the least padding any batcher
+    can reach (it sees every sentence at once). Keyed ``"<order> B=<size>"``, in req/s."""
+    shuffled = payloads[:]
+    random.Random(seed).shuffle(shuffled)
+    orders = {"arrival": shuffled, "sorted": sorted(payloads, key=lambda p: len(p.split()))}
+    url = model + "/v1/batch"
+    limits: dict[str, float] = {}
+    async with aiohttp.ClientSession() as http:
+        for name, ordered in orders.items():
+            for size in LIMIT_SIZES:
+                started = time.perf_counter()
+                for i in range(0, len(ordered), size):
+                    body = json.dumps({"inputs": ordered[i : i + size]})
+                    async with http.post(url, data=body, headers=HEADERS) as resp:
+                        resp.raise_for_status()
+                        await resp.read()
+                limits[f"{name} B={size}"] = round(
+                    len(ordered) / (time.perf_counter() - started), 1
+                )
+    return limits
+
+
+def limit_of(system: System, limits: dict[str, float]) -> float:
+    """The model's limit that ``system`` could reach at best: full batches of its size, in
+    arrival order, or sorted by length when it forms batches by length."""
+    order = "sorted" if system.batching.batch_by == "length" else "arrival"
+    return limits[f"{order} B={system.batching.max_batch}"]
+
+
 def _wrk(setup: Setup, label: str, url: str, bodies: list[str], seconds: int) -> wrk.WrkResult:
     """wrk cycling through the sentences, with a timeout long enough for no batching's queue."""
     return wrk.run(
@@ -255,6 +303,58 @@ async def rate_round(
                 flush=True,
             )
             await servers.settle()
+
+
+async def sweep_round(setup: Setup, r: int, servers: Servers, payloads: list[str]) -> list[Any]:
+    """Closed loops of each concurrency against each system: throughput and p50/p95/p99."""
+    bodies = json_bodies(payloads)
+    found = []
+    for concurrency in setup.concurrencies:
+        for system in rotated(setup.systems, r):
+            url = servers.urls[system.label] + "/v1/infer"
+            result = await closed_loop(
+                url, bodies, concurrency, setup.sweep_duration_s, label=system.label, warmup_s=0.5
+            )
+            row = {"round": r + 1, "concurrency": concurrency, **result.summary()}
+            found.append(row)
+            print(
+                f"  round {r + 1} concurrency {concurrency:3}  {system.label:<28} "
+                f"{row['throughput_rps']:6.1f} req/s  p50 {row['p50_ms']:7.1f}  p95 "
+                f"{row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms",
+                flush=True,
+            )
+            await servers.settle()
+    return found
+
+
+def at_equal_p95(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    """For each point of no batching: the most ``label`` served at that p95 or lower, over the
+    most no batching served there, in each round; the medians over rounds."""
+    out = []
+    for concurrency in sorted({row["concurrency"] for row in rows}):
+        ratios, p95s = [], []
+        for r in sorted({row["round"] for row in rows}):
+            mine = [row for row in rows if row["round"] == r]
+            base = [row for row in mine if row["label"] == BASELINE]
+            [point] = [row for row in base if row["concurrency"] == concurrency]
+            budget = point["p95_ms"]
+            best_base = max(row["throughput_rps"] for row in base if row["p95_ms"] <= budget)
+            within = [
+                row["throughput_rps"]
+                for row in mine
+                if row["label"] == label and row["p95_ms"] <= budget
+            ]
+            ratios.append(max(within) / best_base if within else 0.0)
+            p95s.append(budget)
+        out.append(
+            {
+                "concurrency": concurrency,
+                "p95_ms": round(statistics.median(p95s), 1),
+                "ratio": round(statistics.median(ratios), 2),
+                "range": [round(min(ratios), 2), round(max(ratios), 2)],
+            }
+        )
+    return out
 
 
 def _fig(batching: dict[str, Any] | None, key: str, fmt: str) -> str:
@@ -340,7 +440,8 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
             f"{label:<{w}} {_cell(entry['rps'], '.1f'):>20} "
             f"{_cell(entry['rps_ratio'], '.2f', ratio=True):>22} "
             f"{_cell(entry['mean_batch'], '.1f'):>18} "
-            f"{_cell(entry['padding_efficiency'], '.2f'):>20}"
+            f"{_cell(entry['padding_efficiency'], '.2f'):>20} "
+            f"{entry['share_of_limit']:>9.0%} of {entry['model_limit_rps']:.1f}"
         )
     for entry in summary["rates"]:
         print(
@@ -365,6 +466,14 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
                 f"{'-' if mean is None else format(mean['median'], '.1f'):>11} "
                 f"{'-' if eff is None else format(eff['median'], '.2f'):>13}"
             )
+
+
+def print_equal_p95(label: str, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells = ", ".join(
+        f"{e['ratio']:.2f}x at p95 {e['p95_ms']:.0f} ms (c={e['concurrency']})" for e in found
+    )
+    print(f"{label} against {BASELINE} at equal p95: {cells}")
+    return found
 
 
 async def run(setup: Setup) -> dict[str, Any]:
@@ -413,11 +522,34 @@ async def run(setup: Setup) -> dict[str, Any]:
             f"{costs['longest_full_batch_ms']:.1f} ms.",
             flush=True,
         )
+        limits = await model_limits(model_url, payloads, setup.seed)
+        print(
+            "The model's limit, full batches one after another, req/s: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in limits.items()),
+            flush=True,
+        )
         urls = {
             s.label: await stack.enter_async_context(batcher(s, model_url, 1))
             for s in setup.systems
         }
         servers = Servers(model_url, urls, max(0.3, 2 * costs["longest_full_batch_ms"] / 1000))
+        if setup.sweep:
+            points = [
+                row
+                for r in range(setup.rounds)
+                for row in await sweep_round(setup, r, servers, payloads)
+            ]
+            return {
+                "model": {**model, **costs, "limits_rps": limits},
+                "machine": host,
+                "setup": asdict(setup),
+                "sweep": points,
+                "at_equal_p95": {
+                    s.label: print_equal_p95(s.label, at_equal_p95(points, s.label))
+                    for s in setup.systems
+                    if s.label != BASELINE
+                },
+            }
         for r in range(setup.rounds):
             await saturation_round(setup, r, servers, bodies, rows)
         saturation = {
@@ -441,9 +573,14 @@ async def run(setup: Setup) -> dict[str, Any]:
         for r in range(setup.rounds):
             await rate_round(setup, r, servers, payloads, rows.rates, saturation)
     summary = summarize(rows)
+    for system in setup.systems:
+        limit = limit_of(system, limits)
+        entry = summary["saturation"][system.label]
+        entry["model_limit_rps"] = limit
+        entry["share_of_limit"] = round(saturation[system.label] / limit, 3)
     print_tables(setup, summary)
     return {
-        "model": {**model, **costs},
+        "model": {**model, **costs, "limits_rps": limits},
         "machine": host,
         "setup": asdict(setup),
         "systems": {s.label: s.batching.name for s in setup.systems},
@@ -479,6 +616,11 @@ def _shares(text: str) -> tuple[float, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Setup()
     parser.add_argument("--variant", choices=("int8", "fp32"), default=d.variant)
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="only a closed-loop concurrency sweep: batching against no batching at equal p95",
+    )
     parser.add_argument(
         "--stand-in",
         action="store_true",
@@ -538,9 +680,9 @@ def main(args: argparse.Namespace) -> int:
         shares_of_sidecar=args.shares_of_sidecar,
         seed=args.seed,
         stand_in=args.stand_in,
+        sweep=args.sweep,
     )
-    out = args.out or Path(
-        "bench/results/encoder-stand-in.json" if setup.stand_in else "bench/results/encoder.json"
-    )
+    name = "encoder" + ("-stand-in" if setup.stand_in else "") + ("-sweep" if setup.sweep else "")
+    out = args.out or Path(f"bench/results/{name}.json")
     write(asyncio.run(run(setup)), out)
     return 0
