@@ -297,9 +297,13 @@ def test_rollout_story_with_pods(story: InCluster, figures: Figures) -> None:
             patch = json.dumps({"spec": {"analysis": analysis}})
             applied = time.monotonic()
             story.kubectl("patch", "mv", CANARY, "--type", "merge", "-p", patch)
-            story.kubectl("wait", "--for=condition=RolledBack", "--timeout=120s", f"mv/{CANARY}")
+            waited = story.kubectl(
+                "wait", "--for=condition=RolledBack", "--timeout=120s", f"mv/{CANARY}", check=False
+            )
             took = time.monotonic() - applied
             state = story.cluster.kubectl_json("get", "mv", CANARY, namespace=ns)["status"]
+            # On a timeout, what the analysis was waiting for.
+            assert waited.returncode == 0, f"not rolled back in {took:.0f} s: {state}"
             assert state["analysis"]["reason"] == "CanaryWorse", state["analysis"]
             eventually(
                 lambda: gateway_weights(story) == {STABLE: 9, CANARY: 0},
