@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelroll_devcluster.llama import llama_metrics
+from modelroll_devcluster.llama import GENERATE_ALL, llama_metrics
 from modelroll_devcluster.processes import http_get
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
@@ -35,9 +35,6 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "chat"
 STABLE, CANARY = "chat-stable", "chat-canary"
-GENERATE_ALL = {"ignore_eos": True}
-"""llama-server's own request field: no end-of-sequence token ends a generation early, so each
-one generates exactly ``max_tokens``."""
 
 
 def llama(name: str, weight: int, **options: Any) -> VersionSpec:

@@ -19,6 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from modelroll_devcluster.llama import GENERATE_ALL
 from modelroll_devcluster.traffic import VERSION_HEADER
 from tests.e2e.conftest import eventually
 from tests.e2e.incluster import InCluster
@@ -32,9 +33,6 @@ pytestmark = pytest.mark.node
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "chat"
 MODEL, SERIAL, CONTINUOUS = "smollm2", "smollm2-serial", "smollm2-continuous"
-GENERATE_ALL = {"ignore_eos": True}
-"""llama-server's own request field: no end-of-sequence token ends a generation early, so each
-one generates exactly ``max_tokens``."""
 
 
 @dataclass

@@ -22,6 +22,9 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The model's file under ``<bin dir>/models/`` (``make llm-model``)."""
 MAKE_TARGETS = {BINARY: "llama-server", MODEL_FILE: "llm-model"}
 #: Seconds the server may take to load the model and answer /health.
+GENERATE_ALL = {"ignore_eos": True}
+"""llama-server's own request field (an ``extra_body`` of the openai client): no
+end-of-sequence token ends a generation early, so each one generates exactly ``max_tokens``."""
 READY_TIMEOUT = 60.0
 
 
