@@ -17,19 +17,32 @@ $(KSERVE_BATCHER): $(KSERVE_MOD)/go.mod $(KSERVE_MOD)/go.sum $(KSERVE_MOD)/main.
 	cd $(KSERVE_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -mod=readonly \
 		-ldflags '-s -w' -o $(abspath $@) .
 
+# Ray Serve's own virtualenv, for its @serve.batch in the comparison (bench/ray/).
+RAY_VENV := .venv-ray
+
+.PHONY: ray-serve
+ray-serve: $(RAY_VENV)/.installed ## Make Ray Serve's virtualenv (.venv-ray) for the batcher comparison.
+
+$(RAY_VENV)/.installed: bench/ray/requirements.txt
+	$(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/pip install -q -r bench/ray/requirements.txt
+	@touch $@
+
 # wrk (the Debian package) measures saturation throughput: installed when missing.
 .PHONY: wrk
 wrk: ## Install wrk (Debian package) for the benchmarks, when missing.
 	@command -v wrk >/dev/null || hack/host-packages.sh wrk
 
 .PHONY: bench
-bench: venv wrk ## Every batcher against the same demo model and lengths, as ratios (writes bench/results/).
+bench: venv wrk ## Every batcher against the same model and lengths, as ratios (ARGS="--model encoder": the real encoder; writes bench/results/).
 	@$(MAKE) --no-print-directory kserve-batcher || \
 		echo "kserve-batcher did not build; make bench measures the others and says why"
+	@$(MAKE) --no-print-directory ray-serve || \
+		echo "ray-serve did not install; make bench measures the others and says why"
 	$(BENCH) compare $(ARGS)
 
 .PHONY: bench-sweep
-bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N".
+bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N" (ARGS="--model encoder": the real encoder).
 	$(BENCH) sweep $(ARGS)
 
 .PHONY: bench-rollback

@@ -5,7 +5,13 @@ out, fixed max-wait).
 Systems: no batching (the sidecar with max batch 1); the sidecar, FIFO; the sidecar with a token
 budget; the sidecar batching by length (``--batch-by length``), with the adaptive wait
 (``--wait-policy adaptive``), and with both; the classic sleep-then-drain micro-batcher
-(``classic.py``); KServe's batcher (``bench/kserve``, built by ``make kserve-batcher``).
+(``classic.py``); KServe's batcher (``bench/kserve``, built by ``make kserve-batcher``); Ray Serve's
+``@serve.batch`` (``bench/ray``, in the virtualenv ``make ray-serve`` makes).
+
+The model (``--model``) is the demo model, which charges its cost formula, or the real sentence
+encoder (``modelroll-encoder``, int8), sent English sentences of the drawn lengths in words; in
+front of the encoder every sidecar counts lengths in the encoder's own tokens
+(``--length-from tokenizer``), and the model's limit and padding are measured, not computed.
 
 Length distributions (``--lengths``, each measured in full): ``lognormal`` (lognormal:3,0.7) and
 ``bimodal`` (bimodal:8,16,100,200,0.2: 80% short, 20% long); see ``lengths.py`` for why. The demo
@@ -65,7 +71,7 @@ from .runs import (
     saturate,
     write,
 )
-from .systems import KSERVE_BIN, Batching, StartError, System, batcher, demo_model
+from .systems import KSERVE_BIN, RAY_PYTHON, Batching, StartError, System, batcher
 
 BASELINE = "sidecar FIFO"
 LENGTH, ADAPTIVE, BOTH = "sidecar length-aware", "sidecar adaptive", "sidecar length + adaptive"
@@ -102,7 +108,8 @@ class Setup:
     only: tuple[str, ...] = ()
 
     def systems(self) -> list[System]:
-        fifo = Batching(self.max_batch, self.max_wait_ms)
+        unit = "tokenizer" if self.scenario.model == "encoder" else "words"
+        fifo = Batching(self.max_batch, self.max_wait_ms, length_from=unit)
         every = [
             System("no batching", "sidecar", replace(fifo, max_batch=1)),
             System(BASELINE, "sidecar", fifo),
@@ -114,6 +121,7 @@ class Setup:
             System(BOTH, "sidecar", replace(fifo, batch_by="length", wait_policy="adaptive")),
             System("sleep-then-drain", "classic", fifo),
             System("KServe batcher", "kserve", fifo),
+            System("Ray Serve batch", "ray", fifo),
         ]
         return [s for s in every if not self.only or s.label in self.only]
 
@@ -136,6 +144,8 @@ def unavailable(system: System) -> str | None:
     """Why a system cannot run here, or None."""
     if system.kind == "kserve" and not KSERVE_BIN.exists():
         return f"{KSERVE_BIN} is missing: `make kserve-batcher` did not build it (see its output)"
+    if system.kind == "ray" and not RAY_PYTHON.exists():
+        return f"{RAY_PYTHON} is missing: `make ray-serve` did not make it (see its output)"
     return None
 
 
@@ -161,7 +171,7 @@ async def measure(
         # First, so no arrival rate from a burst lingers (the adaptive wait's estimate follows
         # about a second); its warm-up calls also train the adaptive wait's cost fit.
         step("lone requests")
-        row["lone_ms"] = round(await lone_request_ms(url, lone_length), 3)
+        row["lone_ms"] = round(await lone_request_ms(url, scenario.workload.text(lone_length)), 3)
         step("saturation")
         sat = await saturate(
             url,
@@ -542,6 +552,36 @@ def print_checks(name: str, found: list[Check]) -> None:
         print(f"    [{'met' if met else 'MISSED'}] {label:<{WIDTH}} {measured}")
 
 
+async def distribution(
+    setup: Setup, name: str, scenario: Scenario, model: str, systems: list[System]
+) -> dict[str, Any]:
+    """A length distribution's entry in the report, before any round: the model's limit at the
+    max batch (the demo model's from its formula, a real model's measured at ``model``) and the
+    median length a lone request carries."""
+    sample = scenario.workload.sample()
+    [limit] = (await scenario.limits_rps(model, [setup.max_batch])).values()
+    median = int(statistics.median_low(sample))
+    entry: dict[str, Any] = {
+        "name": name,
+        "lengths": scenario.lengths,
+        "model_limit_rps": round(limit, 1),
+        "batch_of_one": {"median_length": median, "measured_ms_by_round": []},
+        "rounds": {s.label: [] for s in systems},
+    }
+    how = "measured"
+    if scenario.model == "demo":
+        sent = scenario.cost.limit_rps(sample, setup.max_batch, seed=scenario.seed)
+        entry["bodies_limit_rps"] = round(sent, 1)
+        entry["batch_of_one"]["cost_model_ms"] = round(scenario.cost.batch_ms([median]), 3)
+        how = f"Monte Carlo; {sent:.1f} req/s for the {scenario.workload.bodies} bodies sent"
+    print(
+        f"  {name} = {scenario.lengths}: model's limit at max batch {setup.max_batch} "
+        f"{limit:.1f} req/s ({how}); median length {median}, longest sent {max(sample)}.",
+        flush=True,
+    )
+    return entry
+
+
 async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
     systems = setup.systems()
     notes = {s.label: why for s in systems if (why := unavailable(s)) is not None}
@@ -549,44 +589,21 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
     scenarios = {lengths_name(parse(d)): setup.scenario_for(d) for d in setup.distributions}
     base = setup.scenario
     print(
-        f"Demo model: {base.fixed_ms:g} ms + {base.per_token_ms:g} ms x batch size x longest "
-        f"length, parallel {base.parallel}; max batch {setup.max_batch}, max-wait "
-        f"{setup.max_wait_ms:g} ms; {setup.rounds} rounds of {len(runnable)} systems x "
+        f"{base.describe()} Max batch {setup.max_batch}, max-wait {setup.max_wait_ms:g} ms, "
+        f"p99 SLO {setup.slo_ms:g} ms; {setup.rounds} rounds of {len(runnable)} systems x "
         f"{len(scenarios)} length distributions, {setup.duration_s:g} s per run. Load average "
         f"{load_average():.2f} on {machine()['cpus']} CPUs. Estimated duration "
         f"{setup.estimate_s(len(runnable)) / 60:.0f} min.",
         flush=True,
     )
-    dists: dict[str, dict[str, Any]] = {}
-    for name, scenario in scenarios.items():
-        sample = scenario.workload.sample()
-        limit = scenario.limit_rps(setup.max_batch)
-        sent = scenario.cost.limit_rps(sample, setup.max_batch, seed=scenario.seed)
-        median = int(statistics.median_low(sample))
-        dists[name] = {
-            "name": name,
-            "lengths": scenario.lengths,
-            "model_limit_rps": round(limit, 1),
-            "bodies_limit_rps": round(sent, 1),
-            "batch_of_one": {
-                "median_length": median,
-                "cost_model_ms": round(scenario.cost.batch_ms([median]), 3),
-                "measured_ms_by_round": [],
-            },
-            "rounds": {s.label: [] for s in runnable},
-        }
-        print(
-            f"  {name} = {scenario.lengths}: model's limit at max batch {setup.max_batch} "
-            f"{limit:.1f} req/s (Monte Carlo; {sent:.1f} req/s for the "
-            f"{scenario.workload.bodies} bodies sent); median length {median}, longest sent "
-            f"{max(sample)}.",
-            flush=True,
-        )
     for label, why in notes.items():
         print(f"  {label}: not measured: {why}", flush=True)
+    dists: dict[str, dict[str, Any]] = {}
     per_round = 1 + len(setup.shares) + setup.goodput_probes
-    total = setup.rounds * len(dists) * len(runnable) * per_round
-    async with demo_model(base.cost) as model:
+    total = setup.rounds * len(scenarios) * len(runnable) * per_round
+    async with base.serve() as model:
+        for name, scenario in scenarios.items():
+            dists[name] = await distribution(setup, name, scenario, model, runnable)
         with bar(total, "make bench") as progress:
             for r in range(1, setup.rounds + 1):
                 # Alternate the order between rounds so no system always runs first or last.
@@ -594,8 +611,9 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
                 for name, scenario in scenarios.items():
                     dist = dists[name]
                     one = dist["batch_of_one"]
+                    payload = scenario.workload.text(one["median_length"])
                     one["measured_ms_by_round"].append(
-                        round(await batch_of_one_ms(model, one["median_length"]), 3)
+                        round(await batch_of_one_ms(model, payload), 3)
                     )
                     for system in order:
                         if system.label in notes:
@@ -718,13 +736,15 @@ def main(args: argparse.Namespace) -> int:
         distributions = _distributions(args.lengths)
     except argparse.ArgumentTypeError as exc:
         raise SystemExit(f"modelroll-bench compare: --lengths: {exc}") from None
+    scenario = Scenario(
+        fixed_ms=args.fixed_ms,
+        per_token_ms=args.per_token_ms,
+        parallel=args.parallel,
+        seed=args.seed,
+        model=args.model,
+    )
     setup = Setup(
-        scenario=Scenario(
-            fixed_ms=args.fixed_ms,
-            per_token_ms=args.per_token_ms,
-            parallel=args.parallel,
-            seed=args.seed,
-        ),
+        scenario=scenario,
         distributions=distributions,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,

@@ -33,13 +33,10 @@ import json
 import random
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from modelroll_devcluster.processes import free_port
 from modelroll_devcluster.sentences import sentences as seeded_sentences
@@ -47,9 +44,17 @@ from modelroll_models import batch_cost
 
 from . import wrk
 from .analysis import Spread, paired_ratios
-from .loadgen import HEADERS, closed_loop, json_bodies, open_loop
+from .loadgen import closed_loop, json_bodies, open_loop
 from .metrics import Watch
-from .runs import WRK_TIMEOUT_S, idle, load_average, machine, sequential_ms, write
+from .runs import (
+    WRK_TIMEOUT_S,
+    full_batches_rps,
+    idle,
+    load_average,
+    machine,
+    sequential_ms,
+    write,
+)
 from .systems import Batching, System, batcher, serve
 
 BASELINE = "no batching"
@@ -203,21 +208,11 @@ async def model_limits(model: str, payloads: list[str], seed: int) -> dict[str, 
     shuffled = payloads[:]
     random.Random(seed).shuffle(shuffled)
     orders = {"arrival": shuffled, "sorted": sorted(payloads, key=lambda p: len(p.split()))}
-    url = model + "/v1/batch"
-    limits: dict[str, float] = {}
-    async with aiohttp.ClientSession() as http:
-        for name, ordered in orders.items():
-            for size in LIMIT_SIZES:
-                started = time.perf_counter()
-                for i in range(0, len(ordered), size):
-                    body = json.dumps({"inputs": ordered[i : i + size]})
-                    async with http.post(url, data=body, headers=HEADERS) as resp:
-                        resp.raise_for_status()
-                        await resp.read()
-                limits[f"{name} B={size}"] = round(
-                    len(ordered) / (time.perf_counter() - started), 1
-                )
-    return limits
+    return {
+        f"{name} B={size}": await full_batches_rps(model, ordered, size)
+        for name, ordered in orders.items()
+        for size in LIMIT_SIZES
+    }
 
 
 def limit_of(system: System, limits: dict[str, float]) -> float:

@@ -8,16 +8,18 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
+from modelroll_devcluster.sentences import sentence
 from modelroll_sidecar.cost_model import MIN_BATCHES
 
 from . import analysis, wrk
@@ -25,10 +27,14 @@ from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
 from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
 from .metrics import Watch, scrape
+from .systems import demo_model, encoder_model
 
 Progress = Callable[[float], None]
 WRK_TIMEOUT_S = 60
 """wrk's own default (2 s) would drop the slow answers of an unbatched server from its figures."""
+ModelName = Literal["demo", "encoder"]
+LIMIT_BODIES = 256
+"""Bodies sent in full batches to measure a real model's limit (about 10 s on the encoder)."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,21 @@ class Workload:
     lengths: Lengths
     bodies: int = 2000
     seed: int = 1
+    sentences: bool = False
+    """English sentences of each length in words, for a real model, instead of ``x x x ...``."""
 
     def sample(self) -> list[int]:
         return self.lengths.sample(self.bodies, self.seed)
 
     def payloads(self) -> list[str]:
-        return [make_payload(n) for n in self.sample()]
+        if not self.sentences:
+            return [make_payload(n) for n in self.sample()]
+        rng = random.Random(self.seed)
+        return [sentence(rng, n) for n in self.sample()]
+
+    def text(self, length: int) -> str:
+        """One payload of ``length``, the same on every call (for lone requests)."""
+        return sentence(random.Random(length), length) if self.sentences else make_payload(length)
 
     def json_bodies(self) -> list[str]:
         return [json.dumps({"payload": p}) for p in self.payloads()]
@@ -60,13 +75,17 @@ class Workload:
 
 @dataclass(frozen=True)
 class Scenario:
-    """The demo model's cost and the request lengths: what compare and sweep hold fixed."""
+    """The model and the request lengths: what compare and sweep hold fixed. ``model`` is
+    ``demo`` (modelroll-demo-model at the cost below) or ``encoder`` (modelroll-encoder,
+    all-MiniLM-L6-v2 int8 on onnxruntime with one intra-op thread, sent English sentences of
+    each length in words; the cost flags do not apply)."""
 
     lengths: str = "lognormal:3,0.7"
     fixed_ms: float = 10.0
     per_token_ms: float = 0.02
     parallel: int = 1
     seed: int = 1
+    model: ModelName = "demo"
 
     @property
     def cost(self) -> CostModel:
@@ -74,12 +93,30 @@ class Scenario:
 
     @property
     def workload(self) -> Workload:
-        return Workload(parse(self.lengths), seed=self.seed)
+        return Workload(parse(self.lengths), seed=self.seed, sentences=self.model == "encoder")
+
+    def serve(self) -> contextlib.AbstractAsyncContextManager[str]:
+        """The model's process on loopback, for the length of the block; yields its URL."""
+        return demo_model(self.cost) if self.model == "demo" else encoder_model()
 
     def limit_rps(self, max_batch: int) -> float:
+        """The demo model's limit from its cost formula."""
         return self.cost.limit_rps(self.workload.lengths, max_batch, seed=self.seed)
 
+    async def limits_rps(self, url: str, sizes: Sequence[int]) -> dict[int, float]:
+        """The model's limit at each batch size: the demo model's from its formula, the
+        encoder's measured at ``url`` (full batches of the workload's bodies, arrival order)."""
+        if self.model == "demo":
+            return {size: self.limit_rps(size) for size in sizes}
+        payloads = self.workload.payloads()[:LIMIT_BODIES]
+        return {size: await full_batches_rps(url, payloads, size) for size in sizes}
+
     def describe(self) -> str:
+        if self.model == "encoder":
+            return (
+                "Model: modelroll-encoder, all-MiniLM-L6-v2 int8 ONNX on onnxruntime, one "
+                f"intra-op thread; English sentences of {self.lengths} words (seed {self.seed})."
+            )
         return (
             f"Demo model: {self.fixed_ms:g} ms + {self.per_token_ms:g} ms x batch size x longest "
             f"length, parallel {self.parallel}; lengths {self.lengths} (seed {self.seed})."
@@ -104,6 +141,13 @@ class Scenario:
         )
         parser.add_argument("--parallel", type=int, default=d.parallel, help="(%(default)s)")
         parser.add_argument("--seed", type=int, default=d.seed, help="seeds lengths and arrivals")
+        parser.add_argument(
+            "--model",
+            choices=("demo", "encoder"),
+            default=d.model,
+            help="demo: modelroll-demo-model at the cost flags; encoder: the real sentence "
+            "encoder, int8 (%(default)s)",
+        )
         parser.add_argument("--out", type=Path, default=Path(f"bench/results/{results}.json"))
         parser.add_argument(
             "--plots", type=Path, default=Path("bench/results"), help="PNG directory (%(default)s)"
@@ -112,7 +156,9 @@ class Scenario:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scenario:
         parse(args.lengths)  # a bad spec fails here, before anything starts
-        return cls(args.lengths, args.fixed_ms, args.per_token_ms, args.parallel, args.seed)
+        return cls(
+            args.lengths, args.fixed_ms, args.per_token_ms, args.parallel, args.seed, args.model
+        )
 
 
 def write(report: dict[str, Any], out: Path) -> None:
@@ -234,17 +280,30 @@ async def sequential_ms(url: str, body: Any, calls: int = 40, warmup: int = 5) -
     return statistics.median(times) * 1000
 
 
-async def batch_of_one_ms(model_url: str, length: int) -> float:
-    """The measured cost of a batch of one: one ``length``-token input sent straight to the
-    model's ``POST /v1/batch``, alone. The floor of any batcher's latency for one lone request of
-    that length: the model's cost plus one local HTTP round trip."""
-    return await sequential_ms(model_url + "/v1/batch", {"inputs": [make_payload(length)]})
+async def full_batches_rps(url: str, payloads: Sequence[str], size: int) -> float:
+    """Requests per second a model serves when sent nothing but full batches of ``size``, one
+    after another, straight to its ``POST /v1/batch``, once through ``payloads`` in order."""
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as http:
+        for i in range(0, len(payloads), size):
+            body = json.dumps({"inputs": list(payloads[i : i + size])})
+            async with http.post(url + "/v1/batch", data=body, headers=HEADERS) as resp:
+                resp.raise_for_status()
+                await resp.read()
+    return round(len(payloads) / (time.perf_counter() - started), 1)
 
 
-async def lone_request_ms(batcher_url: str, length: int) -> float:
-    """One lone ``length``-token request through a batcher (``POST /v1/infer``), nothing else in
+async def batch_of_one_ms(model_url: str, payload: str) -> float:
+    """The measured cost of a batch of one: ``payload`` sent straight to the model's
+    ``POST /v1/batch``, alone. The floor of any batcher's latency for one lone request of its
+    length: the model's cost plus one local HTTP round trip."""
+    return await sequential_ms(model_url + "/v1/batch", {"inputs": [payload]})
+
+
+async def lone_request_ms(batcher_url: str, payload: str) -> float:
+    """One lone request of ``payload`` through a batcher (``POST /v1/infer``), nothing else in
     flight: the batch of one plus the batcher's hop and whatever it waits for company."""
-    body = {"payload": make_payload(length)}
+    body = {"payload": payload}
     # The uncounted calls train the adaptive wait's cost fit, which it trusts after MIN_BATCHES.
     return await sequential_ms(batcher_url + "/v1/infer", body, warmup=MIN_BATCHES + 2)
 

@@ -1,6 +1,7 @@
 """``modelroll-bench sweep`` (``make bench-sweep``): the sidecar at every max batch size x max-wait
-in a grid, each at several Poisson arrival rates, in front of the demo model with the chosen
-request lengths. Plots p99 against throughput (the knee: where a setting's p99 turns up) and
+in a grid, each at several Poisson arrival rates, in front of the demo model or the real sentence
+encoder (``--model encoder``: its limits measured, lengths counted in its own tokens) with the
+chosen request lengths. Plots p99 against throughput (the knee: where a setting's p99 turns up) and
 recommends the setting with the highest goodput, the highest throughput whose p99 stays within
 ``--slo-ms``.
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from . import analysis, plots
 from .runs import Scenario, bar, load_average, machine, open_run, write
-from .systems import Batching, System, batcher, demo_model
+from .systems import Batching, System, batcher
 
 GIVE_UP = 5.0
 """A setting's higher rates are skipped once its p99 exceeds this multiple of the SLO ..."""
@@ -41,9 +42,6 @@ class Setup:
     slo_ms: float = 150.0
     duration_s: float = 6.0
     rounds: int = 1
-
-    def limits(self) -> dict[int, float]:
-        return {b: self.scenario.limit_rps(b) for b in self.batches}
 
     def offered(self, limits: dict[int, float]) -> list[float]:
         if self.rates:
@@ -90,19 +88,20 @@ async def grid_line(
 
 
 async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
-    limits = setup.limits()
-    rates = setup.offered(limits)
     scenario = setup.scenario
-    print(
-        f"{scenario.describe()}\nModel's limit by max batch size: "
-        + ", ".join(f"{b}: {v:.0f}" for b, v in limits.items())
-        + f" req/s.\nRates: {', '.join(f'{r:g}' for r in rates)} req/s; {setup.duration_s:g} s "
-        f"each; load average {load_average():.2f}.",
-        flush=True,
-    )
+    unit = "tokenizer" if scenario.model == "encoder" else "words"
     rows: list[dict[str, Any]] = []
-    settings = [Batching(b, w) for b in setup.batches for w in setup.waits_ms]
-    async with demo_model(scenario.cost) as model:
+    settings = [Batching(b, w, length_from=unit) for b in setup.batches for w in setup.waits_ms]
+    async with scenario.serve() as model:
+        limits = await scenario.limits_rps(model, setup.batches)
+        rates = setup.offered(limits)
+        print(
+            f"{scenario.describe()}\nModel's limit by max batch size: "
+            + ", ".join(f"{b}: {v:.0f}" for b, v in limits.items())
+            + f" req/s.\nRates: {', '.join(f'{r:g}' for r in rates)} req/s; "
+            f"{setup.duration_s:g} s each; load average {load_average():.2f}.",
+            flush=True,
+        )
         with bar(setup.rounds * len(settings) * len(rates), "sweep") as progress:
             for r in range(1, setup.rounds + 1):
                 # Every other round runs the grid backwards, so drift in the machine's load
@@ -143,10 +142,12 @@ def analyse(
         "recommendation": asdict(pick) if pick else None,
     }
     print_table(setup, points, rows, table, pick)
-    title = (
-        f"lengths {scenario.lengths}, {scenario.fixed_ms:g} ms + {scenario.per_token_ms:g} ms/"
-        f"padded token; {setup.rounds} round(s), medians"
+    model = (
+        "all-MiniLM-L6-v2 int8"
+        if scenario.model == "encoder"
+        else f"{scenario.fixed_ms:g} ms + {scenario.per_token_ms:g} ms/padded token"
     )
+    title = f"lengths {scenario.lengths}, {model}; {setup.rounds} round(s), medians"
     written = plots.sweep(points, setup.slo_ms, pick, title, plots_dir)
     print("Plots: " + ", ".join(str(p) for p in written))
     return report
@@ -255,11 +256,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    scenario = Scenario.from_args(args)
     if args.saved is not None:
         write(reanalyse(args.saved, args.slo_ms, args.plots), args.out)
         return 0
     setup = Setup(
-        scenario=Scenario.from_args(args),
+        scenario=scenario,
         batches=args.batches,
         waits_ms=args.waits,
         shares=args.shares,

@@ -1,6 +1,7 @@
-"""The servers a benchmark starts, as real processes on loopback: the demo model, and the
-batchers under test in front of it (the modelroll sidecar, the classic sleep-then-drain batcher,
-KServe's batcher), all answering ``POST /v1/infer {"payload": p}``."""
+"""The servers a benchmark starts, as real processes on loopback: the demo model or the real
+sentence encoder, and the batchers under test in front of it (the modelroll sidecar, the classic
+sleep-then-drain batcher, KServe's batcher, Ray Serve's ``@serve.batch``), all answering
+``POST /v1/infer {"payload": p}``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ from .lengths import CostModel
 
 # `make kserve-batcher` builds it into the checkout's .bin/ (two levels above this package).
 KSERVE_BIN = Path(__file__).resolve().parents[2] / ".bin" / "kserve-batcher"
-Kind = Literal["sidecar", "classic", "kserve"]
+# `make ray-serve` makes Ray Serve's own virtualenv; its batcher is bench/ray/serve_batcher.py.
+RAY_PYTHON = Path(__file__).resolve().parents[2] / ".venv-ray" / "bin" / "python"
+RAY_BATCHER = Path(__file__).resolve().parents[1] / "ray" / "serve_batcher.py"
+RAY_START_S = 90.0
+"""Ray starts a local cluster (GCS, raylet, Serve's controller, proxy and replica): about 6 s
+on the 2-CPU machine when quiet."""
+Kind = Literal["sidecar", "classic", "kserve", "ray"]
 
 
 class StartError(RuntimeError):
@@ -95,6 +102,11 @@ class System:
                     *("--max-batch-size", str(b.max_batch)),
                     *("--max-latency-ms", str(round(b.max_wait_ms))),
                 ]
+            case "ray":
+                return [
+                    *(str(RAY_PYTHON), str(RAY_BATCHER), str(port), upstream),
+                    *(str(b.max_batch), f"{b.max_wait_ms:g}"),
+                ]
 
 
 async def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 20.0) -> None:
@@ -112,22 +124,25 @@ async def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float =
 
 
 @contextlib.asynccontextmanager
-async def serve(argv: list[str], port: int, ready_path: str = "/readyz") -> AsyncIterator[str]:
+async def serve(
+    argv: list[str], port: int, ready_path: str = "/readyz", start_s: float = 20.0
+) -> AsyncIterator[str]:
     """Run ``argv`` until the block ends; yields its base URL once ``ready_path`` answers 200.
-    Its stderr is kept in a temporary file and shown when it fails to start."""
+    Its stderr is kept in a temporary file and shown when it fails to start. It gets 30 s to
+    exit on SIGTERM (Ray stops its local cluster in about 10) before it is killed."""
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)  # noqa: ASYNC220
         try:
             try:
-                await wait_ready(proc, url + ready_path)
+                await wait_ready(proc, url + ready_path, start_s)
             except StartError as exc:
                 raise StartError(f"{exc}\n{_tail(log)}") from None
             yield url
         finally:
             proc.terminate()
             try:
-                await asyncio.to_thread(proc.wait, 10)
+                await asyncio.to_thread(proc.wait, 30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 await asyncio.to_thread(proc.wait)
@@ -149,7 +164,18 @@ async def demo_model(cost: CostModel) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
+async def encoder_model(variant: str = "int8", intra_op_threads: int = 1) -> AsyncIterator[str]:
+    """modelroll-encoder (all-MiniLM-L6-v2) serving ``variant``; it loads in a few seconds."""
+    port = free_port()
+    argv = [sys.executable, "-m", "modelroll_models", "--port", str(port)]
+    argv += ["--variant", variant, "--intra-op-threads", str(intra_op_threads)]
+    async with serve(argv, port, start_s=60.0) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
 async def batcher(system: System, model_url: str, parallel: int) -> AsyncIterator[str]:
     port = free_port()
-    async with serve(system.argv(port, model_url, parallel), port) as url:
+    start_s = RAY_START_S if system.kind == "ray" else 20.0
+    async with serve(system.argv(port, model_url, parallel), port, start_s=start_s) as url:
         yield url
