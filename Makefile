@@ -56,10 +56,14 @@ fmt: venv ## Format and auto-fix with ruff.
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+.PHONY: generate
+generate: venv ## Write the files generated from the declarations (the CRD's settings fields, the chart's CRD).
+	$(PY) hack/generate.py
+
 .PHONY: lint
-lint: venv ## ruff (lint + format check) and mypy strict.
+lint: venv ## ruff (lint + format check), mypy strict, and no stale generated file.
 	$(call timed,lint,$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
-		$(VENV)/bin/mypy $(PACKAGES) tests)
+		$(VENV)/bin/mypy $(PACKAGES) tests hack/generate.py && $(PY) hack/generate.py --check)
 
 .PHONY: test-unit
 test-unit: venv ## Unit and component tests (real processes on loopback, no cluster).

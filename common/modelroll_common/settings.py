@@ -2,8 +2,8 @@
 
 One table for the three places that know them: the operator parses spec.batching and spec.sidecar
 with it and writes the flags it names, the sidecar takes its defaults from it and refuses values
-outside its bounds, and the CRD (crds/modelversion.yaml) declares the same defaults and bounds
-(tests/unit/operator/test_crd_schema.py holds the CRD to this table).
+outside its bounds, and ``make generate`` (hack/generate.py) writes these fields of the CRD
+(crds/modelversion.yaml) from it: type, default, bounds, enum and description.
 """
 
 from __future__ import annotations
@@ -24,15 +24,70 @@ class Setting:
     default: int
     low: int
     high: int
+    description: str
+    """What ``kubectl explain`` says of the field, before its bounds and default."""
+    shown_default: str = ""
+    """How the CRD words a default that is not this table's own (empty: the table's)."""
 
 
 BATCHING_SETTINGS = (
-    Setting("maxBatchSize", "max_batch_size", "--max-batch-size", 32, 1, 4096),
-    Setting("maxWaitMs", "max_wait_ms", "--max-wait-ms", 10, 0, 60000),
-    Setting("maxQueueSize", "max_queue_size", "--max-queue-size", 1024, 1, 1000000),
-    Setting("maxBatchTokens", "max_batch_tokens", "--max-batch-tokens", 0, 0, 100000000),
-    Setting("timeoutMs", "timeout_ms", "--timeout-ms", 30000, 1, 3600000),
-    Setting("maxConcurrentBatches", "max_concurrent_batches", "--max-concurrent-batches", 1, 1, 64),
+    Setting(
+        "maxBatchSize",
+        "max_batch_size",
+        "--max-batch-size",
+        32,
+        1,
+        4096,
+        "A batch closes when it holds this many requests.",
+    ),
+    Setting(
+        "maxWaitMs",
+        "max_wait_ms",
+        "--max-wait-ms",
+        10,
+        0,
+        60000,
+        "A batch closes when its oldest request has waited this many milliseconds. 0 sends what "
+        "is queued as soon as a batch may go; requests that arrive while every batch slot is "
+        "busy still go together.",
+    ),
+    Setting(
+        "maxQueueSize",
+        "max_queue_size",
+        "--max-queue-size",
+        1024,
+        1,
+        1000000,
+        "Requests waiting beyond this many are refused with 429 and Retry-After.",
+    ),
+    Setting(
+        "maxBatchTokens",
+        "max_batch_tokens",
+        "--max-batch-tokens",
+        0,
+        0,
+        100000000,
+        "Padded-token budget per batch (batch size times longest request length); 0 turns the "
+        "budget off.",
+    ),
+    Setting(
+        "timeoutMs",
+        "timeout_ms",
+        "--timeout-ms",
+        30000,
+        1,
+        3600000,
+        "A request the model has not started within this many milliseconds gets 504.",
+    ),
+    Setting(
+        "maxConcurrentBatches",
+        "max_concurrent_batches",
+        "--max-concurrent-batches",
+        1,
+        1,
+        64,
+        "Batches sent to the model at the same time.",
+    ),
 )
 """spec.batching: how the sidecar forms batches (the CRD defaults every one of them)."""
 
@@ -48,6 +103,7 @@ class Choice:
     flag: str
     default: str
     values: tuple[str, ...]
+    description: str
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -59,26 +115,127 @@ class Choice:
 
 
 BATCHING_CHOICES = (
-    Choice("batchBy", "batch_by", "--batch-by", "Arrival", ("Arrival", "Length")),
-    Choice("waitPolicy", "wait_policy", "--wait-policy", "Fixed", ("Fixed", "Adaptive")),
-    Choice("lengthFrom", "length_from", "--length-from", "Words", ("Words", "Tokenizer")),
+    Choice(
+        "batchBy",
+        "batch_by",
+        "--batch-by",
+        "Arrival",
+        ("Arrival", "Length"),
+        "Which queued requests a batch takes (sidecar --batch-by). Arrival (the default): the "
+        "oldest ones, first in, first out. Length: the oldest request and the queued requests "
+        "nearest its length, so less of each batch is padding and the model does more useful "
+        "work per call when request lengths vary. The oldest request always goes in the next "
+        "batch, so none is passed over indefinitely; a request whose length is unlike its "
+        "neighbours' may wait a batch or two longer than under Arrival. No difference when "
+        "every request has the same length.",
+    ),
+    Choice(
+        "waitPolicy",
+        "wait_policy",
+        "--wait-policy",
+        "Fixed",
+        ("Fixed", "Adaptive"),
+        "When a batch that is not full is sent (sidecar --wait-policy). Fixed (the default): "
+        "when its oldest request has waited maxWaitMs. Adaptive: as soon as a model slot is "
+        "free and no request is expected soon enough to be worth waiting for, judged from the "
+        "arrival rate and how long batches take (both learned while serving). This cuts latency "
+        "at low load, where a fixed wait only delays requests, at the cost of smaller batches "
+        "there. maxWaitMs stays the bound: under either policy no batch waits longer, so with "
+        "maxWaitMs 0 the two behave alike.",
+    ),
+    Choice(
+        "lengthFrom",
+        "length_from",
+        "--length-from",
+        "Words",
+        ("Words", "Tokenizer"),
+        "What a request's length counts (sidecar --length-from): the unit of batchBy Length, "
+        "maxBatchTokens and the padding metrics. Words (the default): the whitespace words of a "
+        "string payload. Tokenizer: its tokens under the model's own tokenizer, which the model "
+        "server serves at GET /v1/tokenizer (modelroll-encoder does); the sidecar stays unready "
+        "until it has it, and a model that serves none leaves the version unready, the reason "
+        "in the sidecar's /readyz. Either way a list payload (token ids, say) counts its items.",
+    ),
 )
 """spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
 from their default, so adding them changed (rolled) no existing Deployment."""
-PROTOCOL = Choice("protocol", "protocol", "--protocol", "Batch", ("Batch", "OpenAI"))
+PROTOCOL = Choice(
+    "protocol",
+    "protocol",
+    "--protocol",
+    "Batch",
+    ("Batch", "OpenAI"),
+    "Managed mode: what the model server speaks. Batch (the default): POST /v1/batch, and the "
+    "sidecar forms request-level batches of POST /v1/infer. OpenAI: an OpenAI-compatible engine "
+    "(vLLM, TGI, SGLang, llama.cpp's server) that batches generation itself, iteration by "
+    "iteration; the sidecar streams /v1/chat/completions and /v1/completions through, at most "
+    "spec.sidecar.maxInFlight at once, batches only /v1/embeddings (by spec.batching), and takes "
+    "the engine's GET /health as its readiness. Give the engine the model's name as its served "
+    "model name (vLLM: --served-model-name), since clients name the model in each request.",
+)
 """spec.protocol: what the model server speaks (a flag only when not Batch, so adding it rolled
 no existing Deployment)."""
 
 SIDECAR_SETTINGS = (
-    Setting("upstreamTimeoutMs", "upstream_timeout_ms", "--upstream-timeout-ms", 60000, 1, 3600000),
-    Setting("maxBodyBytes", "max_body_bytes", "--max-body-bytes", 1 << 20, 1, 64 << 20),
-    Setting("readTimeoutMs", "read_timeout_ms", "--read-timeout-ms", 30000, 1, 3600000),
-    Setting("drainTimeoutS", "drain_timeout_s", "--drain-timeout-s", 30, 0, 3600),
-    Setting("maxInFlight", "max_in_flight", "--max-in-flight", 256, 1, 100000),
     Setting(
-        "readinessTimeoutMs", "readiness_timeout_ms", "--readiness-timeout-ms", 1000, 1, 600000
+        "upstreamTimeoutMs",
+        "upstream_timeout_ms",
+        "--upstream-timeout-ms",
+        60000,
+        1,
+        3600000,
+        "A model call slower than this many milliseconds fails its batch with 502.",
     ),
-    # 10 minutes, the official OpenAI clients' own timeout: past it their caller has given up.
+    Setting(
+        "maxBodyBytes",
+        "max_body_bytes",
+        "--max-body-bytes",
+        1 << 20,
+        1,
+        64 << 20,
+        "The largest request body the sidecar accepts, in bytes; larger ones get 413.",
+    ),
+    Setting(
+        "readTimeoutMs",
+        "read_timeout_ms",
+        "--read-timeout-ms",
+        30000,
+        1,
+        3600000,
+        "A client must send its whole request within this many milliseconds of its first byte, "
+        "or it gets 408.",
+    ),
+    Setting(
+        "drainTimeoutS",
+        "drain_timeout_s",
+        "--drain-timeout-s",
+        30,
+        0,
+        3600,
+        "On SIGTERM, how many seconds queued and in-flight requests may take to finish. The "
+        "pod's termination grace period is this plus 15 seconds.",
+        shown_default="the operator's --drain-timeout-s",
+    ),
+    Setting(
+        "maxInFlight",
+        "max_in_flight",
+        "--max-in-flight",
+        256,
+        1,
+        100000,
+        "protocol OpenAI: generation requests the sidecar passes to the engine at once; more "
+        "get 429 with Retry-After.",
+    ),
+    Setting(
+        "readinessTimeoutMs",
+        "readiness_timeout_ms",
+        "--readiness-timeout-ms",
+        1000,
+        1,
+        600000,
+        "How long the sidecar waits for the model's readiness path (/readyz; an OpenAI engine's "
+        "/health) on each probe before counting it unready, in milliseconds.",
+    ),
     Setting(
         "generationTimeoutMs",
         "generation_timeout_ms",
@@ -86,8 +243,12 @@ SIDECAR_SETTINGS = (
         600000,
         1,
         3600000,
+        "protocol OpenAI: a generation that is not streamed must be answered whole within this "
+        "many milliseconds, or the client gets 504. The default is 10 minutes, the official "
+        "OpenAI clients' own timeout: past it their caller has given up.",
     ),
 )
 """spec.sidecar: the rest of the sidecar's per-version settings. Only the fields a spec gives
 become flags (the others keep the sidecar's defaults, and drainTimeoutS the operator's
---drain-timeout-s), so adding a field here changes no existing Deployment."""
+--drain-timeout-s), so adding a field here changes no existing Deployment; for the same reason
+the CRD declares no default for them."""

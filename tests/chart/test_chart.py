@@ -135,19 +135,6 @@ def test_the_crd_is_shipped_in_crds_and_not_templated(helm: Helm) -> None:
     ]
 
 
-def test_the_charts_crd_is_the_same_file_as_crds_modelversion() -> None:
-    source = REPO / "crds" / "modelversion.yaml"
-    copy = CHART / "crds" / "modelversion.yaml"
-    assert source.is_file(), f"{source} is missing"
-    assert copy.is_file(), (
-        f"{copy} is missing: cp {source.relative_to(REPO)} {copy.relative_to(REPO)}"
-    )
-    assert copy.read_bytes() == source.read_bytes(), (
-        f"{copy.relative_to(REPO)} differs from {source.relative_to(REPO)}, the single source; "
-        f"copy it again: cp {source.relative_to(REPO)} {copy.relative_to(REPO)}"
-    )
-
-
 # --- values and schema -------------------------------------------------------------------------
 
 

@@ -1,0 +1,141 @@
+"""``make generate``: the files written from modelroll's declarations. ``--check`` (part of
+``make lint``) writes nothing and fails, naming them, when any would change.
+
+- ``crds/modelversion.yaml``: the fields that ``modelroll_common.settings`` declares
+  (spec.batching, spec.protocol and the integer fields of spec.sidecar) are written from it:
+  type, default, bounds, enum and description. The rest of the schema is edited in the file and
+  only laid out again here, so every edit ends in the same layout.
+- ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
+
+Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modelroll_common.settings import (
+    BATCHING_CHOICES,
+    BATCHING_SETTINGS,
+    PROTOCOL,
+    SIDECAR_SETTINGS,
+    Choice,
+    Setting,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD = ROOT / "crds" / "modelversion.yaml"
+CHART_CRD = ROOT / "charts" / "modelroll" / "crds" / "modelversion.yaml"
+CRD_HEADER = """\
+# The ModelVersion CRD: one object per version of a model. The modelroll operator writes every
+# Ready version's weight into the namespace's `modelroll-routes` ConfigMap; the gateway splits
+# traffic by those weights. Edit the schema here, except the fields of
+# common/modelroll_common/settings.py, and run `make generate`: it writes those fields, this
+# file's layout and the Helm chart's copy.
+"""
+CHART_HEADER = """\
+# Written by `make generate` from crds/modelversion.yaml: edit that file, not this one.
+"""
+WIDTH = 96
+"""Where folded descriptions and CEL rules wrap."""
+
+
+def integer(setting: Setting, defaulted: bool) -> dict[str, Any]:
+    """A Setting's schema; with ``defaulted`` the API server fills in its default."""
+    default = setting.shown_default or str(setting.default)
+    bounds = f"From {setting.low} to {setting.high}" + ("" if defaulted else f"; default {default}")
+    schema: dict[str, Any] = {
+        "type": "integer",
+        "description": f"{setting.description} {bounds}.",
+        "format": "int32",
+    }
+    if defaulted:
+        schema["default"] = setting.default
+    return schema | {"minimum": setting.low, "maximum": setting.high}
+
+
+def choice(setting: Choice) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "description": setting.description,
+        "enum": list(setting.values),
+        "default": setting.default,
+    }
+
+
+def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
+    """``crd`` with the declared fields written in place (a new one goes last)."""
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    batching = spec["batching"]["properties"]
+    for setting in BATCHING_SETTINGS:
+        batching[setting.key] = integer(setting, defaulted=True)
+    for option in BATCHING_CHOICES:
+        batching[option.key] = choice(option)
+    sidecar = spec["sidecar"]["properties"]
+    for setting in SIDECAR_SETTINGS:
+        sidecar[setting.key] = integer(setting, defaulted=False)
+    spec[PROTOCOL.key] = choice(PROTOCOL)
+    return crd
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block lists indented under their key, as kubectl and Helm users write them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = ">" if len(data) > WIDTH // 2 else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    """A list of short words on one line (``[spec]``), anything else a block."""
+    flow = all(isinstance(x, str) and len(x) < 40 for x in data) and len(str(data)) < WIDTH // 2
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(str, _text)
+_Dumper.add_representer(list, _list)
+
+
+def dump(doc: dict[str, Any]) -> str:
+    text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=WIDTH, allow_unicode=True)
+    if yaml.safe_load(text) != doc:
+        raise AssertionError("the YAML layout changed what the CRD says")
+    return text
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and what it should hold."""
+    body = dump(with_settings(yaml.safe_load(CRD.read_text())))
+    return {CRD: CRD_HEADER + body, CHART_CRD: CHART_HEADER + body}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; fail if stale")
+    args = parser.parse_args(argv)
+    stale = [
+        path for path, text in outputs().items() if not path.exists() or path.read_text() != text
+    ]
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run `make generate`", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs().items():
+        if path in stale:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
