@@ -1,6 +1,7 @@
-"""The classic micro-batcher from the seed write-up, for comparison: on the first arrival into an
-empty queue it sleeps ``max_wait``, then takes up to ``max_batch`` and sends them, scheduling
-another sleep if requests remain. No size trigger, no bound on batches in flight, no deadlines.
+"""The classic micro-batcher that serving code often starts from, for comparison: on the first
+arrival into an empty queue it sleeps ``max_wait``, then takes up to ``max_batch`` and sends
+them, scheduling another sleep if requests remain. No size trigger, no bound on batches in
+flight, no deadlines.
 
 Serves the sidecar's ``POST /v1/infer`` so the same load reaches both.
 Run: python -m modelroll_bench.classic PORT UPSTREAM MAX_BATCH MAX_WAIT_MS

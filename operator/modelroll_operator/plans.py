@@ -15,7 +15,7 @@ from typing import Any
 
 from modelroll_gateway.routes import MAX_WEIGHT
 
-from .spec import ANNOTATION_BEFORE_PROMOTE, ANNOTATION_PREVIOUS_WEIGHT
+from .spec import ANNOTATION_BEFORE_PROMOTE
 
 
 class PluginError(Exception):
@@ -93,8 +93,6 @@ class Version:
     """The weights its promote remembered (``modelroll.io/before-promote``), when usable."""
     memory_error: str | None = None
     """Why its ``modelroll.io/before-promote`` annotation cannot be used, when it has one."""
-    legacy_weight: str | None = None
-    """The raw value of the legacy ``modelroll.io/previous-weight`` annotation, if any."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Version:
@@ -113,7 +111,6 @@ class Version:
                 memory = Memory.parse(str(remembered))
             except ValueError as exc:
                 memory_error = str(exc)
-        legacy = annotations.get(ANNOTATION_PREVIOUS_WEIGHT)
         return cls(
             namespace=str(meta.get("namespace") or ""),
             name=str(meta.get("name") or ""),
@@ -129,7 +126,6 @@ class Version:
             deleting=bool(meta.get("deletionTimestamp")),
             memory=memory,
             memory_error=memory_error,
-            legacy_weight=None if legacy is None else str(legacy),
         )
 
     @property
@@ -143,14 +139,7 @@ class Version:
 
     def stale_annotations(self) -> tuple[str, ...]:
         """The plugin's annotations a promote removes from the model's other versions."""
-        found = (
-            (ANNOTATION_BEFORE_PROMOTE, self.remembers),
-            (ANNOTATION_PREVIOUS_WEIGHT, self.legacy_weight is not None),
-        )
-        return tuple(name for name, present in found if present)
-
-    def legacy_annotation(self) -> tuple[str, ...]:
-        return (ANNOTATION_PREVIOUS_WEIGHT,) if self.legacy_weight is not None else ()
+        return (ANNOTATION_BEFORE_PROMOTE,) if self.remembers else ()
 
 
 def render_table(versions: Sequence[Version], all_namespaces: bool = False) -> str:
@@ -174,7 +163,7 @@ def _weights(weights: Mapping[str, int]) -> str:
 
 
 def render_notes(versions: Sequence[Version], all_namespaces: bool = False) -> list[str]:
-    """What the table cannot show: remembered weights, unusable and legacy annotations."""
+    """What the table cannot show: remembered weights and unusable annotations."""
     notes = []
     for v in sorted(versions, key=lambda v: (v.namespace, v.model, v.name)):
         who = f"{v.namespace}/{v.name}" if all_namespaces else v.name
@@ -190,13 +179,6 @@ def render_notes(versions: Sequence[Version], all_namespaces: bool = False) -> l
                 f"warning: {who}: annotation {ANNOTATION_BEFORE_PROMOTE} is "
                 f"unusable: {v.memory_error}. `{rollback}` refuses until it is fixed or removed "
                 f"(kubectl annotate -n {v.namespace} mv {v.name} {ANNOTATION_BEFORE_PROMOTE}-)."
-            )
-        if v.legacy_weight is not None:
-            notes.append(
-                f"note: {who}: annotation {ANNOTATION_PREVIOUS_WEIGHT}="
-                f"{_shown(v.legacy_weight)} is from an older kubectl-modelroll; rollback no "
-                "longer restores it (it cannot tell which promote it belongs to). The next "
-                f"promote, rollback or set-weight that patches {v.name} removes it."
             )
     return notes
 
@@ -320,9 +302,7 @@ def plan_promote(target: Version, siblings: Sequence[Version], force: bool, at: 
     new = min(MAX_WEIGHT, max(total, 1))
     before = {v.name: v.weight for v in (target, *siblings)}
     memory = Memory(target.model, before, at)
-    plan.changes.append(
-        Change(target.name, target.weight, new, memory.to_annotation(), target.legacy_annotation())
-    )
+    plan.changes.append(Change(target.name, target.weight, new, memory.to_annotation()))
     for s in sorted(siblings, key=lambda s: s.name):
         forget = s.stale_annotations()
         if s.weight > 0 or forget:
@@ -381,7 +361,7 @@ def plan_rollback(target: Version, siblings: Sequence[Version], force: bool) -> 
                     f"{target.name} (it had {weight} before it)"
                 )
             else:
-                restore.append(Change(name, s.weight, weight, forget=s.legacy_annotation()))
+                restore.append(Change(name, s.weight, weight))
         plan.notes.extend(
             f"{s.name} keeps weight {s.weight}: it was created after the promote of {target.name}"
             for s in sorted(siblings, key=lambda s: s.name)
@@ -407,28 +387,15 @@ def plan_rollback(target: Version, siblings: Sequence[Version], force: bool) -> 
         else f"{target.name} holds no memory of a promote to restore "
         f"(annotation {ANNOTATION_BEFORE_PROMOTE})"
     )
-    legacy = ", ".join(
-        f"{s.name} has {ANNOTATION_PREVIOUS_WEIGHT}={_shown(s.legacy_weight)}"
-        for s in siblings
-        if s.legacy_weight is not None
-    )
-    if legacy:
-        source += (
-            f". An older kubectl-modelroll left weights that are no longer restored, since "
-            f"they cannot tell which promote they belong to: {legacy}"
-        )
     guard(plan, target, siblings, force, f"rolling back {target.name}", source)
     check_plan(plan)
     return plan
 
 
 def plan_set_weight(target: Version, siblings: Sequence[Version], weight: int, force: bool) -> Plan:
-    """One patch; it also removes the version's legacy annotation.
-
-    Nothing else is forgotten: a rollback gives a remembered weight back only to a version still
-    at the 0 its promote left, so a weight set after the promote wins.
-    """
-    change = Change(target.name, target.weight, weight, forget=target.legacy_annotation())
+    """One patch. No memory is forgotten: a rollback gives a remembered weight back only to a
+    version still at the 0 its promote left, so a weight set after the promote wins."""
+    change = Change(target.name, target.weight, weight)
     plan = Plan(target.model, [change])
     guard(plan, target, siblings, force, f"setting {target.name}'s weight to {weight}")
     return plan

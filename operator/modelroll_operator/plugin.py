@@ -31,12 +31,6 @@ of failing); so do two versions of one model holding a memory (an interrupted pr
 edit). Only a change to the cluster between the dry run and the patches can stop a command
 halfway; the error then says which patches were made and which were not.
 
-The per-version ``modelroll.io/previous-weight`` annotation of older versions of the plugin is
-not honoured: it holds a weight from *some* promote, and restoring it is how a rollback could
-bring back weights from an older promote. ``status`` lists it, a rollback that refuses for lack
-of a weighted version names its value, and any patch this plugin makes to a version removes
-that version's.
-
 set-weight, promote and rollback share one guard rail (``plans.guard``): a command that changes
 a weight refuses to leave the model with no Ready version that has weight, since the gateway
 would then have nothing to route it to and answer 503 (``--force`` does it anyway). So promote

@@ -40,10 +40,6 @@ ANNOTATION_BEFORE_PROMOTE = f"{PREFIX}/before-promote"
 """On the ModelVersion kubectl-modelroll last promoted: JSON of every version's weight in its
 model right before that promote, ``{"model": …, "at": …, "weights": {version: weight}}``;
 ``kubectl modelroll rollback`` of that version gives them back and removes it."""
-ANNOTATION_PREVIOUS_WEIGHT = f"{PREFIX}/previous-weight"
-"""Legacy (kubectl-modelroll before before-promote): one version's weight before *some* promote.
-No longer read for restoring (it cannot tell which promote it belongs to); the plugin removes it
-from every version it patches."""
 
 
 class SpecError(ValueError):

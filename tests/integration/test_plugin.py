@@ -25,7 +25,6 @@ pytestmark = pytest.mark.integration
 
 VENV_BIN = Path(sys.executable).parent
 BEFORE_PROMOTE = "modelroll.io/before-promote"
-LEGACY_PREVIOUS_WEIGHT = "modelroll.io/previous-weight"
 
 
 def run(
@@ -123,7 +122,7 @@ def test_promote_moves_all_traffic_and_rollback_restores_it(
 def stored(cluster: Cluster, namespace: str) -> dict[str, tuple[int, int, dict[str, str]]]:
     """Each ModelVersion's (spec.weight, metadata.generation, the plugin's annotations)."""
     items = cluster.kubectl_json("get", "mv", namespace=namespace)["items"]
-    ours = (BEFORE_PROMOTE, LEGACY_PREVIOUS_WEIGHT)
+    ours = (BEFORE_PROMOTE,)
     return {
         item["metadata"]["name"]: (
             item["spec"]["weight"],
@@ -269,73 +268,6 @@ def test_unusable_remembered_weights_show_in_status_and_rollback_patches_nothing
         out = run(cluster, namespace, "set-weight", name, weight, "--wait=0")
         assert out.returncode == 0, out.stderr
     assert weights(cluster, namespace) == {"canary-v2": 0, "other-v0": 0, "stable-v1": 9}
-
-
-def test_previous_weights_of_the_older_plugin_crash_nothing_and_are_not_restored(
-    cluster: Cluster, namespace: str, versions: Routes
-) -> None:
-    """What the older plugin left after `promote canary-v2`, plus two garbage values: "²"
-    passes str.isdigit() but not int() (it crashed every command, status included), and 99999
-    is out of range (its rollback patched stable-v1, then failed on zz-v0)."""
-    for name in ("old-v0", "zz-v0"):
-        add_version(cluster, namespace, versions, name)
-    for name, weight, previous in (
-        ("canary-v2", 10, "1"),
-        ("stable-v1", 0, "9"),
-        ("old-v0", 0, "²"),
-        ("zz-v0", 0, "99999"),
-    ):
-        patch = {
-            "metadata": {"annotations": {LEGACY_PREVIOUS_WEIGHT: previous}},
-            "spec": {"weight": weight},
-        }
-        cluster.kubectl(
-            "patch", "mv", name, "--type=merge", "-p", json.dumps(patch), namespace=namespace
-        )
-    before = stored(cluster, namespace)
-
-    status = run(cluster, namespace, "status")
-    assert status.returncode == 0, status.stderr
-    assert [r[1:3] for r in table(status.stdout)[1:5]] == [
-        ["canary-v2", "10"],
-        ["old-v0", "0"],
-        ["stable-v1", "0"],
-        ["zz-v0", "0"],
-    ]
-    assert (
-        f'note: old-v0: annotation {LEGACY_PREVIOUS_WEIGHT}="²" is from an older '
-        "kubectl-modelroll; rollback no longer restores it"
-    ) in status.stdout
-
-    refused = run(cluster, namespace, "rollback", "canary-v2")
-    assert refused.returncode == 1
-    assert "Traceback" not in refused.stderr
-    assert refused.stderr.startswith(
-        "error: rolling back canary-v2 would leave model sentiment with no Ready version that "
-        "has weight"
-    ), refused.stderr
-    assert f'stable-v1 has {LEGACY_PREVIOUS_WEIGHT}="9"' in refused.stderr
-    assert f'zz-v0 has {LEGACY_PREVIOUS_WEIGHT}="99999"' in refused.stderr
-    assert "Nothing was changed." in refused.stderr
-    assert stored(cluster, namespace) == before  # weights, generations, annotations
-
-    # What the message says to do: give stable-v1 its weight, then roll back.
-    restored = run(cluster, namespace, "set-weight", "stable-v1", "9")
-    assert restored.returncode == 0, restored.stderr
-    back = run(cluster, namespace, "rollback", "canary-v2")
-    assert back.returncode == 0, back.stderr
-    assert back.stdout.splitlines()[0] == "modelversion/canary-v2 weight 10 -> 0"
-    assert weights(cluster, namespace) == {
-        "canary-v2": 0,
-        "old-v0": 0,
-        "stable-v1": 9,
-        "zz-v0": 0,
-    }
-    legacy = {
-        name: annotations.get(LEGACY_PREVIOUS_WEIGHT)
-        for name, (_, _, annotations) in stored(cluster, namespace).items()
-    }  # the versions the plugin patched lost it; the others keep it
-    assert legacy == {"canary-v2": None, "old-v0": "²", "stable-v1": None, "zz-v0": "99999"}
 
 
 def test_set_weight_patches_one_version_and_reports_what_the_api_server_refuses(

@@ -20,10 +20,9 @@ from modelroll_operator.plans import (
     render_table,
 )
 from modelroll_operator.plugin import build_parser
-from modelroll_operator.spec import ANNOTATION_BEFORE_PROMOTE, ANNOTATION_PREVIOUS_WEIGHT
+from modelroll_operator.spec import ANNOTATION_BEFORE_PROMOTE
 
 BEFORE = ANNOTATION_BEFORE_PROMOTE
-LEGACY = ANNOTATION_PREVIOUS_WEIGHT
 
 
 def body(
@@ -57,7 +56,6 @@ def mv(
     weight: int,
     ready: bool = True,
     remembers: dict[str, int] | str | None = None,
-    legacy: str | None = None,
 ) -> Version:
     """``remembers``: the weights of a promote of this version (a dict), or the raw annotation."""
     annotations = {}
@@ -65,8 +63,6 @@ def mv(
         annotations[BEFORE] = json.dumps({"model": "sentiment", "weights": remembers})
     elif remembers is not None:
         annotations[BEFORE] = remembers
-    if legacy is not None:
-        annotations[LEGACY] = legacy
     return Version.from_body(body(name, weight, ready, annotations))
 
 
@@ -145,17 +141,15 @@ def test_promote_takes_the_memory_of_an_older_promote_away_from_every_other_vers
     back to the state before that older promote."""
     plan = plan_promote(
         mv("v3", 0),
-        [mv("v1", 5), mv("v2", 0, remembers={"v1": 9, "v2": 1}, legacy="1")],
+        [mv("v1", 5), mv("v2", 0, remembers={"v1": 9, "v2": 1})],
         force=False,
     )
     assert [(c.version, c.after) for c in plan.changes] == [("v3", 5), ("v1", 0), ("v2", 0)]
     assert plan.changes[2].patch() == {
         "spec": {"weight": 0},
-        "metadata": {"annotations": {BEFORE: None, LEGACY: None}},
+        "metadata": {"annotations": {BEFORE: None}},
     }
-    assert plan.changes[2].describe() == (
-        f"modelversion/v2 weight 0 (unchanged), removed {BEFORE}, {LEGACY}"
-    )
+    assert plan.changes[2].describe() == f"modelversion/v2 weight 0 (unchanged), removed {BEFORE}"
 
 
 def test_rollback_after_two_promotes_restores_the_state_right_before_the_last_one() -> None:
@@ -294,31 +288,6 @@ def test_rollback_of_a_version_already_at_zero_only_forgets_its_used_up_memory()
     assert plan_rollback(mv("canary", 0), [mv("stable", 9)], force=False).changes == []
 
 
-@pytest.mark.parametrize("legacy", ["9", "abc", "-5", "99999", "²"])
-def test_legacy_previous_weights_are_shown_never_restored_and_removed_by_any_patch(
-    legacy: str,
-) -> None:
-    """ "²" passes str.isdigit() but not int(): every command, status too, reads past it."""
-    stable = mv("stable", 0, legacy=legacy)
-    assert stable.legacy_weight == legacy
-    with pytest.raises(PluginError, match="no Ready version that has weight") as refused:
-        plan_rollback(mv("canary", 10, legacy="1"), [stable], force=False)
-    assert f"stable has {LEGACY}={json.dumps(legacy, ensure_ascii=False)}" in str(refused.value)
-    assert "An older kubectl-modelroll left weights that are no longer restored" in str(
-        refused.value
-    )
-
-    forced = plan_rollback(mv("canary", 10, legacy="1"), [stable], force=True)
-    assert forced.changes == [Change("canary", 10, 0, forget=(LEGACY,))]
-    assert plan_set_weight(stable, [], 9, force=False).changes == [
-        Change("stable", 0, 9, forget=(LEGACY,))
-    ]
-    assert render_notes([stable])[0].startswith(
-        f"note: stable: annotation {LEGACY}={json.dumps(legacy, ensure_ascii=False)} is "
-        "from an older kubectl-modelroll; rollback no longer restores it"
-    )
-
-
 def test_status_notes_show_what_the_last_promote_remembered() -> None:
     canary = mv("canary", 10, remembers={"canary": 1, "stable": 9})
     assert render_notes([mv("stable", 0), canary], all_namespaces=True) == [
@@ -392,11 +361,9 @@ def test_set_weight_goes_ahead_while_a_ready_version_keeps_weight() -> None:
     assert plan_set_weight(cold, [mv("stable", 9)], 5, False).changes == [Change("cold", 0, 5)]
     # Lowering, not removing, the last Ready weight is fine.
     assert plan_set_weight(mv("stable", 9), [], 1, False).changes == [Change("stable", 9, 1)]
-    # A weight that does not change moves no traffic: never refused (it may drop an annotation).
-    lonely = mv("lonely", 0, ready=False, legacy="3")
-    assert plan_set_weight(lonely, [], 0, False).changes == [
-        Change("lonely", 0, 0, forget=(LEGACY,))
-    ]
+    # A weight that does not change moves no traffic: never refused.
+    lonely = mv("lonely", 0, ready=False)
+    assert plan_set_weight(lonely, [], 0, False).changes == [Change("lonely", 0, 0)]
     # Weight on a not-Ready version while nothing else serves is refused too, saying so.
     with pytest.raises(PluginError, match=NO_READY_WEIGHT) as refused:
         plan_set_weight(mv("new", 0, ready=False), [], 5, force=False)
