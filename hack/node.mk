@@ -20,9 +20,9 @@ NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
 	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
 IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
 	hack/images/base-image.sh hack/images/llama.Dockerfile \
-	$(shell git ls-files common sidecar gateway operator models 2>/dev/null)
+	$(shell git ls-files common sidecar gateway operator models demo 2>/dev/null)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
-	modelroll-sidecar modelroll-encoder modelroll-llama pause coredns))
+	modelroll-sidecar modelroll-encoder modelroll-demo modelroll-llama pause coredns))
 
 # The host side of a node, and what builds its images: installed when missing (hack/host-packages.sh).
 NODE_PACKAGES := docker.io containerd runc containernetworking-plugins iptables conntrack iproute2 \
@@ -50,7 +50,7 @@ $(PAUSE_BIN): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
 	strip $@
 
 .PHONY: images
-images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, llama (llama-server + SmolLM2), pause and CoreDNS images with Docker (.cache/images/).
+images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, demo, llama (llama-server + SmolLM2), pause and CoreDNS images with Docker (.cache/images/).
 
 $(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) $(LLAMA_SERVER) $(LLM_MODEL) \
 		| node-packages

@@ -113,9 +113,7 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
     sidecar_args += ["--model", MODEL, "--version", "v1", "--max-wait-ms", "1"]
     rounds: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(
-            serve_module("modelroll_sidecar.demo_model", model_args, mport)
-        )
+        await stack.enter_async_context(serve_module("modelroll_demo.model", model_args, mport))
         sidecar = await stack.enter_async_context(
             serve_module("modelroll_sidecar", sidecar_args, sport)
         )

@@ -40,9 +40,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
+from modelroll_common.routes import CONFIGMAP_NAME, ModelRoute, VersionRoute, configmap_patch
 from modelroll_devcluster import Cluster, ControlPlane, namespace_name
 from modelroll_devcluster.processes import free_port
-from modelroll_gateway.routes import CONFIGMAP_NAME, ModelRoute, VersionRoute, configmap_patch
 
 from . import plots
 from .analysis import Spread

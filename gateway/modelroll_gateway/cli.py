@@ -19,11 +19,11 @@ from modelroll_common.flags import (
     show_default,
 )
 from modelroll_common.kube import Connection, KubeConfigError, connect
+from modelroll_common.routes import CONFIGMAP_NAME
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
 from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
 from .config import DEFAULT_TRUSTED_NETWORKS, GatewayConfig, Network, parse_networks
-from .routes import CONFIGMAP_NAME
 
 log = logging.getLogger("modelroll_gateway")
 PROGRAM = "modelroll-gateway"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from pathlib import Path
 
-from .routes import CONFIGMAP_NAME
+from modelroll_common.routes import CONFIGMAP_NAME
 
 Network = IPv4Network | IPv6Network
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from modelroll_common.routes import ModelRoute, VersionRoute, parse_model_route
+
 from .metrics import (
     PIN,
     PRECREATED_CODES,
@@ -26,7 +28,6 @@ from .metrics import (
     WEIGHT,
     GatewayMetrics,
 )
-from .routes import ModelRoute, VersionRoute, parse_model_route
 from .wrr import SmoothWeightedPicker
 
 log = logging.getLogger(__name__)

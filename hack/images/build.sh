@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make images: the operator, gateway, sidecar and encoder images from their own Dockerfiles, the
+# make images: the operator, gateway, sidecar, encoder and demo images from their own Dockerfiles, the
 # llama image (llama-server and its model, hack/images/llama.Dockerfile), and the two images a
 # local node needs (pause, CoreDNS) from binaries built here, with a Docker engine. Each image is
 # also saved as .cache/images/<name>.tar, which the local node imports into containerd (there is
@@ -70,7 +70,7 @@ mkdir -p "$out"
 save() {  # image, file: an archive containerd's `ctr images import` takes
   "$docker" save "$1" -o "$out/$2.tar.tmp" && mv "$out/$2.tar.tmp" "$out/$2.tar"
 }
-for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder; do  # folder:image
+for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder demo:demo; do  # folder:image
   component=${spec%%:*} name=modelroll-${spec#*:}
   image=$registry/$name:$tag
   echo "Building $image (base $python_image)"

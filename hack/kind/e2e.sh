@@ -5,7 +5,7 @@
 # test-node` runs on the local node.
 #
 #   1. create a kind cluster (or reuse one of the same name)
-#   2. build the operator, gateway and sidecar images and `kind load` them
+#   2. build the operator, gateway, sidecar and demo images and `kind load` them
 #   3. install kube-prometheus-stack (Prometheus Operator + Prometheus) and the modelroll chart
 #      with monitoring on (PodMonitor, ServiceMonitor, PrometheusRule)
 #   4. port-forward the gateway and Prometheus, and run the scenario against them: the versions
@@ -55,7 +55,7 @@ else
   kind create cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
 fi
 
-for component in operator gateway sidecar; do
+for component in operator gateway sidecar demo; do
   image=ghcr.io/modelroll/modelroll-$component:$TAG
   step "Building $image and loading it into the cluster"
   docker build -f "$component/Dockerfile" -t "$image" .

@@ -21,7 +21,7 @@ from kubernetes.config import kube_config
 from prometheus_client import CollectorRegistry
 
 from modelroll_common.kube import connect
-from modelroll_gateway.routes import CONFIGMAP_NAME
+from modelroll_common.routes import CONFIGMAP_NAME
 
 from .analysis_metrics import AnalysisMetrics, serve
 from .canary import Canaries

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from modelroll_gateway.routes import MAX_WEIGHT
+from modelroll_common.routes import MAX_WEIGHT
 
 from .spec import ANNOTATION_BEFORE_PROMOTE
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from modelroll_gateway.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
+from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
 from .kube import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
 from .routes_configmap import RoutesConfigMap, RouteWrite

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from modelroll_gateway.routes import (
+from modelroll_common.routes import (
     CONFIGMAP_NAME,
     ModelRoute,
     RoutesError,

@@ -1,6 +1,6 @@
 """The pure part of routing: which versions of a model go into its route, and what changed.
 
-The document format is the gateway's (modelroll_gateway.routes); this module only decides its
+The document format is the gateway's (modelroll_common.routes); this module only decides its
 content. A model with versions but none Ready keeps its key with no versions (the gateway answers
 503: known model, nothing routable); a model with no versions left loses its key (404).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from modelroll_gateway.routes import ModelRoute, VersionRoute, format_share
+from modelroll_common.routes import ModelRoute, VersionRoute, format_share
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import kopf
 from kopf._cogs.structs.references import Insights, NamespaceName, select_specific_namespaces
 
-from modelroll_gateway.routes import CONFIGMAP_NAME
+from modelroll_common.routes import CONFIGMAP_NAME
 
 from .spec import FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, PREFIX, Resources
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from modelroll_gateway.routes import ModelRoute
+from modelroll_common.routes import ModelRoute
 
 from . import rollout
 from .routing import placement, share_of

@@ -310,17 +310,17 @@ def test_images_default_to_the_app_version(helm: Helm) -> None:
     ("directory", "command"),
     [("managed", "modelroll-demo-model"), ("llm", "modelroll-demo-llm")],
 )
-def test_the_managed_examples_use_the_sidecar_image_make_images_builds(
+def test_the_managed_examples_use_the_demo_image_make_images_builds(
     directory: str, command: str
 ) -> None:
-    """examples/managed/ runs the demo model, examples/llm/ the demo LLM, from the sidecar image:
-    the tag `make images` gives it (hack/images/build.sh: the registry prefix, the chart's
-    appVersion), never pulled on a node that has it, and the stable's file says how to get it."""
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    built = f"{values['sidecar']['image']['repository']}:{chart_meta()['appVersion']}"
+    """examples/managed/ runs the demo model, examples/llm/ the demo LLM, from the demo image:
+    the name and tag `make images` gives it (hack/images/build.sh: the registry prefix, the demo
+    folder's image, the chart's appVersion), never pulled on a node that has it, and the stable's
+    file says how to get it."""
     build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
     assert "registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}" in build_sh
-    assert built == "ghcr.io/modelroll/modelroll-sidecar:" + chart_meta()["appVersion"]
+    assert " demo:demo;" in build_sh
+    built = "ghcr.io/modelroll/modelroll-demo:" + chart_meta()["appVersion"]
     paths = sorted((EXAMPLES / directory).glob("*.yaml"))
     assert len(paths) == 2, paths
     for path in paths:

@@ -21,10 +21,11 @@ from tests.chart.conftest import REPO
 
 COMPONENTS = {
     # directory: (entrypoint, other commands the image must also run)
-    "sidecar": ("modelroll-sidecar", ("modelroll-demo-model",)),
+    "sidecar": ("modelroll-sidecar", ()),
     "gateway": ("modelroll-gateway", ()),
     "operator": ("modelroll-operator", ()),
     "models": ("modelroll-encoder", ()),
+    "demo": ("modelroll-demo-model", ("modelroll-demo-llm",)),
 }
 
 

@@ -199,7 +199,7 @@ def test_a_named_baseline_that_never_becomes_ready_holds_the_canary(
             "model": MODEL,
             "weight": 0,
             "replicas": 1,
-            "server": {"image": "modelroll-sidecar:dev", "command": ["modelroll-demo-model"]},
+            "server": {"image": "modelroll-demo:dev", "command": ["modelroll-demo-model"]},
         },
     }
     stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(ghost))

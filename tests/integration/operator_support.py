@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pytest
 
-from modelroll_gateway.routes import CONFIGMAP_NAME
+from modelroll_common.routes import CONFIGMAP_NAME
 from modelroll_operator.spec import API_VERSION, FINALIZER, KIND
 
 if TYPE_CHECKING:

@@ -20,15 +20,15 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
 from modelroll_common.kube import connect
-from modelroll_devcluster import Cluster
-from modelroll_gateway.metrics import GatewayMetrics
-from modelroll_gateway.routes import (
+from modelroll_common.routes import (
     CONFIGMAP_NAME,
     ModelRoute,
     VersionRoute,
     configmap_delete_patch,
     configmap_patch,
 )
+from modelroll_devcluster import Cluster
+from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_gateway.table import RouteTable
 from modelroll_gateway.watch import ConfigMapWatcher
 from tests.conftest import Proc, Spawn, free_port

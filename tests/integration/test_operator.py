@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from modelroll_common.routes import CONFIGMAP_NAME
 from modelroll_devcluster import Cluster
-from modelroll_gateway.routes import CONFIGMAP_NAME
 from tests.integration.credentials import cluster_admin, credential_plugin, exec_kubeconfig
 from tests.integration.operator_support import (
     Routes,

@@ -20,7 +20,7 @@ from tests.e2e.incluster import InCluster
 
 pytestmark = pytest.mark.node
 
-IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"  # `make images`; it holds the demo model
+IMAGE = "ghcr.io/modelroll/modelroll-demo:0.1.0"  # `make images`; it holds the demo model
 MODEL = "podfields"
 SECRET = "podfields-key"
 KEY = "open-sesame"

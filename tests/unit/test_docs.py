@@ -39,6 +39,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from modelroll_common.flags import EnvArgumentParser, env_name
+from modelroll_demo import llm as demo_llm
+from modelroll_demo import model as demo_model
 from modelroll_gateway import cli as gateway_cli
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics, SharedHistogram
 from modelroll_models import cli as encoder_cli
@@ -46,7 +48,6 @@ from modelroll_operator import cli as operator_cli
 from modelroll_operator import plugin
 from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
 from modelroll_sidecar import config as sidecar_config
-from modelroll_sidecar import demo_llm, demo_model
 from modelroll_sidecar.metrics import SidecarMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,8 @@ LINKED_DOCUMENTS = (
     SIDECAR_README,
     GATEWAY_README,
     OPERATOR_README,
+    ROOT / "demo" / "README.md",
+    ROOT / "models" / "README.md",
 )
 ENV_PREFIX = "MODELROLL_"
 
@@ -161,8 +164,8 @@ class Command:
 
 COMMANDS = (
     Command("modelroll-sidecar", SIDECAR_README, sidecar_parser),
-    Command("modelroll-demo-model", SIDECAR_README, demo_model_parser),
-    Command("modelroll-demo-llm", SIDECAR_README, demo_llm_parser),
+    Command("modelroll-demo-model", ROOT / "demo" / "README.md", demo_model_parser),
+    Command("modelroll-demo-llm", ROOT / "demo" / "README.md", demo_llm_parser),
     Command("modelroll-gateway", GATEWAY_README, gateway_parser),
     Command("modelroll-operator", OPERATOR_README, operator_parser),
     Command("kubectl modelroll", OPERATOR_README, plugin.build_parser),

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.calls import CALL_SIZE_HEADER
+from modelroll_demo.llm import DemoLLMConfig, create_demo_llm_app
 from modelroll_gateway import GatewayConfig, create_app
-from modelroll_sidecar.demo_llm import DemoLLMConfig, create_demo_llm_app
 
 
 @dataclass

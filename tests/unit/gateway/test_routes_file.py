@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from modelroll_gateway.routes import ModelRoute, VersionRoute, dump_model_route
+from modelroll_common.routes import ModelRoute, VersionRoute, dump_model_route
 
 from .conftest import RoutesFile, StartGateway, StartStandIn, route
 

@@ -9,9 +9,9 @@ from collections import Counter
 import aiohttp
 from pytest_aiohttp import AiohttpServer
 
+from modelroll_demo.model import DemoModelConfig, create_demo_model_app
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
-from modelroll_sidecar.demo_model import DemoModelConfig, create_demo_model_app
 from tests.conftest import free_port
 
 from .conftest import RoutesFile, StartGateway, StartStandIn, route

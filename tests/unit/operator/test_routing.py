@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from modelroll_gateway.routes import dump_model_route, parse_model_route
+from modelroll_common.routes import dump_model_route, parse_model_route
 from modelroll_operator.routing import Candidate, compute_route, route_changes, share_of
 
 

@@ -12,7 +12,7 @@ import pytest
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.sse import EventScanner
-from modelroll_sidecar.demo_llm import ENGINE, DemoLLMConfig, create_demo_llm_app
+from modelroll_demo.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
 from modelroll_sidecar.openai_proxy import OpenAIProxy
 
 from ..common.scripted_engines import (

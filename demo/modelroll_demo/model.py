@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .protocol import padded_tokens, payload_length
+from modelroll_sidecar.protocol import padded_tokens, payload_length
 
 SPIN_S = 0.0015
 

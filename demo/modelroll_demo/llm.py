@@ -1,5 +1,5 @@
 """``modelroll-demo-llm``: a stand-in chat LLM server that speaks OpenAI's HTTP API, deterministic
-and seeded, whose cost and batching follow :mod:`.llm_engine`.
+and seeded, whose cost and batching follow :mod:`.engine`.
 
 - ``POST /v1/chat/completions`` and ``POST /v1/completions``: a generation of a seeded lognormal
   number of tokens (``--output-mu``, ``--output-sigma``; at most ``max_tokens``), streamed as
@@ -32,7 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .llm_engine import SCHEDULERS, Engine, EngineCost, Failed, Finished, Sequence, Token
+from .engine import SCHEDULERS, Engine, EngineCost, Failed, Finished, Sequence, Token
 
 EMBEDDING_DIMENSIONS = 8
 MESSAGE_OVERHEAD_TOKENS = 3

@@ -7,7 +7,7 @@ sequence in the batch one token. A batch holds at most ``max_seqs`` sequences, a
 outputs of the sequences in it at most ``kv_tokens`` tokens (each reserves its prompt and its whole
 output when admitted, as a KV cache sized for it would).
 
-Two schedulers, the two batching styles of the original write-ups:
+Two schedulers, the two ways LLM servers batch:
 
 - ``continuous`` (iteration-level, as vLLM, TGI and SGLang batch): waiting sequences join at every
   iteration while the limits allow, and a finished sequence leaves the batch, freeing its slot

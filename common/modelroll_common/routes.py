@@ -1,7 +1,7 @@
 """The routes document: one ConfigMap data key per model, its value a JSON route.
 
-The gateway owns this format; the operator imports this module to write it. Parsing is strict
-(unknown fields are errors) because both sides ship from this one module.
+The contract between the operator, which writes it, and the gateway, which follows it. Parsing is
+strict (unknown fields are errors) because both sides ship from this one module.
 
     {"model": "sentiment",
      "versions": [{"name": "stable-v1", "weight": 9, "endpoint": "http://stable-v1:8000"}, ...]}

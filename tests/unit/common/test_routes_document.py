@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from modelroll_gateway.routes import (
+from modelroll_common.routes import (
     ModelRoute,
     RoutesError,
     VersionRoute,
