@@ -316,7 +316,8 @@ def test_a_pause_step_is_resumed_with_the_plugin_and_a_hand_made_weight_pauses(
     with Traffic(stack.gateway_url, MODEL, window=10, rounds_per_second=20.0):
         stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, {**FAST, "steps": steps}))
         eventually(lambda: analysis(stack).get("reason") == "PausedAtStep", "the pause", 60)
-        assert condition(stack, "Progressing") == "False"
+        # The reconciler derives the conditions from status.analysis: a moment later.
+        eventually(lambda: condition(stack, "Progressing") == "False", "Progressing False", 10)
         shown = stack.plugin("analysis", "status", CANARY).stdout
         assert "Paused" in shown
         assert "errors" in shown
