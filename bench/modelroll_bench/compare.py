@@ -472,10 +472,13 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
     one = distribution["batch_of_one"]
     if LOW_SHARE in shares:
         measured = one["measured_ms"]
+        # Only the demo model has a cost formula to compare with.
+        formula = one.get("cost_model_ms")
         print(
             f"\nAt {LOW_SHARE:.0%} load: p50 against the cost of a batch of one at the median "
             f"length ({one['median_length']} tokens): measured at the model "
-            f"{_median(measured, '.2f')} ms; cost model {one['cost_model_ms']:.2f} ms."
+            f"{_median(measured, '.2f')} ms"
+            + (f"; cost model {formula:.2f} ms." if formula is not None else ".")
         )
         print(
             "A lone request through each batcher (one at a time, nothing else in flight) "
