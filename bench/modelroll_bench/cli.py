@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import canary, compare, encoder, lengths, llama, llm, rollback, sweep
+from . import analysis, compare, encoder, lengths, llama, llm, rollback, sweep
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("compare", compare, "make bench: every batcher, as ratios"),
         ("sweep", sweep, "max batch x max-wait grid; the knee; a recommendation"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
-        ("analysis", canary, "canary analysis vs Flagger's rule, on simulated traffic"),
+        ("analysis", analysis, "canary analysis vs Flagger's rule, on simulated traffic"),
         ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
         ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),
         ("llama", llama, "llama-server with SmolLM2: N slots against one; TTFT the hops add"),

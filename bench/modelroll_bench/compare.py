@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import analysis, plots
+from . import arithmetic, plots
 from .lengths import PRESETS, parse, parse_list
 from .lengths import name as lengths_name
 from .metrics import Watch
@@ -188,7 +188,7 @@ async def measure(
         tried: dict[float, dict[str, Any]] = {}
 
         async def at(rate: float) -> dict[str, Any]:
-            if rate > analysis.SATURATED * sat["rps"]:
+            if rate > arithmetic.SATURATED * sat["rps"]:
                 return {"offered_rps": round(rate, 1), "skipped": "beyond saturation"}
             result = await open_run(
                 url,
@@ -208,17 +208,17 @@ async def measure(
             step(f"{share:.0%} of the limit")
             row["shares"][str(share)] = {"share": share, **await at(share * limit)}
             progress.update()
-        passing = [r for r, res in tried.items() if analysis.meets_slo(res, setup.slo_ms)]
-        failing = [r for r, res in tried.items() if not analysis.meets_slo(res, setup.slo_ms)]
+        passing = [r for r, res in tried.items() if arithmetic.meets_slo(res, setup.slo_ms)]
+        failing = [r for r, res in tried.items() if not arithmetic.meets_slo(res, setup.slo_ms)]
         failing += [s * limit for s in setup.shares if s * limit not in tried]
         probes = 0
         for _ in range(setup.goodput_probes):
-            rate = analysis.next_probe(passing, failing, analysis.SATURATED * sat["rps"])
+            rate = arithmetic.next_probe(passing, failing, arithmetic.SATURATED * sat["rps"])
             if rate is None:
                 break
             step(f"goodput probe at {rate:.0f} req/s")
             result = await at(rate)
-            ok = "skipped" not in result and analysis.meets_slo(result, setup.slo_ms)
+            ok = "skipped" not in result and arithmetic.meets_slo(result, setup.slo_ms)
             (passing if ok else failing).append(rate)
             progress.update()
             probes += 1
@@ -276,22 +276,22 @@ def aggregate(
         entry: dict[str, Any] = {}
         for name, path in paths.items():
             values = [_figure(row, path) for row in rows]
-            spread = analysis.Spread.of([v for v in values if v is not None])
+            spread = arithmetic.Spread.of([v for v in values if v is not None])
             # The baseline's figure from the same round (None when it has none for that round).
             by_round = {b["round"]: _figure(b, path) for b in base}
             same_round = [by_round.get(row["round"]) for row in rows]
-            ratios = analysis.Spread.of(analysis.paired_ratios(values, same_round))
+            ratios = arithmetic.Spread.of(arithmetic.paired_ratios(values, same_round))
             entry[name] = {
                 "value": spread and spread.as_dict(3 if "padding" in name else 2),
                 "ratio_to_baseline": ratios and ratios.as_dict(3),
             }
-        sat = analysis.Spread.of(
+        sat = arithmetic.Spread.of(
             [v for v in (_figure(r, paths["saturation_rps"]) for r in rows) if v]
         )
         entry["saturation_of_limit"] = sat and round(sat.median / limit, 3)
         for share in DECILE_SHARES:
             if share in setup.shares:
-                entry[f"deciles_at_{share:.0%}"] = analysis.median_deciles(
+                entry[f"deciles_at_{share:.0%}"] = arithmetic.median_deciles(
                     [_deciles(row, share) for row in rows]
                 )
         out[label] = entry
@@ -302,19 +302,19 @@ def aggregate(
             key = f"deciles_at_{share:.0%}"
             if key not in entry:
                 continue
-            worst = analysis.worst_decile_gap(entry[key], out[BASELINE][key])
+            worst = arithmetic.worst_decile_gap(entry[key], out[BASELINE][key])
             theirs = {b["round"]: _deciles(b, share) for b in base}
             per_round = [
                 gap["gap_ms"]
                 for row in rounds[label]
                 if (
-                    gap := analysis.worst_decile_gap(
+                    gap := arithmetic.worst_decile_gap(
                         _deciles(row, share), theirs.get(row["round"], [])
                     )
                 )
                 is not None
             ]
-            spread = analysis.Spread.of(per_round)
+            spread = arithmetic.Spread.of(per_round)
             entry[f"decile_gap_at_{share:.0%}"] = {
                 "worst_of_medians": worst,
                 "per_round_worst_ms": spread and spread.as_dict(1),
@@ -642,7 +642,7 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
         rounds = {k: v for k, v in dist["rounds"].items() if v}
         dist["summary"] = aggregate(setup, rounds, dist["model_limit_rps"])
         one = dist["batch_of_one"]
-        spread = analysis.Spread.of(one["measured_ms_by_round"])
+        spread = arithmetic.Spread.of(one["measured_ms_by_round"])
         one["measured_ms"] = spread and spread.as_dict(3)
         found = checks(setup, name, dist["summary"], spread.median if spread else None)
         dist["targets"] = [

@@ -43,7 +43,7 @@ from modelroll_devcluster.sentences import sentences as seeded_sentences
 from modelroll_models import batch_cost
 
 from . import wrk
-from .analysis import Spread, paired_ratios
+from .arithmetic import Spread, paired_ratios
 from .loadgen import closed_loop, json_bodies, open_loop
 from .metrics import Watch
 from .runs import (

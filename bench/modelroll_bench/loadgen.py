@@ -4,7 +4,7 @@ concurrency), and the summary every benchmark reports: p50/p95/p99, throughput, 
 Open-loop latency is measured from each request's *scheduled* arrival time, so a generator that
 falls behind still charges the wait to the system under test (no coordinated omission). Given
 each request's length, the open loop records it with the request's latency, so latency can be
-told by length (:func:`modelroll_bench.analysis.by_length_decile`).
+told by length (:func:`modelroll_bench.arithmetic.by_length_decile`).
 """
 
 from __future__ import annotations

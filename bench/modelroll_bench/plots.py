@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-from .analysis import Point, Recommendation, goodput_by_setting
+from .arithmetic import Point, Recommendation, goodput_by_setting
 
 
 def _log_ms(ax: Axes) -> None:

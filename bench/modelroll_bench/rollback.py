@@ -45,7 +45,7 @@ from modelroll_devcluster import Cluster, ControlPlane, namespace_name
 from modelroll_devcluster.processes import free_port
 
 from . import plots
-from .analysis import Spread
+from .arithmetic import Spread
 from .loadgen import percentile
 from .runs import bar, load_average, machine
 from .systems import serve

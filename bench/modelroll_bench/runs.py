@@ -22,7 +22,7 @@ import aiohttp
 from modelroll_devcluster.sentences import sentence
 from modelroll_sidecar.cost_model import MIN_BATCHES
 
-from . import analysis, wrk
+from . import arithmetic, wrk
 from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
 from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
@@ -203,7 +203,7 @@ async def open_run(
     if slo_ms is not None:
         row["within_slo_rps"] = round(result.within_rps(slo_ms / 1000), 1)
     timed = list(zip(result.lengths, result.latencies_s, strict=True))
-    row["by_length_decile"] = analysis.by_length_decile(result.sent_lengths, timed)
+    row["by_length_decile"] = arithmetic.by_length_decile(result.sent_lengths, timed)
     return row
 
 

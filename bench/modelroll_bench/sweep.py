@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import analysis, plots
+from . import arithmetic, plots
 from .runs import Scenario, bar, load_average, machine, open_run, write
 from .systems import Batching, System, batcher
 
@@ -50,14 +50,14 @@ class Setup:
         return [round(s * peak, 1) for s in self.shares]
 
 
-def to_point(row: dict[str, Any]) -> analysis.Point:
-    return analysis.Point(
+def to_point(row: dict[str, Any]) -> arithmetic.Point:
+    return arithmetic.Point(
         row["max_batch"],
         row["max_wait_ms"],
         row["offered_rps"],
         row["throughput_rps"],
         row["p99_ms"],
-        analysis.error_fraction(row),
+        arithmetic.error_fraction(row),
     )
 
 
@@ -118,11 +118,11 @@ def analyse(
 ) -> dict[str, Any]:
     """Medians, goodput per setting, the recommendation for ``setup.slo_ms``, table and plots."""
     scenario = setup.scenario
-    points = analysis.median_points(
+    points = arithmetic.median_points(
         [[to_point(x) for x in rows if x["round"] == r] for r in range(1, setup.rounds + 1)]
     )
-    pick = analysis.recommend(points, setup.slo_ms)
-    best = analysis.goodput_by_setting(points, setup.slo_ms)
+    pick = arithmetic.recommend(points, setup.slo_ms)
+    best = arithmetic.goodput_by_setting(points, setup.slo_ms)
     settings = [(b, w) for b in setup.batches for w in setup.waits_ms]
     table = [
         {
@@ -174,12 +174,12 @@ def reanalyse(saved: Path, slo_ms: float, plots_dir: Path) -> dict[str, Any]:
 
 def print_table(
     setup: Setup,
-    points: list[analysis.Point],
+    points: list[arithmetic.Point],
     rows: list[dict[str, Any]],
     table: list[dict[str, Any]],
-    pick: analysis.Recommendation | None,
+    pick: arithmetic.Recommendation | None,
 ) -> None:
-    def runs_of(p: analysis.Point) -> list[dict[str, Any]]:
+    def runs_of(p: arithmetic.Point) -> list[dict[str, Any]]:
         key = (p.max_batch, p.max_wait_ms, p.offered_rps)
         return [r for r in rows if (r["max_batch"], r["max_wait_ms"], r["offered_rps"]) == key]
 

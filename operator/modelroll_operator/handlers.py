@@ -23,14 +23,14 @@ from prometheus_client import CollectorRegistry
 from modelroll_common.kube import connect
 from modelroll_common.routes import CONFIGMAP_NAME
 
-from .analysis_metrics import AnalysisMetrics, serve
-from .canary import Canaries
-from .canary_metrics import MetricsReader
-from .kube import Api
+from .analysis.daemon import Canaries
+from .analysis.exporter import AnalysisMetrics, serve
+from .analysis.reader import MetricsReader
+from .api import Api
 from .reconcile import TRANSIENT, Reconciler, VersionIndex, WorkloadIndex
 from .settings import OperatorConfig, configure
+from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .spec import GROUP, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PLURAL, VERSION
-from .state import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 log = logging.getLogger("modelroll_operator")
@@ -226,7 +226,7 @@ def _has_analysis(spec: kopf.Spec, **_: Any) -> bool:
 async def analyse(
     namespace: str | None, name: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    """A canary's analysis (canary.py), for as long as it has one and it is not finished."""
+    """A canary's analysis (analysis/daemon.py), as long as it has one and it is not finished."""
     if not namespace or not name:
         return
 

@@ -1,10 +1,10 @@
 """Level-triggered reconciliation of one model: workloads, its routes entry, its versions' status.
 
 kopf's handlers only say *which* model may have changed (a ModelVersion, a managed Deployment or
-Service, or the routes ConfigMap moved). A few workers take those models from a de-duplicated
-queue and recompute everything from kopf's indices, so bursts collapse into one pass, the same
-state always writes the same documents, and a failed pass is retried with backoff until it
-succeeds (for example after the API server was away).
+Service, or the routes ConfigMap moved). The models go into a work queue (queue.py) whose workers
+recompute everything from kopf's indices, so bursts collapse into one pass, the same state always
+writes the same documents, and a failed pass is retried with backoff until it succeeds (for
+example after the API server was away).
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import kopf
 
 from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
-from .kube import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
+from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
+from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap, RouteWrite
 from .routing import Candidate, compute_route, route_changes
 from .settings import OperatorConfig
+from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
-from .state import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch
 from .workload import (
     conflict,
@@ -96,7 +97,7 @@ def _first(store: Iterable[WorkloadInfo] | None) -> WorkloadInfo | None:
 
 
 class Reconciler:
-    """Owns the queue of models to reconcile and the workers that drain it."""
+    """Reconciles models: a pass over one model, and the work queue that schedules the passes."""
 
     def __init__(
         self,
@@ -114,52 +115,38 @@ class Reconciler:
         self.deployments = deployments
         self.services = services
         self.routes = RoutesConfigMap(api)
-        self.resync_s = resync_s
         self.passes = 0
         """Passes started since the operator started (the liveness probe shows it)."""
         self._applied: dict[tuple[str, str, str], str] = {}
         """Per managed object (kind, namespace, name), its revision right after the operator
         applied it: any other revision means someone else changed it."""
         self._warned: dict[VersionKey, tuple[str, float]] = {}
-        self._queue: asyncio.Queue[ModelKey] = asyncio.Queue()
-        self._queued: set[ModelKey] = set()
         self._locks: defaultdict[ModelKey, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._failures: dict[ModelKey, int] = {}
-        self._retries: dict[ModelKey, asyncio.TimerHandle] = {}
+        self._queue = WorkQueue(
+            self._process,
+            self._failed,
+            workers=config.workers,
+            backoff=Backoff(config.retry_initial_s, config.retry_max_s),
+            resync_s=resync_s,
+            resync=self._resync,
+            name="modelroll-reconciler",
+        )
         self._rejected: dict[ModelKey, dict[tuple[str, str], tuple[str, str]]] = {}
         """Per model, (kind, version name) -> (manifest hash, why the API server refused it)."""
-        self._workers: list[asyncio.Task[None]] = []
-        self._active = 0
-
-    # -- queue ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._workers = [
-            asyncio.create_task(self._work(), name=f"modelroll-reconciler-{i}")
-            for i in range(self.config.workers)
-        ]
-        self._workers.append(asyncio.create_task(self._resync(), name="modelroll-resync"))
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.resync_s)
-            self._applied.clear()  # every managed object is applied once more
-            for key in list(self.versions):
-                self.enqueue(key)
+        self._queue.start()
 
     async def stop(self) -> None:
-        for handle in self._retries.values():
-            handle.cancel()
-        for task in self._workers:
-            task.cancel()
-        # Whatever a worker died of, shutting down must not fail (kopf would retry the cleanup).
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await self._queue.stop()
 
     def enqueue(self, key: ModelKey) -> None:
         """Reconcile this model soon (once, however often it is asked before the pass starts)."""
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+        self._queue.add(key)
+
+    def _resync(self) -> list[ModelKey]:
+        self._applied.clear()  # every managed object is applied once more
+        return list(self.versions)
 
     def routes_changed(self, namespace: str, data: Mapping[str, str] | None) -> None:
         """The routes ConfigMap of ``namespace`` changed (None: it was deleted). Reconcile the
@@ -178,33 +165,14 @@ class Reconciler:
     @property
     def pending(self) -> int:
         """Models queued, waiting for a retry, or being reconciled right now."""
-        return len(self._queued) + len(self._retries) + self._active
+        return self._queue.pending
 
-    async def _work(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._active += 1
-            try:
-                result = await self.reconcile(key)
-                if result.problems:
-                    raise PassIncomplete("; ".join(result.problems))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                try:
-                    self._retry(key, exc)
-                except Exception:  # never let a worker die: the queue would stall
-                    log.exception("Scheduling a retry of model %s/%s failed", *key)
-            else:
-                self._failures.pop(key, None)
-            finally:
-                self._active -= 1
+    async def _process(self, key: ModelKey) -> None:
+        result = await self.reconcile(key)
+        if result.problems:
+            raise PassIncomplete("; ".join(result.problems))
 
-    def _retry(self, key: ModelKey, exc: Exception) -> None:
-        failures = self._failures.get(key, 0)
-        self._failures[key] = failures + 1
-        delay = min(self.config.retry_max_s, self.config.retry_initial_s * 2**failures)
+    def _failed(self, key: ModelKey, exc: Exception, delay: float) -> None:
         what = f"model {key[0]}/{key[1]}"
         if isinstance(exc, PassIncomplete):
             log.warning("Reconciled %s but for: %s; retrying in %.1fs", what, exc, delay)
@@ -212,13 +180,6 @@ class Reconciler:
             log.warning("Reconciling %s failed (%s); retrying in %.1fs", what, exc, delay)
         else:
             log.exception("Reconciling %s failed; retrying in %.1fs", what, delay)
-        if old := self._retries.pop(key, None):
-            old.cancel()
-        self._retries[key] = asyncio.get_running_loop().call_later(delay, self._fire, key)
-
-    def _fire(self, key: ModelKey) -> None:
-        self._retries.pop(key, None)
-        self.enqueue(key)
 
     # -- one pass ------------------------------------------------------------------------
 

@@ -25,9 +25,9 @@ from modelroll_common.routes import (
     parse_model_route,
 )
 
-from .kube import Api, KubeApiError, core_path
+from .api import Api, KubeApiError, core_path
+from .snapshots import ModelKey
 from .spec import LABEL_MANAGED_BY, MANAGED_BY
-from .state import ModelKey
 
 log = logging.getLogger("modelroll_operator")
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from modelroll_common.routes import ModelRoute
 
-from . import rollout
+from .analysis import machine
 from .routing import placement, share_of
 
 READY = "Ready"
@@ -47,8 +47,8 @@ RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
 """Every reason of the Routed condition."""
 UNKNOWN_REASON = "Unknown"
 """A canary condition's reason when status.analysis holds no valid one (edited by hand)."""
-ANALYSIS_REASONS = (*rollout.PHASES, *rollout.REASONS, UNKNOWN_REASON)
-"""Every reason of a canary's conditions: its analysis's phase or reason (rollout.py)."""
+ANALYSIS_REASONS = (*machine.PHASES, *machine.REASONS, UNKNOWN_REASON)
+"""Every reason of a canary's conditions: its analysis's phase or reason (analysis/machine.py)."""
 REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 """metav1.Condition's pattern for a reason, which the CRD has too."""
 REASON_MAX = 1024
@@ -56,13 +56,13 @@ REASON_MAX = 1024
 MESSAGE_MAX = 32768
 """metav1.Condition's maximum length of a message, in characters; longer ones are cut."""
 
-_UNHEALTHY = (rollout.CANARY_WORSE, rollout.GUARDRAIL)
+_UNHEALTHY = (machine.CANARY_WORSE, machine.GUARDRAIL)
 _UNKNOWN_HEALTH = (
-    rollout.WARMING_UP,
-    rollout.INSUFFICIENT_DATA,
-    rollout.METRICS_UNAVAILABLE,
-    rollout.NO_BASELINE,
-    rollout.OTHER_CANARY,
+    machine.WARMING_UP,
+    machine.INSUFFICIENT_DATA,
+    machine.METRICS_UNAVAILABLE,
+    machine.NO_BASELINE,
+    machine.OTHER_CANARY,
 )
 
 
@@ -139,8 +139,8 @@ def routed_condition(
 
 
 def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
-    """A canary's conditions from its ``status.analysis`` (canary.py writes that; the conditions
-    are written here only, so that the two writers never overwrite each other's list).
+    """A canary's conditions from its ``status.analysis`` (analysis/daemon.py writes that; the
+    conditions are written here only, so that the two writers never overwrite each other's list).
 
     Their reasons are the analysis's phase and reason (``ANALYSIS_REASONS``); one that is no
     valid reason (a status edited by hand) becomes the phase, else ``Unknown``, so that the
@@ -153,14 +153,14 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
     if phase in (PROMOTED, ROLLED_BACK) and analysis.get("applied") is False:
         # Decided, and saved, but the weights are not written yet: not Promoted (or RolledBack)
         # until they are, so that `kubectl wait --for=condition=Promoted` means it.
-        phase, reason = rollout.PROGRESSING, phase
+        phase, reason = machine.PROGRESSING, phase
     phase = phase if valid_reason(phase) else UNKNOWN_REASON
     reason = reason if valid_reason(reason) else phase
-    finished = phase in rollout.FINISHED
-    progressing = phase == rollout.PROGRESSING
+    finished = phase in machine.FINISHED
+    progressing = phase == machine.PROGRESSING
     if reason in _UNHEALTHY:
         health = "False"
-    elif reason in _UNKNOWN_HEALTH or (reason == rollout.INCONCLUSIVE and not finished):
+    elif reason in _UNKNOWN_HEALTH or (reason == machine.INCONCLUSIVE and not finished):
         health = "Unknown"
     else:
         health = "True"
@@ -230,7 +230,7 @@ def desired_status(
     if readiness.selector:
         status["selector"] = readiness.selector
     if analysis is not None:
-        status["analysis"] = analysis  # canary.py's: kept as it is
+        status["analysis"] = analysis  # analysis/daemon.py's: kept as it is
     return status
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import kopf
 
 from .settings import GRACE_MARGIN_S, OperatorConfig
+from .snapshots import VersionInfo
 from .spec import (
     ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
@@ -27,7 +28,6 @@ from .spec import (
     Resources,
     Server,
 )
-from .state import VersionInfo
 
 SIDECAR_CONTAINER = "sidecar"
 MODEL_CONTAINER = "model"

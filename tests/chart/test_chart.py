@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
-from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
+from modelroll_operator.analysis.exporter import PHASES, AnalysisMetrics
 from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE, OperatorConfig
 from modelroll_operator.spec import parse_spec
 from modelroll_operator.workload import sidecar_args

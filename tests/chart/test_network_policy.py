@@ -18,7 +18,7 @@ import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_operator.settings import SIDECAR_PORT, OperatorConfig
-from modelroll_operator.state import VersionInfo
+from modelroll_operator.snapshots import VersionInfo
 from modelroll_operator.workload import deployment_manifest
 from tests.chart.conftest import CHART, EXAMPLES, Helm, Manifest, by_kind, one
 

@@ -5,7 +5,7 @@ A gateway (routes from a file) splits load between two versions of one model, `s
 The same gateway splits a light load of streamed chat completions between two versions of a chat
 model, each a sidecar in `--protocol openai` mode in front of a demo LLM engine; the canary's
 engine is slower per iteration, so its time to first token is higher. The operator's metrics of
-the canary's analysis (analysis_metrics.py, fed a judged state) are served next to them.
+the canary's analysis (analysis/exporter.py, fed a judged state) are served next to them.
 Prometheus (built by `make prometheus`) scrapes them all on loopback every second and evaluates
 the chart's PrometheusRule. Then every query of the Grafana dashboard, with its template
 variables substituted the way Grafana does, and every rule expression must parse and return
@@ -37,10 +37,10 @@ from modelroll_devcluster import MissingBinaryError
 from modelroll_devcluster.chat import ChatLoad
 from modelroll_devcluster.prometheus import Prometheus as PrometheusServer
 from modelroll_devcluster.prometheus import PrometheusError, Series, find_tool, static_job
-from modelroll_operator import judge, rollout
-from modelroll_operator.analysis_metrics import PREFIX as ANALYSIS_PREFIX
-from modelroll_operator.analysis_metrics import AnalysisMetrics, serve
-from modelroll_operator.analysis_spec import parse_analysis
+from modelroll_operator.analysis import machine, statistics
+from modelroll_operator.analysis.exporter import PREFIX as ANALYSIS_PREFIX
+from modelroll_operator.analysis.exporter import AnalysisMetrics, serve
+from modelroll_operator.analysis.spec import parse_analysis
 from tests.chart.conftest import CHART, Helm, one
 from tests.conftest import VENV_BIN, Proc, free_port, wait_http
 
@@ -269,22 +269,22 @@ def expected_pairs(expr: str) -> set[tuple[str, str]]:
     return chat if is_llm(expr) else chat | {(MODEL, v) for v in VERSIONS}
 
 
-def analysed_state() -> rollout.AnalysisState:
+def analysed_state() -> machine.AnalysisState:
     """The canary's analysis as the operator exports it mid-step: both checks judged, their
     ratios known."""
     spec = parse_analysis({"steps": [{"weight": 25}, {"weight": 50}]})
     assert spec is not None
-    state = rollout.start(spec, "stable", WEIGHTS["stable"], time.time(), "h").state
+    state = machine.start(spec, "stable", WEIGHTS["stable"], time.time(), "h").state
     checks = {}
     for name, (canary, baseline, verdict) in {
-        "errors": ((100, 30), (300, 3), judge.FAIL),
-        "latency": ((100, 2), (300, 5), judge.INCONCLUSIVE),
+        "errors": ((100, 30), (300, 3), statistics.FAIL),
+        "latency": ((100, 2), (300, 5), statistics.INCONCLUSIVE),
     }.items():
-        evidence = judge.update(
-            judge.new_evidence(), 1.5, judge.Counts(*canary), judge.Counts(*baseline)
+        evidence = statistics.update(
+            statistics.new_evidence(), 1.5, statistics.Counts(*canary), statistics.Counts(*baseline)
         )
-        checks[name] = rollout.CheckState(evidence, verdict)
-    return replace(state, reason=rollout.INSUFFICIENT_DATA, checks=checks)
+        checks[name] = machine.CheckState(evidence, verdict)
+    return replace(state, reason=machine.INSUFFICIENT_DATA, checks=checks)
 
 
 @dataclass

@@ -45,8 +45,8 @@ from modelroll_gateway import cli as gateway_cli
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics, SharedHistogram
 from modelroll_models import cli as encoder_cli
 from modelroll_operator import cli as operator_cli
-from modelroll_operator import plugin
-from modelroll_operator.analysis_metrics import PHASES, AnalysisMetrics
+from modelroll_operator.analysis.exporter import PHASES, AnalysisMetrics
+from modelroll_operator.plugin import cli as plugin_cli
 from modelroll_sidecar import config as sidecar_config
 from modelroll_sidecar.metrics import SidecarMetrics
 
@@ -168,7 +168,7 @@ COMMANDS = (
     Command("modelroll-demo-llm", ROOT / "demo" / "README.md", demo_llm_parser),
     Command("modelroll-gateway", GATEWAY_README, gateway_parser),
     Command("modelroll-operator", OPERATOR_README, operator_parser),
-    Command("kubectl modelroll", OPERATOR_README, plugin.build_parser),
+    Command("kubectl modelroll", OPERATOR_README, plugin_cli.build_parser),
     Command("modelroll-encoder", ROOT / "models" / "README.md", encoder_cli.build_parser),
 )
 
@@ -269,7 +269,7 @@ def test_every_flag_is_in_its_readme_with_its_default_and_variable(command: Comm
 
 
 def test_every_plugin_command_is_in_the_operator_readme() -> None:
-    commands = subcommands(plugin.build_parser())
+    commands = subcommands(plugin_cli.build_parser())
     assert commands, "kubectl modelroll has no subcommands?"
     text = "\n".join(prose_lines(OPERATOR_README))
     missing = [name for name in commands if not re.search(rf"`{re.escape(name)}\b", text)]

@@ -1,144 +1,158 @@
-"""SLO checks, the goodput search, spread over rounds, and the sweep's recommendation."""
+"""modelroll-bench analysis: the samplers, Prometheus's histogram_quantile, and a tiny run of the
+whole simulation (report keys, determinism, a sane ordering)."""
 
 from __future__ import annotations
 
+import json
+import math
+import random
+import statistics
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
-from modelroll_bench.analysis import (
-    Point,
-    Spread,
-    goodput_by_setting,
-    median_points,
-    meets_slo,
-    next_probe,
-    paired_ratios,
-    recommend,
+from modelroll_bench import analysis
+from modelroll_bench.analysis import JUDGES, Setup, Version
+
+
+@pytest.mark.parametrize("lam", [0.3, 4.0, 25.0, 600.0])
+def test_poisson_has_the_right_mean_and_variance(lam: float) -> None:
+    rng = random.Random(1)
+    xs = [analysis.poisson(rng, lam) for _ in range(20_000)]
+    assert statistics.fmean(xs) == pytest.approx(lam, rel=0.03, abs=0.02)
+    assert statistics.pvariance(xs) == pytest.approx(lam, rel=0.06, abs=0.02)
+
+
+@pytest.mark.parametrize(("n", "p"), [(5, 0.3), (200, 0.01), (600, 0.2), (600, 0.917)])
+def test_binomial_has_the_right_mean_and_variance(n: int, p: float) -> None:
+    rng = random.Random(2)
+    xs = [analysis.binomial(rng, n, p) for _ in range(20_000)]
+    assert statistics.fmean(xs) == pytest.approx(n * p, rel=0.03)
+    assert statistics.pvariance(xs) == pytest.approx(n * p * (1 - p), rel=0.06)
+    assert min(xs) >= 0
+    assert max(xs) <= n
+
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    counts = [0] * len(analysis.LES)
+    i = analysis.LES.index(0.1)
+    counts[i], counts[i + 1] = 90, 10  # 90 in (0.05, 0.1], 10 in (0.1, 0.25]
+    assert analysis.histogram_quantile(0.5, counts) == pytest.approx(0.05 + 0.05 * 50 / 90)
+    assert analysis.histogram_quantile(0.95, counts) == pytest.approx(0.1 + 0.15 * 5 / 10)
+    assert analysis.histogram_quantile(0.95, [0] * len(analysis.LES)) is None
+    counts[-1] = 1000  # most of it in +Inf: the largest finite bound
+    assert analysis.histogram_quantile(0.95, counts) == 30.0
+
+
+def test_a_version_s_buckets_hold_its_lognormal() -> None:
+    probabilities = Version(median_s=0.05, sigma=0.5).bucket_probabilities()
+    assert len(probabilities) == len(analysis.LES)
+    assert math.fsum(probabilities) == pytest.approx(1.0)
+    below_median = math.fsum(probabilities[: analysis.LES.index(0.05) + 1])
+    assert below_median == pytest.approx(0.5)
+
+
+TINY = Setup(
+    rollouts=12,
+    detect_seeds=12,
+    detect_weights=(25,),
+    batch_sizes=(8,),
+    batch_failure_rates=(0.01,),
+    batched_rollouts=12,
 )
-from modelroll_bench.metrics import BatchCounters, parse_model_stats, parse_sidecar_metrics
 
 
-def row(p99: float, requests: int = 1000, **errors: int) -> dict[str, object]:
-    return {"p99_ms": p99, "requests": requests, "errors": errors}
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return analysis.simulate(TINY)
 
 
-def test_a_run_meets_the_slo_with_its_p99_and_almost_no_errors() -> None:
-    assert meets_slo(row(149.9), 150)
-    assert not meets_slo(row(150.1), 150)
-    assert meets_slo(row(100, **{"429": 1}), 150)  # 0.1%
-    assert not meets_slo(row(100, **{"429": 2}), 150)
-    assert not meets_slo(row(0, requests=0), 150)
+def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> None:
+    assert set(report) >= {"setup", "modelroll", "flagger", "aa", "batched", "detection", "fast"}
+    aa = report["aa"]
+    assert set(aa) == {"low", "high"}
+    for row in aa.values():
+        for name in JUDGES:
+            assert row[name]["runs"] == TINY.rollouts
+            assert row[name]["rolled_back"] + row[name]["promoted"] + row[name]["held"] == 12
+    detection = report["detection"]
+    assert set(detection) == {"errors 2x @ 25%", "errors 10x @ 25%", "latency 1.5x @ 25%"}
+    assert set(report["batched"]) == {"batches of 8, 1.0% failing"}
+    json.dumps(report, allow_nan=False)  # nothing JSON cannot hold
+    assert analysis.table(report)
+    names = [name for name, _, _ in analysis.targets(report)]
+    assert len(names) == len(set(names))
+    assert sum("A/A" in name for name in names) == 2 * 2 + 1
+    assert sum("fixed-sample" in name for name in names) == 3
 
 
-def test_goodput_search_tries_the_ceiling_then_bisects() -> None:
-    assert next_probe([100, 200], [], ceiling=400) == 400
-    assert next_probe([100, 200], [400], ceiling=400) == 300
-    assert next_probe([100, 200, 300], [400], ceiling=400) == 350
-    assert next_probe([], [50], ceiling=90) == 25
+def test_bigger_regressions_are_caught_sooner(report: dict[str, Any]) -> None:
+    detection = report["detection"]
+
+    def median(cell: str) -> float:
+        value = detection[cell]["modelroll"]["median_s"]
+        return math.inf if value is None else float(value)
+
+    assert median("errors 10x @ 25%") < median("errors 2x @ 25%")
+    assert median("errors 10x @ 25%") <= 15
+    fast = report["fast"]
+    assert fast["modelroll"]["detected"] == TINY.detect_seeds
+    assert fast["modelroll"]["max_s"] <= 15
+    # Flagger needs (threshold + 1) x interval at least: 5 failed checks, one a minute, and
+    # the tick that compares their count with the threshold.
+    assert fast["flagger"]["median_s"] >= 360
 
 
-def test_goodput_search_stops_when_the_ceiling_passes_or_noise_crosses() -> None:
-    assert next_probe([100, 400], [], ceiling=400) is None
-    assert next_probe([300], [200], ceiling=400) is None
+def test_identical_versions_are_not_rolled_back_by_modelroll(report: dict[str, Any]) -> None:
+    aa = report["aa"]
+    assert aa["high"]["modelroll"]["rolled_back"] == 0
+    assert aa["high"]["modelroll"]["promoted"] == TINY.rollouts
+    assert aa["low"]["modelroll"]["held"] == TINY.rollouts  # 0.05 req/s: never 100 requests
 
 
-def test_spread_over_rounds() -> None:
-    spread = Spread.of([10.0, 12.0, 11.0])
-    assert spread is not None
-    assert (spread.median, spread.low, spread.high, spread.n) == (11.0, 10.0, 12.0, 3)
-    assert spread.relative_range == pytest.approx(2 / 11)
-    assert Spread.of([]) is None
+def test_the_simulation_is_deterministic_given_its_seed() -> None:
+    small = replace(TINY, rollouts=3, detect_seeds=3, detect_weights=(5,), batched_rollouts=3)
+    assert analysis.simulate(small) == analysis.simulate(small)
+    other = analysis.simulate(replace(small, seed=2))
+    assert other != analysis.simulate(small)
 
 
-def test_ratios_pair_rounds_and_skip_missing_ones() -> None:
-    assert paired_ratios([2.0, None, 9.0, 4.0], [1.0, 1.0, 3.0, 0.0]) == [2.0, 3.0]
+BATCHED = Setup(batch_failure_rates=(0.002, 0.005, 0.01), batched_rollouts=1000)
 
 
-def sweep_table() -> list[Point]:
-    """A synthetic sweep: (batch, wait) at rates 100..400, p99 given by hand."""
-    p99 = {
-        (8, 2.0): [20, 30, 500, 900],  # saturates early
-        (16, 5.0): [40, 50, 80, 400],
-        (32, 10.0): [60, 70, 90, 140],  # the only one within 150 ms at 400
-        (32, 2.0): [30, 40, 85, 135],  # ties with (32, 10) on goodput, lower p99
-        (64, 20.0): [90, 100, 120, 130],  # but fails 1% of requests at 400 (429: queue full)
-    }
-    points = []
-    for (b, w), values in p99.items():
-        for rate, lat in zip((100, 200, 300, 400), values, strict=True):
-            errors = 0.01 if (b, rate) == (64, 400) else 0.0
-            points.append(Point(b, w, rate, rate * (0.995 - errors), lat, errors))
-    return points
+def test_identical_versions_failing_whole_batches_are_rolled_back_within_the_budget() -> None:
+    """1,000 A/A rollouts per cell through the operator's own rollout code, behind a sidecar
+    whose model calls of 8 or 32 fail whole (0.2, 0.5, 1%) and share their duration: at most
+    1% (the false-rollback budget) rolled back."""
+    rows = analysis.batched_aa(BATCHED, judges=(analysis.MODELROLL,))
+    assert len(rows) == 6
+    for name, row in rows.items():
+        assert row[analysis.MODELROLL]["runs"] == 1000
+        assert row[analysis.MODELROLL]["rolled_back"] <= 10, name
 
 
-def test_goodput_is_each_settings_best_rate_within_the_slo() -> None:
-    best = goodput_by_setting(sweep_table(), slo_p99_ms=150)
-    assert best[(8, 2.0)].offered_rps == 200
-    assert best[(16, 5.0)].offered_rps == 300
-    assert best[(64, 20.0)].offered_rps == 300  # 400 failed requests
-    assert best[(32, 10.0)].offered_rps == 400
+def test_the_same_traffic_judged_by_requests_is_rolled_back_far_more_often() -> None:
+    """What the budget would be worth if every request counted as independent evidence."""
+    setup = Setup(batch_sizes=(32,), batch_failure_rates=(0.01,), batched_rollouts=100)
+    row = analysis.batched_aa(setup, judges=(analysis.BY_REQUESTS,))["batches of 32, 1.0% failing"]
+    assert row[analysis.BY_REQUESTS]["rolled_back"] >= 20
 
 
-def test_recommendation_takes_top_goodput_then_lowest_p99() -> None:
-    pick = recommend(sweep_table(), slo_p99_ms=150)
-    assert pick is not None
-    assert (pick.max_batch, pick.max_wait_ms) == (32, 2.0)
-    assert pick.p99_ms == 135
+def test_a_fixed_sample_test_needs_longer_for_smaller_regressions_and_thinner_canaries() -> None:
+    setup = Setup()
+    healthy = setup.healthy
+    spec = setup.spec((25,))
 
+    def seconds(canary_version: Version, check: str, weight: int) -> float:
+        return analysis.fixed_sample_s(spec, canary_version, healthy, check, weight, 200.0)
 
-def test_a_tighter_slo_moves_the_recommendation_to_small_batches() -> None:
-    pick = recommend(sweep_table(), slo_p99_ms=60)
-    assert pick is not None
-    assert (pick.max_batch, pick.max_wait_ms, pick.goodput_rps) == (8, 2.0, 199.0)
-
-
-def test_no_recommendation_when_nothing_meets_the_slo() -> None:
-    assert recommend(sweep_table(), slo_p99_ms=10) is None
-
-
-def test_sweep_rounds_combine_as_medians_and_a_missing_run_fails() -> None:
-    rounds = [
-        [Point(8, 2.0, 100, 99, 40), Point(8, 2.0, 200, 199, 90)],
-        [Point(8, 2.0, 100, 101, 60), Point(8, 2.0, 200, 198, 400)],  # one noisy run
-        [Point(8, 2.0, 100, 100, 50), Point(8, 2.0, 200, 200, 100)],
-    ]
-    low, high = median_points(rounds)
-    assert (low.throughput_rps, low.p99_ms) == (100, 50)
-    assert (high.throughput_rps, high.p99_ms) == (199, 100)
-    assert high.meets(150)
-    rounds[2] = rounds[2][:1]  # the last round stopped before 200 req/s
-    _, high = median_points(rounds)
-    assert high.p99_ms == 400
-    assert not high.meets(150)
-
-
-def test_errors_disqualify_a_point() -> None:
-    assert not Point(8, 2.0, 100, 99.9, 10, error_fraction=0.01).meets(150)
-
-
-def test_batch_counters_from_sidecar_metrics_and_model_stats() -> None:
-    text = """# TYPE modelroll_batch_size histogram
-modelroll_batch_size_bucket{model="m",version="v",le="+Inf"} 4.0
-modelroll_batch_size_count{model="m",version="v"} 4.0
-modelroll_batch_size_sum{model="m",version="v"} 40.0
-# TYPE modelroll_batches_total counter
-modelroll_batches_total{model="m",version="v",reason="full"} 3.0
-modelroll_batches_total{model="m",version="v",reason="timeout"} 1.0
-"""
-    before = parse_sidecar_metrics(text)
-    assert (before.batches, before.items, before.mean_batch) == (4.0, 40.0, 10.0)
-    after = BatchCounters(10.0, 100.0, {"full": 8.0, "timeout": 2.0})
-    delta = after - before
-    assert delta.summary() == {
-        "batches": 6,
-        "items": 60,
-        "mean_batch": 10.0,
-        "useful_tokens": 0,
-        "padded_tokens": 0,
-        "padding_efficiency": None,
-        "closed_by": {"full": 5, "timeout": 1},
-    }
-    stats = parse_model_stats(
-        {"batches": 5, "items": 12, "batch_sizes": [], "max_parallel_seen": 1}
-    )
-    assert stats.mean_batch == 2.4
-    assert BatchCounters().mean_batch is None
+    twice = analysis.regressed(healthy, "errors 2x")
+    tenfold = analysis.regressed(healthy, "errors 10x")
+    slower = analysis.regressed(healthy, "latency 1.5x")
+    assert seconds(healthy, "errors", 25) == math.inf  # no worse than maxRatio: never
+    assert seconds(tenfold, "errors", 25) < seconds(twice, "errors", 25)
+    assert seconds(twice, "errors", 25) < seconds(twice, "errors", 5)
+    assert seconds(slower, "latency", 5) < math.inf
+    # Never sooner than modelroll's first judged reading: warm-up, then one interval.
+    assert seconds(tenfold, "errors", 25) >= 9

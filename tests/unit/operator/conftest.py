@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from modelroll_operator.snapshots import VersionInfo
 from modelroll_operator.spec import API_VERSION, KIND
-from modelroll_operator.state import VersionInfo
 
 
 def mv_body(

@@ -13,13 +13,13 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry, generate_latest
 
 from modelroll_gateway.metrics import GatewayMetrics
-from modelroll_operator import rollout
-from modelroll_operator.analysis_spec import STREAM_ERROR, parse_analysis
-from modelroll_operator.canary import Canaries
-from modelroll_operator.canary_metrics import MetricsReader, _Sums, add_exposition
-from modelroll_operator.kube import Api, mv_path
-from modelroll_operator.rollout import AnalysisState, Snapshot, VersionCounts
-from modelroll_operator.state import ModelKey, VersionInfo
+from modelroll_operator.analysis import machine
+from modelroll_operator.analysis.daemon import Canaries
+from modelroll_operator.analysis.machine import AnalysisState, Snapshot, VersionCounts
+from modelroll_operator.analysis.reader import MetricsReader, _Sums, add_exposition
+from modelroll_operator.analysis.spec import STREAM_ERROR, parse_analysis
+from modelroll_operator.api import Api, mv_path
+from modelroll_operator.snapshots import ModelKey, VersionInfo
 
 from .conftest import mv_body
 from .test_reconcile import FakeApi
@@ -66,10 +66,10 @@ def run(
     read from a status each time (as an operator does), until the analysis is over."""
     spec = parse_analysis(analysis)
     assert spec is not None
-    state = rollout.start(spec, BASELINE, 100, 0.0, "h").state
+    state = machine.start(spec, BASELINE, 100, 0.0, "h").state
     for tick in range(1, ticks + 1):
         traffic(gateway, tick)
-        decision = rollout.evaluate(spec, state, gateway.snapshot(float(tick)), float(tick))
+        decision = machine.evaluate(spec, state, gateway.snapshot(float(tick)), float(tick))
         restored = AnalysisState.from_dict(decision.state.to_dict())
         assert restored is not None
         state = restored
@@ -87,8 +87,8 @@ def test_a_canary_that_breaks_every_stream_is_rolled_back_though_each_said_200()
 
     state = run({"steps": [{"weight": 50}], **FAST}, Gateway(), traffic)
 
-    assert state.phase == rollout.ROLLED_BACK, state.message
-    assert state.reason == rollout.CANARY_WORSE
+    assert state.phase == machine.ROLLED_BACK, state.message
+    assert state.reason == machine.CANARY_WORSE
     errors = state.checks["errors"].evidence
     assert errors.canary.bad == errors.canary.requests > 0  # each stream once, as an error
     assert errors.baseline.bad == 0
@@ -128,7 +128,7 @@ def test_eighty_pinned_failing_requests_to_the_canary_do_not_move_the_verdict() 
     left_alone = run(analysis, Gateway(), healthy)
     pinned_at = run(analysis, Gateway(), attacked)
 
-    assert left_alone.phase == pinned_at.phase == rollout.PROMOTED
+    assert left_alone.phase == pinned_at.phase == machine.PROMOTED
     assert pinned_at.message == left_alone.message
 
 
@@ -144,30 +144,30 @@ def test_a_wall_clock_jump_does_not_end_a_step_before_its_time() -> None:
     )
     assert spec is not None
     gw = Gateway()
-    state = rollout.start(spec, BASELINE, 100, 0.0, "h").state
+    state = machine.start(spec, BASELINE, 100, 0.0, "h").state
     for now in (1.0, 2.0, 3.0, 4.0, 3604.0):  # then an NTP step of an hour
         gw.answer(CANARY, 2)
         gw.answer(BASELINE, 2)
-        decision = rollout.evaluate(spec, state, gw.snapshot(now), now)
+        decision = machine.evaluate(spec, state, gw.snapshot(now), now)
         restored = AnalysisState.from_dict(decision.state.to_dict())
         assert restored is not None
         state = restored
 
-    assert state.phase == rollout.PROGRESSING, state.message
+    assert state.phase == machine.PROGRESSING, state.message
     assert state.step_seconds == 6.0  # 4 s, and at most two intervals for the jump
 
     now = 3604.0
     while not state.finished and now < 3700:  # the step's maxSeconds still comes, in real time
         now += 1
-        state = rollout.evaluate(spec, state, gw.snapshot(now), now).state
-    assert state.phase == rollout.PROMOTED
+        state = machine.evaluate(spec, state, gw.snapshot(now), now).state
+    assert state.phase == machine.PROMOTED
     assert now == 3604.0 + 54  # 60 s counted in all
 
 
 def test_a_status_from_before_counted_time_starts_the_step_clock_again() -> None:
     spec = parse_analysis({"steps": [{"weight": 50}], **FAST})
     assert spec is not None
-    raw = rollout.start(spec, BASELINE, 100, 0.0, "h").state.to_dict()
+    raw = machine.start(spec, BASELINE, 100, 0.0, "h").state.to_dict()
     for key in ("stepSeconds", "judgingFromSeconds", "evaluatedAt"):
         del raw[key]
     raw["sources"] = [{"name": "pod/gateway-0", "at": 0.0, "canary": {}, "baseline": {}}]
@@ -219,13 +219,13 @@ async def test_a_second_canary_of_a_model_waits_until_the_first_is_over() -> Non
     await cluster.canaries.tick("prod", "canary-a")
     await cluster.canaries.tick("prod", "canary-b")
 
-    assert cluster.analysis("canary-a")["phase"] == rollout.PROGRESSING
+    assert cluster.analysis("canary-a")["phase"] == machine.PROGRESSING
     waiting = cluster.analysis("canary-b")
-    assert (waiting["phase"], waiting["reason"]) == (rollout.PENDING, rollout.OTHER_CANARY)
+    assert (waiting["phase"], waiting["reason"]) == (machine.PENDING, machine.OTHER_CANARY)
     assert "canary-a" in waiting["message"]
     assert (cluster.weight("canary-a"), cluster.weight("canary-b")) == (10, 0)
     events = [(name, reason) for name, reason, _ in cluster.api.events]
-    assert ("canary-b", rollout.OTHER_CANARY) in events
+    assert ("canary-b", machine.OTHER_CANARY) in events
 
     # The first one's analysis ends (aborted by hand): the second starts on its next look.
     path = mv_path("prod", "canary-a")
@@ -233,9 +233,9 @@ async def test_a_second_canary_of_a_model_waits_until_the_first_is_over() -> Non
         "modelroll.io/analysis-command": "abort:1"
     }
     await cluster.canaries.tick("prod", "canary-a")
-    assert cluster.analysis("canary-a")["phase"] == rollout.ROLLED_BACK
+    assert cluster.analysis("canary-a")["phase"] == machine.ROLLED_BACK
     await cluster.canaries.tick("prod", "canary-b")
-    assert cluster.analysis("canary-b")["phase"] == rollout.PROGRESSING
+    assert cluster.analysis("canary-b")["phase"] == machine.PROGRESSING
     assert cluster.weight("canary-b") == 10
 
 
@@ -243,9 +243,9 @@ async def test_a_canary_is_held_up_by_another_only_while_that_one_is_still_a_can
     cluster = Cluster()
     # Under way as its status says, from an operator before this one, but no longer a canary.
     path = mv_path("prod", "canary-a")
-    cluster.api.objects[path]["status"]["analysis"] = {"phase": rollout.PROGRESSING}
+    cluster.api.objects[path]["status"]["analysis"] = {"phase": machine.PROGRESSING}
     del cluster.api.objects[path]["spec"]["analysis"]
 
     await cluster.canaries.tick("prod", "canary-b")
 
-    assert cluster.analysis("canary-b")["phase"] == rollout.PROGRESSING
+    assert cluster.analysis("canary-b")["phase"] == machine.PROGRESSING

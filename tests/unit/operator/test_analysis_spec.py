@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from modelroll_operator.analysis_spec import DEFAULT_ERROR_CODES, AnalysisSpec, parse_analysis
+from modelroll_operator.analysis.spec import DEFAULT_ERROR_CODES, AnalysisSpec, parse_analysis
 from modelroll_operator.spec import SpecError
 from tests.unit.operator.test_crd_schema import load
 

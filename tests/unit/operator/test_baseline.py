@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelroll_operator.canary import choose_baseline
+from modelroll_operator.analysis.daemon import choose_baseline
 
 from .conftest import version
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from modelroll_operator.plans import (
+from modelroll_operator.plugin.cli import build_parser
+from modelroll_operator.plugin.plans import (
     Change,
     Memory,
     Plan,
@@ -19,7 +20,6 @@ from modelroll_operator.plans import (
     render_notes,
     render_table,
 )
-from modelroll_operator.plugin import build_parser
 from modelroll_operator.spec import ANNOTATION_BEFORE_PROMOTE
 
 BEFORE = ANNOTATION_BEFORE_PROMOTE

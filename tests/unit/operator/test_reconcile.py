@@ -14,10 +14,10 @@ from typing import Any, cast
 
 import pytest
 
-from modelroll_operator.kube import Api, KubeApiError
+from modelroll_operator.api import Api, KubeApiError
 from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
 from modelroll_operator.settings import OperatorConfig
-from modelroll_operator.state import VersionInfo, WorkloadInfo
+from modelroll_operator.snapshots import VersionInfo, WorkloadInfo
 
 from .conftest import version
 

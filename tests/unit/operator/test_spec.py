@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from modelroll_operator.snapshots import VersionInfo
 from modelroll_operator.spec import Batching, SpecError, parse_batching, parse_spec
-from modelroll_operator.state import VersionInfo
 
 from .conftest import mv_body
 

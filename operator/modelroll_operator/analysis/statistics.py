@@ -289,7 +289,7 @@ def slow_bound(baseline: Buckets, quantile: float) -> float | None:
     The bound must come from baseline counts *before* the interval it is applied to (the
     step's earlier intervals, warm-up included): a bound taken from the same counts is chosen
     so that the baseline has few slow requests in them, which the canary does not, and an A/A
-    canary fails far more often than alpha when counts are low (test_judge shows it).
+    canary fails far more often than alpha when counts are low (test_statistics.py shows it).
     """
     if not 0 < quantile < 1:
         raise ValueError(f"quantile must be within (0, 1), got {quantile!r}")

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from .analysis_spec import MetricsSource
-from .kube import UNREACHABLE, Api, KubeApiError, core_path
-from .rollout import Snapshot, Tally, VersionCounts
+from ..api import UNREACHABLE, Api, KubeApiError, core_path
+from .machine import Snapshot, Tally, VersionCounts
+from .spec import MetricsSource
 
 REQUESTS = "modelroll_gateway_requests_total"
 BUCKETS = "modelroll_gateway_request_duration_seconds_bucket"

@@ -12,10 +12,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .canary import ANNOTATION_COMMAND
-from .kube import Api, KubeApiError, mv_path
+from ..analysis.daemon import ANNOTATION_COMMAND
+from ..analysis.machine import FINISHED, PAUSED
+from ..api import Api, KubeApiError, mv_path
 from .plans import PluginError
-from .rollout import FINISHED, PAUSED
 
 VERBS = ("status", "resume", "abort", "skip")
 

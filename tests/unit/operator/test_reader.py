@@ -8,15 +8,15 @@ from typing import Any, cast
 
 import pytest
 
-from modelroll_operator.analysis_spec import MetricsSource
-from modelroll_operator.canary_metrics import (
+from modelroll_operator.analysis.reader import (
     MetricsReader,
     MetricsUnavailable,
     _Sums,
     add_exposition,
     source_name,
 )
-from modelroll_operator.kube import Api
+from modelroll_operator.analysis.spec import MetricsSource
+from modelroll_operator.api import Api
 
 ONE = """# HELP modelroll_gateway_requests_total Requests.
 # TYPE modelroll_gateway_requests_total counter

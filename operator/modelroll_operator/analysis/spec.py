@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .spec import SpecError
+from ..spec import SpecError
 
 HOLD = "Hold"
 ROLLBACK = "Rollback"

@@ -1,6 +1,7 @@
-"""The statistics of the canary analysis (judge.py), with seeded simulations: identical versions
-fail at most at the documented rate, regressions are caught, and the evidence keeps per-interval
-conditioning, round-trips through the status and reads the histogram as the gateway writes it."""
+"""The statistics of the canary analysis (analysis/statistics.py), with seeded simulations:
+identical versions fail at most at the documented rate, regressions are caught, and the evidence
+keeps per-interval conditioning, round-trips through the status and reads the histogram as the
+gateway writes it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from modelroll_operator import judge
-from modelroll_operator.judge import Counts, Evidence
+from modelroll_operator.analysis import statistics
+from modelroll_operator.analysis.statistics import Counts, Evidence
 
 LES = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -61,7 +62,7 @@ HEALTHY = lognormal_cdf(0.05, 0.5)  # p95 114 ms
 SLOWER = lognormal_cdf(0.075, 0.5)  # 1.5x
 
 
-def plus(a: judge.Buckets, b: judge.Buckets) -> list[tuple[float, float]]:
+def plus(a: statistics.Buckets, b: statistics.Buckets) -> list[tuple[float, float]]:
     if not a:
         return list(b)
     return [(le, x + y) for (le, x), (_, y) in zip(a, b, strict=True)]
@@ -81,11 +82,11 @@ def failure_rate(
     rng = random.Random(20240611)
     failed = 0
     for _ in range(runs):
-        evidence = judge.new_evidence()
+        evidence = statistics.new_evidence()
         for i in range(intervals):
             canary, baseline = interval(rng, i)
-            evidence = judge.update(evidence, 1.5, canary, baseline)
-            if judge.verdict(evidence, alpha) == judge.FAIL:
+            evidence = statistics.update(evidence, 1.5, canary, baseline)
+            if statistics.verdict(evidence, alpha) == statistics.FAIL:
                 failed += 1
                 break
     return failed / runs
@@ -137,12 +138,12 @@ def test_identical_versions_failing_whole_batches_fail_at_most_at_alpha(size: in
 
 def test_one_failed_batch_of_eight_is_one_bad_call() -> None:
     """A 25% canary whose one batch of 8 failed: evidence of one failure, not of eight."""
-    items = judge.update(judge.new_evidence(), 1.5, Counts(100, 8), Counts(300, 0))
-    calls = judge.update(
-        judge.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 0, 37.5, 0.0)
+    items = statistics.update(statistics.new_evidence(), 1.5, Counts(100, 8), Counts(300, 0))
+    calls = statistics.update(
+        statistics.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 0, 37.5, 0.0)
     )
-    assert judge.verdict(items, 1 / 600) == judge.FAIL
-    assert judge.statistic(calls) < 10
+    assert statistics.verdict(items, 1 / 600) == statistics.FAIL
+    assert statistics.statistic(calls) < 10
     assert (calls.canary.requests, calls.canary.bad) == (100, 8)  # what the status shows
 
 
@@ -159,10 +160,10 @@ def test_a_canary_exactly_at_max_ratio_fails_at_most_at_alpha() -> None:
 
 
 def test_the_union_bound_splits_the_budget_over_checks_and_steps() -> None:
-    assert judge.check_alpha(0.01, 2, 3) == pytest.approx(0.01 / 6)
-    assert judge.check_alpha(0.01, 0, 1) == 0.01  # no active check: nothing to split
+    assert statistics.check_alpha(0.01, 2, 3) == pytest.approx(0.01 / 6)
+    assert statistics.check_alpha(0.01, 0, 1) == 0.01  # no active check: nothing to split
     with pytest.raises(ValueError, match="budget"):
-        judge.check_alpha(0, 2, 3)
+        statistics.check_alpha(0, 2, 3)
 
 
 # -- power -----------------------------------------------------------------------------------
@@ -174,10 +175,10 @@ def intervals_to_fail(
     limit: int,
     interval: Callable[[random.Random], tuple[Counts, Counts]],
 ) -> float:
-    evidence = judge.new_evidence()
+    evidence = statistics.new_evidence()
     for i in range(1, limit + 1):
-        evidence = judge.update(evidence, 1.5, *interval(rng))
-        if judge.verdict(evidence, alpha) == judge.FAIL:
+        evidence = statistics.update(evidence, 1.5, *interval(rng))
+        if statistics.verdict(evidence, alpha) == statistics.FAIL:
             return i
     return math.inf
 
@@ -185,7 +186,7 @@ def intervals_to_fail(
 def test_a_canary_failing_where_the_baseline_never_does_is_rolled_back_at_once() -> None:
     # 20% errors at 10 req/s against a baseline of 190 req/s with none; intervals of 3 s and
     # the defaults' alpha (2 checks, 3 steps). The first judged interval ends 9 s into the step.
-    alpha = judge.check_alpha(0.01, 2, 3)
+    alpha = statistics.check_alpha(0.01, 2, 3)
     rng = random.Random(7)
 
     def interval(rng: random.Random) -> tuple[Counts, Counts]:
@@ -195,14 +196,14 @@ def test_a_canary_failing_where_the_baseline_never_does_is_rolled_back_at_once()
     times = [intervals_to_fail(rng, alpha, 10, interval) for _ in range(300)]
     assert max(times) <= 2  # judged by 12 s into the step: within 15 s
     assert sum(t == 1 for t in times) >= 0.8 * len(times)
-    one = judge.update(judge.new_evidence(), 1.5, Counts(30, 5), Counts(570, 0))
-    assert judge.verdict(one, alpha) == judge.FAIL
+    one = statistics.update(statistics.new_evidence(), 1.5, Counts(30, 5), Counts(570, 0))
+    assert statistics.verdict(one, alpha) == statistics.FAIL
 
 
 def test_a_twice_as_frequent_error_is_caught_with_enough_traffic() -> None:
     # 2% errors against 1%, 250 req/s each side for 3 s: maxRatio 1.5 leaves a small margin,
     # so it takes a few hundred bad requests.
-    alpha = judge.check_alpha(0.01, 2, 3)
+    alpha = statistics.check_alpha(0.01, 2, 3)
     rng = random.Random(11)
 
     def interval(rng: random.Random) -> tuple[Counts, Counts]:
@@ -217,24 +218,24 @@ def test_a_latency_regression_of_one_and_a_half_is_caught() -> None:
     # Lognormal latencies (median 50 ms, sigma 0.5), the canary 1.5x slower; 30 canary and
     # 570 baseline requests per interval (10 of 200 req/s, 3 s); the bound from the baseline's
     # earlier intervals, warm-up included.
-    alpha = judge.check_alpha(0.01, 2, 1)
+    alpha = statistics.check_alpha(0.01, 2, 1)
     rng = random.Random(3)
     times = []
     for _ in range(40):
-        evidence, earlier = judge.new_evidence(), histogram(rng, 570, HEALTHY)  # warm-up
+        evidence, earlier = statistics.new_evidence(), histogram(rng, 570, HEALTHY)  # warm-up
         caught = math.inf
         for i in range(1, 100):
             canary, baseline = histogram(rng, 30, SLOWER), histogram(rng, 570, HEALTHY)
-            bound = judge.slow_bound(earlier, 0.95)
+            bound = statistics.slow_bound(earlier, 0.95)
             assert bound == 0.1  # the bucket bound nearest the baseline's p95 (114 ms)
-            evidence = judge.update(
+            evidence = statistics.update(
                 evidence,
                 1.5,
-                Counts(30, round(judge.over(canary, bound))),
-                Counts(570, round(judge.over(baseline, bound))),
+                Counts(30, round(statistics.over(canary, bound))),
+                Counts(570, round(statistics.over(baseline, bound))),
             )
             earlier = plus(earlier, baseline)
-            if judge.verdict(evidence, alpha) == judge.FAIL:
+            if statistics.verdict(evidence, alpha) == statistics.FAIL:
                 caught = i
                 break
         times.append(caught)
@@ -249,20 +250,22 @@ def test_a_bound_taken_from_the_counts_it_judges_fails_identical_versions() -> N
     # by construction, the canary not. With a bound from earlier counts the test stays valid.
     alpha = 0.05
 
-    def same_counts_bound(buckets: judge.Buckets, quantile: float) -> float:
+    def same_counts_bound(buckets: statistics.Buckets, quantile: float) -> float:
         total = buckets[-1][1]
         return next(le for le, n in buckets if n >= quantile * total and math.isfinite(le))
 
     def run(same: bool, rng: random.Random) -> bool:
-        evidence, earlier = judge.new_evidence(), histogram(rng, 20, HEALTHY)
+        evidence, earlier = statistics.new_evidence(), histogram(rng, 20, HEALTHY)
         for _ in range(100):
             canary, baseline = histogram(rng, 10, HEALTHY), histogram(rng, 20, HEALTHY)
-            bound = same_counts_bound(baseline, 0.95) if same else judge.slow_bound(earlier, 0.95)
+            bound = (
+                same_counts_bound(baseline, 0.95) if same else statistics.slow_bound(earlier, 0.95)
+            )
             assert bound is not None
-            c, b = judge.over(canary, bound), judge.over(baseline, bound)
-            evidence = judge.update(evidence, 1.5, Counts(10, round(c)), Counts(20, round(b)))
+            c, b = statistics.over(canary, bound), statistics.over(baseline, bound)
+            evidence = statistics.update(evidence, 1.5, Counts(10, round(c)), Counts(20, round(b)))
             earlier = plus(earlier, baseline)
-            if judge.verdict(evidence, alpha) == judge.FAIL:
+            if statistics.verdict(evidence, alpha) == statistics.FAIL:
                 return True
         return False
 
@@ -277,46 +280,46 @@ def test_a_bound_taken_from_the_counts_it_judges_fails_identical_versions() -> N
 
 
 def test_fresh_evidence_is_neutral() -> None:
-    fresh = judge.new_evidence()
-    assert judge.statistic(fresh) == 1.0
-    assert judge.verdict(fresh, 0.01) == judge.PASS
+    fresh = statistics.new_evidence()
+    assert statistics.statistic(fresh) == 1.0
+    assert statistics.verdict(fresh, 0.01) == statistics.PASS
     assert fresh.canary == fresh.baseline == Counts(0, 0)
-    assert len(fresh.log_lr) == len(judge.MULTIPLIERS)
+    assert len(fresh.log_lr) == len(statistics.MULTIPLIERS)
 
 
 def test_the_verdict_thresholds() -> None:
-    m = len(judge.MULTIPLIERS)
+    m = len(statistics.MULTIPLIERS)
 
     def at(log_value: float) -> Evidence:
         return Evidence(Counts(1, 1), Counts(1, 0), (log_value,) * m)
 
-    assert judge.verdict(at(math.log(100) + 1e-9), 0.01) == judge.FAIL
-    assert judge.verdict(at(math.log(99)), 0.01) == judge.INCONCLUSIVE
-    assert judge.verdict(at(0.0), 0.01) == judge.PASS
-    assert judge.verdict(at(-3.0), 0.01) == judge.PASS
-    assert judge.statistic(at(math.log(99))) == pytest.approx(99)
-    assert judge.statistic(at(5000.0)) == judge.STATISTIC_CAP  # finite, for JSON
+    assert statistics.verdict(at(math.log(100) + 1e-9), 0.01) == statistics.FAIL
+    assert statistics.verdict(at(math.log(99)), 0.01) == statistics.INCONCLUSIVE
+    assert statistics.verdict(at(0.0), 0.01) == statistics.PASS
+    assert statistics.verdict(at(-3.0), 0.01) == statistics.PASS
+    assert statistics.statistic(at(math.log(99))) == pytest.approx(99)
+    assert statistics.statistic(at(5000.0)) == statistics.STATISTIC_CAP  # finite, for JSON
     # The strict pass rule: every likelihood ratio at most beta; nothing bad at all passes.
-    assert judge.verdict(at(-1.0), 0.01, beta=0.05) == judge.INCONCLUSIVE
-    assert judge.verdict(at(-3.0), 0.01, beta=0.05) == judge.PASS
-    assert judge.verdict(judge.new_evidence(), 0.01, beta=0.05) == judge.PASS
+    assert statistics.verdict(at(-1.0), 0.01, beta=0.05) == statistics.INCONCLUSIVE
+    assert statistics.verdict(at(-3.0), 0.01, beta=0.05) == statistics.PASS
+    assert statistics.verdict(statistics.new_evidence(), 0.01, beta=0.05) == statistics.PASS
 
 
 def test_intervals_without_bad_requests_or_without_one_version_change_nothing() -> None:
-    fresh = judge.new_evidence()
-    assert judge.update(fresh, 1.5, Counts(10, 0), Counts(90, 0)).log_lr == fresh.log_lr
-    assert judge.update(fresh, 1.5, Counts(0, 0), Counts(90, 9)).log_lr == fresh.log_lr
-    alone = judge.update(fresh, 1.5, Counts(10, 3), Counts(0, 0))
+    fresh = statistics.new_evidence()
+    assert statistics.update(fresh, 1.5, Counts(10, 0), Counts(90, 0)).log_lr == fresh.log_lr
+    assert statistics.update(fresh, 1.5, Counts(0, 0), Counts(90, 9)).log_lr == fresh.log_lr
+    alone = statistics.update(fresh, 1.5, Counts(10, 3), Counts(0, 0))
     assert alone.log_lr == fresh.log_lr
     assert alone.canary == Counts(10, 3)  # counted, not judged
 
 
 def test_counts_that_disagree_are_clamped() -> None:
     # The request counter and the histogram are read together but not updated atomically.
-    evidence = judge.update(judge.new_evidence(), 1.5, Counts(3, 4), Counts(-1, 0))
+    evidence = statistics.update(statistics.new_evidence(), 1.5, Counts(3, 4), Counts(-1, 0))
     assert (evidence.canary, evidence.baseline) == (Counts(3, 3), Counts(0, 0))
     with pytest.raises(ValueError, match="max_ratio"):
-        judge.update(judge.new_evidence(), 0, Counts(1, 0), Counts(1, 0))
+        statistics.update(statistics.new_evidence(), 0, Counts(1, 0), Counts(1, 0))
 
 
 INTERVALS = [
@@ -328,9 +331,9 @@ INTERVALS = [
 
 
 def judged(intervals: list[tuple[Counts, Counts]]) -> Evidence:
-    evidence = judge.new_evidence()
+    evidence = statistics.new_evidence()
     for canary, baseline in intervals:
-        evidence = judge.update(evidence, 1.5, canary, baseline)
+        evidence = statistics.update(evidence, 1.5, canary, baseline)
     return evidence
 
 
@@ -349,17 +352,19 @@ def test_intervals_with_the_same_split_may_be_merged_others_not() -> None:
     # the canary looks almost 5x worse.
     apart = [(Counts(900, 90), Counts(100, 10)), (Counts(100, 1), Counts(900, 9))]
     pooled = [(Counts(1000, 91), Counts(1000, 19))]
-    alpha = judge.check_alpha(0.01, 2, 3)
-    assert judge.verdict(judged(apart), alpha) == judge.PASS
-    assert judge.verdict(judged(pooled), alpha) == judge.FAIL
+    alpha = statistics.check_alpha(0.01, 2, 3)
+    assert statistics.verdict(judged(apart), alpha) == statistics.PASS
+    assert statistics.verdict(judged(pooled), alpha) == statistics.FAIL
 
 
 def test_the_mixture_is_over_whole_paths_not_per_interval() -> None:
     # Lambda is the mean over alternatives of the product over intervals, not the product of
     # per-interval means (which would not be a supermartingale's value).
     both = judged(INTERVALS[:2])
-    product = judge.statistic(judged(INTERVALS[:1])) * judge.statistic(judged(INTERVALS[1:2]))
-    assert judge.statistic(both) != pytest.approx(product)
+    product = statistics.statistic(judged(INTERVALS[:1])) * statistics.statistic(
+        judged(INTERVALS[1:2])
+    )
+    assert statistics.statistic(both) != pytest.approx(product)
 
 
 def test_evidence_round_trips_through_the_status() -> None:
@@ -369,7 +374,7 @@ def test_evidence_round_trips_through_the_status() -> None:
     back = Evidence.from_dict(raw)
     assert (back.canary, back.baseline) == (evidence.canary, evidence.baseline)
     assert back.log_lr == pytest.approx(evidence.log_lr, rel=1e-5)
-    assert judge.verdict(back, 0.01) == judge.verdict(evidence, 0.01)
+    assert statistics.verdict(back, 0.01) == statistics.verdict(evidence, 0.01)
     assert all(x == float(f"{x:.6g}") for x in raw["logLR"])  # small in the status
 
 
@@ -379,17 +384,17 @@ def test_evidence_round_trips_through_the_status() -> None:
         {},
         {"canary": None, "baseline": "x", "logLR": None},
         {"logLR": [1.0, 2.0]},  # another grid of alternatives
-        {"logLR": ["a"] * len(judge.MULTIPLIERS)},
+        {"logLR": ["a"] * len(statistics.MULTIPLIERS)},
         {"canary": {"requests": -3, "bad": True}},
     ],
 )
 def test_unreadable_evidence_reads_as_fresh(raw: dict[str, object]) -> None:
-    assert Evidence.from_dict(raw) == judge.new_evidence()
+    assert Evidence.from_dict(raw) == statistics.new_evidence()
 
 
 def test_calls_round_trip_through_the_status() -> None:
-    evidence = judge.update(
-        judge.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 3, 37.5, 3.0)
+    evidence = statistics.update(
+        statistics.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 3, 37.5, 3.0)
     )
     raw = json.loads(json.dumps(evidence.to_dict(), allow_nan=False))
     assert raw["canary"] == {"requests": 100, "bad": 8, "calls": 12.5, "badCalls": 1.0}
@@ -401,7 +406,7 @@ def test_partial_evidence_keeps_what_it_has() -> None:
     back = Evidence.from_dict({"canary": {"requests": 12, "bad": 2}})
     assert back.canary == Counts(12, 2)
     assert back.baseline == Counts(0, 0)
-    assert back.log_lr == judge.new_evidence().log_lr
+    assert back.log_lr == statistics.new_evidence().log_lr
 
 
 # -- the latency bound -----------------------------------------------------------------------
@@ -415,13 +420,13 @@ def test_the_bound_is_the_bucket_bound_nearest_the_quantile() -> None:
     # p95 between 0.1 (91.7% below) and 0.25 (99.94% below): 0.1 leaves 8.3% slower, 0.25
     # leaves 0.06%; 0.1 is nearer to 5% by ratio.
     b = cumulative((0.05, 500.0), (0.1, 917.0), (0.25, 999.4), (0.5, 1000.0), (math.inf, 1000.0))
-    assert judge.slow_bound(b, 0.95) == 0.1
+    assert statistics.slow_bound(b, 0.95) == 0.1
     # 30% slower than 0.1, 4% slower than 0.25: 0.25 is nearer.
     b = cumulative((0.1, 700.0), (0.25, 960.0), (math.inf, 1000.0))
-    assert judge.slow_bound(b, 0.95) == 0.25
+    assert statistics.slow_bound(b, 0.95) == 0.25
     # Exactly at the quantile: that bound (5% slower).
     b = cumulative((0.1, 80.0), (0.25, 95.0), (0.5, 100.0), (math.inf, 100.0))
-    assert judge.slow_bound(b, 0.95) == 0.25
+    assert statistics.slow_bound(b, 0.95) == 0.25
 
 
 def test_a_baseline_in_one_bucket_gets_the_bound_above_it_not_below() -> None:
@@ -429,26 +434,26 @@ def test_a_baseline_in_one_bucket_gets_the_bound_above_it_not_below() -> None:
     would be "slow" at 25 ms, and a canary could never look worse. The bound is 50 ms (found
     on the real stack: a canary twice as slow passed against 25 ms)."""
     b = cumulative((0.01, 0.0), (0.025, 0.0), (0.05, 504.0), (0.1, 504.0), (math.inf, 504.0))
-    assert judge.slow_bound(b, 0.95) == 0.05
+    assert statistics.slow_bound(b, 0.95) == 0.05
 
 
 def test_the_bound_at_the_edges() -> None:
-    assert judge.slow_bound([], 0.95) is None
-    assert judge.slow_bound([(0.1, 0.0), (math.inf, 0.0)], 0.95) is None
-    assert judge.slow_bound([(math.inf, 10.0)], 0.95) is None
+    assert statistics.slow_bound([], 0.95) is None
+    assert statistics.slow_bound([(0.1, 0.0), (math.inf, 0.0)], 0.95) is None
+    assert statistics.slow_bound([(math.inf, 10.0)], 0.95) is None
     # The quantile in the +Inf bucket: the largest finite bound.
-    assert judge.slow_bound([(0.1, 1.0), (30.0, 2.0), (math.inf, 10.0)], 0.95) == 30.0
+    assert statistics.slow_bound([(0.1, 1.0), (30.0, 2.0), (math.inf, 10.0)], 0.95) == 30.0
     # In the first bucket: its bound.
-    assert judge.slow_bound([(0.1, 99.0), (0.25, 100.0), (math.inf, 100.0)], 0.95) == 0.1
+    assert statistics.slow_bound([(0.1, 99.0), (0.25, 100.0), (math.inf, 100.0)], 0.95) == 0.1
     with pytest.raises(ValueError, match="quantile"):
-        judge.slow_bound([(math.inf, 1.0)], 1.0)
+        statistics.slow_bound([(math.inf, 1.0)], 1.0)
 
 
 def test_over_counts_the_requests_slower_than_the_bound() -> None:
     b = cumulative((0.05, 40.0), (0.1, 90.0), (0.25, 99.0), (math.inf, 100.0))
-    assert judge.over(b, 0.1) == 10.0
-    assert judge.over(b, 0.25) == 1.0
-    assert judge.over(b, math.inf) == 0.0
-    assert judge.over([], 0.1) == 0.0  # a version that never answered
+    assert statistics.over(b, 0.1) == 10.0
+    assert statistics.over(b, 0.25) == 1.0
+    assert statistics.over(b, math.inf) == 0.0
+    assert statistics.over([], 0.1) == 0.0  # a version that never answered
     with pytest.raises(ValueError, match="bucket bound"):
-        judge.over(b, 0.2)
+        statistics.over(b, 0.2)

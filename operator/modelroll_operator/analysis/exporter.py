@@ -38,14 +38,14 @@ from prometheus_client import (
 )
 from prometheus_client.metrics import MetricWrapperBase
 
-from . import judge, rollout
-from .rollout import AnalysisState
+from . import machine, statistics
+from .machine import AnalysisState
 
 PREFIX = "modelroll_operator_analysis_"
-PENDING = rollout.PENDING
-"""canary.PENDING: the phase while no analysis can start (no baseline yet)."""
-PHASES = rollout.PHASES
-VERDICTS = (judge.PASS, judge.FAIL, judge.INCONCLUSIVE)
+PENDING = machine.PENDING
+"""daemon.PENDING: the phase while no analysis can start (no baseline yet)."""
+PHASES = machine.PHASES
+VERDICTS = (statistics.PASS, statistics.FAIL, statistics.INCONCLUSIVE)
 DECISIONS = ("step", "promote", "rollback", "pause", "hold")
 """What :meth:`AnalysisMetrics.decided` counts: a new step's weights, the promotion, the
 rollback, a pause (a step marked ``pause``, a weight changed by hand), a hold."""
@@ -214,10 +214,10 @@ class AnalysisMetrics:
         return seen
 
     def _observe_check(
-        self, labels: tuple[str, str, str], seen: _Canary, name: str, check: rollout.CheckState
+        self, labels: tuple[str, str, str], seen: _Canary, name: str, check: machine.CheckState
     ) -> None:
         at = (*labels, name)
-        self.statistic.labels(*at).set(judge.statistic(check.evidence))
+        self.statistic.labels(*at).set(statistics.statistic(check.evidence))
         ratio = check.ratio()
         if ratio is not None and math.isfinite(ratio):
             self.ratio.labels(*at).set(ratio)

@@ -1,5 +1,5 @@
 """The operator's side of canary analyses: one task per canary (a kopf daemon) that reads the
-counters, asks rollout.py what to do, and writes the weights and ``status.analysis``.
+counters, asks analysis/machine.py what to do, and writes the weights and ``status.analysis``.
 
 Writes are ordered so that a restart never repeats or loses a step: the new state is saved first
 (with ``applied: false``), then the weights (canary first), then ``applied: true``. An operator
@@ -27,14 +27,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from . import rollout
-from .analysis_metrics import AnalysisMetrics
-from .analysis_spec import AnalysisSpec, parse_analysis
-from .canary_metrics import MetricsReader, MetricsUnavailable
-from .kube import Api, KubeApiError, mv_path
-from .rollout import AnalysisState, Decision
-from .spec import PREFIX, SpecError
-from .state import ModelKey, VersionInfo, VersionKey
+from ..api import Api, KubeApiError, mv_path
+from ..snapshots import ModelKey, VersionInfo, VersionKey
+from ..spec import PREFIX, SpecError
+from . import machine
+from .exporter import AnalysisMetrics
+from .machine import AnalysisState, Decision
+from .reader import MetricsReader, MetricsUnavailable
+from .spec import AnalysisSpec, parse_analysis
 
 log = logging.getLogger("modelroll_operator")
 
@@ -45,9 +45,9 @@ RETRY_S = 2.0
 """Seconds before a tick that failed on the API server is tried again."""
 FINISHED_CHECK_S = 10.0
 """Seconds between two looks at a canary whose analysis is over."""
-PENDING = rollout.PENDING
+PENDING = machine.PENDING
 """status.analysis.phase while no analysis can start (no baseline yet, or another canary)."""
-UNDER_WAY = (rollout.PROGRESSING, rollout.PAUSED, rollout.HOLDING)
+UNDER_WAY = (machine.PROGRESSING, machine.PAUSED, machine.HOLDING)
 """The phases of an analysis that holds its model: another canary of the model waits."""
 
 VersionLookup = Callable[[ModelKey], list[VersionInfo]]
@@ -140,7 +140,7 @@ class Canaries:
         if state is None or state.spec_hash != digest:
             return await self._start(info, spec, digest, current)
         if not state.applied:
-            weights = rollout.Weights(state.canary_weight, state.baseline_step_weight)
+            weights = machine.Weights(state.canary_weight, state.baseline_step_weight)
             state = await self._apply(info, state, weights)
         self._holders.setdefault(info.model_key, info.key)
         decision = await self._next(info, body, spec, state)
@@ -161,19 +161,19 @@ class Canaries:
             verb = command.split(":", 1)[0]
             log.info("Analysis of %s/%s: command %s", info.namespace, info.name, verb)
             if verb == "resume":
-                return rollout.resume(spec, state, now)
+                return machine.resume(spec, state, now)
             if verb == "abort":
-                return rollout.abort(state)
+                return machine.abort(state)
             if verb == "skip":
-                return rollout.skip(spec, state, now)
+                return machine.skip(spec, state, now)
             return Decision(state)
-        if state.finished or state.phase == rollout.PAUSED:
+        if state.finished or state.phase == machine.PAUSED:
             return Decision(state)
         changed = await self._changed_by_hand(info, state)
         if changed:
-            return rollout.pause(
+            return machine.pause(
                 state,
-                rollout.MANUAL_WEIGHT,
+                machine.MANUAL_WEIGHT,
                 f"Paused: {changed}, not what the analysis set; `kubectl modelroll analysis "
                 "resume` starts this step again with its weights, `abort` rolls back",
             )
@@ -184,8 +184,8 @@ class Canaries:
             )
         except MetricsUnavailable as exc:
             self.metrics.source_error(info.namespace, info.model, info.name)
-            return rollout.evaluate(spec, state, None, now, str(exc))
-        return rollout.evaluate(spec, state, snapshot, now)
+            return machine.evaluate(spec, state, None, now, str(exc))
+        return machine.evaluate(spec, state, snapshot, now)
 
     async def _changed_by_hand(self, info: VersionInfo, state: AnalysisState) -> str:
         """Which weight someone else changed ("" if none)."""
@@ -209,15 +209,15 @@ class Canaries:
                 f"Waiting for the analysis of {other}, another canary of model {info.model}, "
                 "to finish: one canary of a model is analysed at a time"
             )
-            await self._wait(info, rollout.OTHER_CANARY, message, digest, current)
+            await self._wait(info, machine.OTHER_CANARY, message, digest, current)
             return float(spec.interval_seconds)
         baseline, why = choose_baseline(versions, info.name, spec.baseline)
         if baseline is None or baseline.spec is None:
             message = f"Waiting for a baseline: {why}"
-            await self._wait(info, rollout.NO_BASELINE, message, digest, current)
+            await self._wait(info, machine.NO_BASELINE, message, digest, current)
             return float(spec.interval_seconds)
         self._holders[info.model_key] = info.key
-        decision = rollout.start(spec, baseline.name, baseline.spec.weight, self.clock(), digest)
+        decision = machine.start(spec, baseline.name, baseline.spec.weight, self.clock(), digest)
         await self._save(info, None, decision)
         return float(spec.interval_seconds)
 
@@ -275,7 +275,7 @@ class Canaries:
             await self._event(info, _event_reason(state), decision.event, decision.warning)
 
     async def _apply(
-        self, info: VersionInfo, state: AnalysisState, weights: rollout.Weights
+        self, info: VersionInfo, state: AnalysisState, weights: machine.Weights
     ) -> AnalysisState:
         """Write the weights (canary first), then record that they are written."""
         await self._weight(info.namespace, info.name, weights.canary)
@@ -319,16 +319,16 @@ class Canaries:
 def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | None:
     """What the decision did, for modelroll_operator_analysis_decisions_total (None: nothing)."""
     after = decision.state
-    if after.phase == rollout.PROMOTED and (before is None or before.phase != rollout.PROMOTED):
+    if after.phase == machine.PROMOTED and (before is None or before.phase != machine.PROMOTED):
         return "promote"
-    if after.phase == rollout.ROLLED_BACK and (before is None or not before.finished):
+    if after.phase == machine.ROLLED_BACK and (before is None or not before.finished):
         return "rollback"
     if decision.weights is not None:
         return "step"
     if before is not None and after.phase != before.phase:
-        if after.phase == rollout.PAUSED:
+        if after.phase == machine.PAUSED:
             return "pause"
-        if after.phase == rollout.HOLDING:
+        if after.phase == machine.HOLDING:
             return "hold"
     return None
 
@@ -336,6 +336,6 @@ def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | No
 def _event_reason(state: AnalysisState) -> str:
     if state.finished:
         return state.phase
-    if state.phase in (rollout.PAUSED, rollout.HOLDING):
+    if state.phase in (machine.PAUSED, machine.HOLDING):
         return state.reason
     return "AnalysisStep"

@@ -8,7 +8,7 @@ the tests and the simulation in ``modelroll-bench analysis`` run the same code.
 A step: the operator writes its weights (canary ``w``, baseline ``100 - w``, scaled to the
 baseline's weight when that was above 100). The first ``warmupSeconds`` (and ``warmupRequests``
 canary requests) are not judged. Then every interval the deltas of both versions' counters feed
-each check (judge.py): taken per source (a gateway replica) and summed (:func:`count`), so that
+each check (statistics.py): taken per source (a gateway replica) and summed (:func:`count`), so that
 a replica missing from a reading, restarted or new never passes its history off as one
 interval's counts. A check that fails rolls back at once; the step passes when every check
 passes after ``minSeconds`` and ``minRequests``; at ``maxSeconds`` without a verdict the
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from . import judge
-from .analysis_spec import (
+from . import statistics
+from .spec import (
     PROMOTE,
     ROLLBACK,
     STREAM_ERROR,
@@ -38,7 +38,7 @@ from .analysis_spec import (
 _K = TypeVar("_K")
 
 PENDING = "Pending"
-"""The phase while no analysis can start (no baseline yet): canary.py writes it, not this."""
+"""The phase while no analysis can start (no baseline yet): daemon.py writes it, not this."""
 PROGRESSING = "Progressing"
 PAUSED = "Paused"
 HOLDING = "Holding"
@@ -61,7 +61,7 @@ MANUAL_WEIGHT = "ManualWeightChange"
 ABORTED = "Aborted"
 NO_BASELINE = "NoBaseline"
 OTHER_CANARY = "OtherCanaryAnalysing"
-"""Pending: another canary of the model is being analysed (canary.py writes it, not this)."""
+"""Pending: another canary of the model is being analysed (daemon.py writes it, not this)."""
 REASONS = (
     WARMING_UP,
     INSUFFICIENT_DATA,
@@ -407,8 +407,8 @@ def count(last: Mapping[str, Tally], snapshot: Snapshot) -> Interval:
 
 @dataclass(frozen=True)
 class CheckState:
-    evidence: judge.Evidence
-    verdict: str = judge.INCONCLUSIVE
+    evidence: statistics.Evidence
+    verdict: str = statistics.INCONCLUSIVE
     bound: float | None = None
     """The latency check's bound in seconds (the baseline's quantile), once known."""
 
@@ -423,7 +423,7 @@ class CheckState:
         out = {
             "verdict": self.verdict,
             **self.evidence.to_dict(),
-            "statistic": float(f"{judge.statistic(self.evidence):.4g}"),
+            "statistic": float(f"{statistics.statistic(self.evidence):.4g}"),
         }
         if (ratio := self.ratio()) is not None:
             out["ratio"] = float(f"{ratio:.4g}")
@@ -435,8 +435,8 @@ class CheckState:
     def from_dict(cls, raw: Mapping[str, Any]) -> CheckState:
         bound = raw.get("boundSeconds")
         return cls(
-            evidence=judge.Evidence.from_dict(raw),
-            verdict=str(raw.get("verdict") or judge.INCONCLUSIVE),
+            evidence=statistics.Evidence.from_dict(raw),
+            verdict=str(raw.get("verdict") or statistics.INCONCLUSIVE),
             bound=float(bound) if bound is not None else None,
         )
 
@@ -468,7 +468,7 @@ class AnalysisState:
     """What the sources counted in the judged intervals, since judging started (None: warming
     up)."""
     checks: Mapping[str, CheckState] = field(default_factory=dict)
-    guardrail: judge.Counts = field(default_factory=lambda: judge.Counts(0, 0))
+    guardrail: statistics.Counts = field(default_factory=lambda: statistics.Counts(0, 0))
     """The canary's judged requests and errors in this step (for the guardrail)."""
     spec_hash: str = ""
     """The hash of the spec.analysis this state belongs to: another one starts anew."""
@@ -554,7 +554,7 @@ class AnalysisState:
                     str(c["name"]): CheckState.from_dict(c)
                     for c in (raw.get("checks") or [] if window else [])
                 },
-                guardrail=judge.Counts(
+                guardrail=statistics.Counts(
                     int(guard.get("requests", 0)) if window else 0,
                     int(guard.get("bad", 0)) if window else 0,
                 ),
@@ -664,7 +664,7 @@ def _fresh_step(state: AnalysisState, now: float) -> AnalysisState:
         step_counts=None,
         window=None,
         checks={},
-        guardrail=judge.Counts(0, 0),
+        guardrail=statistics.Counts(0, 0),
     )
 
 
@@ -776,7 +776,7 @@ def _warm_up(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: 
             judging_from=state.step_seconds,
             step_counts=step,
             window=Tally(now),
-            checks={name: CheckState(judge.new_evidence()) for name in spec.checks()},
+            checks={name: CheckState(statistics.new_evidence()) for name in spec.checks()},
             reason=INSUFFICIENT_DATA,
             message=f"Step {state.step + 1}: judging from now on",
         )
@@ -792,22 +792,22 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
     # warm-up included): one taken from the same requests it judges would favour the baseline.
     earlier_baseline = step_counts.baseline
     active = [c for c in spec.checks().values() if not c.dry_run]
-    alpha = judge.check_alpha(spec.false_rollback_budget, max(1, len(active)), len(spec.steps))
+    alpha = statistics.check_alpha(spec.false_rollback_budget, max(1, len(active)), len(spec.steps))
     checks: dict[str, CheckState] = {}
     for name, check in spec.checks().items():
-        previous = state.checks.get(name) or CheckState(judge.new_evidence())
+        previous = state.checks.get(name) or CheckState(statistics.new_evidence())
         bound = previous.bound
         if isinstance(check, ErrorCheck):
             c, b = _errors(canary, check), _errors(baseline, check)
         else:
             assert isinstance(check, LatencyCheck)
-            bound = judge.slow_bound(earlier_baseline.buckets, check.quantile)
+            bound = statistics.slow_bound(earlier_baseline.buckets, check.quantile)
             c, b = _slow(canary, bound), _slow(baseline, bound)
-        updated = judge.update(previous.evidence, check.max_ratio, c, b)
-        verdict = judge.verdict(updated, alpha, spec.false_promotion_budget)
+        updated = statistics.update(previous.evidence, check.max_ratio, c, b)
+        verdict = statistics.verdict(updated, alpha, spec.false_promotion_budget)
         checks[name] = CheckState(updated, verdict, bound)
     guard_check = spec.errors or _DEFAULT_ERRORS
-    guardrail = judge.Counts(
+    guardrail = statistics.Counts(
         state.guardrail.requests + round(canary.requests),
         state.guardrail.bad + round(canary.errors(guard_check)),
     )
@@ -834,7 +834,7 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
             f"The canary failed {guardrail.bad} of {guardrail.requests} requests, above the "
             f"guardrail of {g.max_error_ratio:.0%}.",
         )
-    failed = [n for n, c in checks.items() if c.verdict == judge.FAIL and not _dry(spec, n)]
+    failed = [n for n, c in checks.items() if c.verdict == statistics.FAIL and not _dry(spec, n)]
     if failed:
         return rollback(judged, CANARY_WORSE, f"The canary is worse: {evidence}.")
 
@@ -843,7 +843,7 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
     # No evidence, no verdict: a baseline that answered nothing in the window is no comparison.
     compared = window.baseline.requests > 0
     enough = compared and judged_for >= spec.min_seconds and canary_requests >= spec.min_requests
-    passed = all(c.verdict == judge.PASS or _dry(spec, n) for n, c in checks.items())
+    passed = all(c.verdict == statistics.PASS or _dry(spec, n) for n, c in checks.items())
     if enough and passed:
         step = spec.steps[state.step]
         why = f"Step {state.step + 1} passed ({evidence})."
@@ -882,9 +882,9 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
     return Decision(replace(judged, phase=PROGRESSING, reason=reason, message=message))
 
 
-def _errors(counts: VersionCounts, check: ErrorCheck) -> judge.Counts:
+def _errors(counts: VersionCounts, check: ErrorCheck) -> statistics.Counts:
     """An interval's requests and errors, and the model calls behind them."""
-    return judge.Counts(
+    return statistics.Counts(
         round(counts.requests),
         round(counts.errors(check)),
         counts.call_count,
@@ -892,16 +892,16 @@ def _errors(counts: VersionCounts, check: ErrorCheck) -> judge.Counts:
     )
 
 
-def _slow(counts: VersionCounts, bound: float | None) -> judge.Counts:
+def _slow(counts: VersionCounts, bound: float | None) -> statistics.Counts:
     """An interval's requests and those slower than ``bound`` (none without a finite bound),
     and the model calls behind them."""
     if bound is None or math.isinf(bound):
-        return judge.Counts(round(counts.requests), 0, counts.call_count, 0.0)
-    return judge.Counts(
+        return statistics.Counts(round(counts.requests), 0, counts.call_count, 0.0)
+    return statistics.Counts(
         round(counts.requests),
-        round(judge.over(counts.buckets, bound)),
+        round(statistics.over(counts.buckets, bound)),
         counts.call_count,
-        judge.over(counts.call_buckets, bound),
+        statistics.over(counts.call_buckets, bound),
     )
 
 

@@ -1,5 +1,5 @@
-"""The canary analysis state machine (rollout.py), driven with counters as the gateway exports
-them: what a user would see happen to the weights and the phase."""
+"""The canary analysis state machine (analysis/machine.py), driven with counters as the gateway
+exports them: what a user would see happen to the weights and the phase."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from modelroll_operator import rollout
-from modelroll_operator.analysis_spec import (
+from modelroll_operator.analysis import machine
+from modelroll_operator.analysis.machine import (
+    AnalysisState,
+    Decision,
+    Snapshot,
+    Tally,
+    VersionCounts,
+)
+from modelroll_operator.analysis.spec import (
     PROMOTE,
     ROLLBACK,
     AnalysisSpec,
@@ -19,7 +26,6 @@ from modelroll_operator.analysis_spec import (
     Step,
     parse_analysis,
 )
-from modelroll_operator.rollout import AnalysisState, Decision, Snapshot, Tally, VersionCounts
 
 BOUNDS = (0.01, 0.05, 0.1, math.inf)
 
@@ -86,7 +92,7 @@ class Story:
         self.spec = spec
         self.now = 1000.0
         self.replicas = {f"pod/gateway-{chr(ord('a') + i)}": Replica() for i in range(replicas)}
-        decision = rollout.start(spec, "stable", baseline_weight, self.now, "h")
+        decision = machine.start(spec, "stable", baseline_weight, self.now, "h")
         self.state = decision.state
         self.weights = [decision.weights]
         self.events = [decision.event]
@@ -147,7 +153,7 @@ class Story:
         snapshot = self.snapshot(read) if readable else None
         if snapshot is not None and edit is not None:
             snapshot = edit(snapshot)
-        decision = rollout.evaluate(self.spec, self.state, snapshot, self.now, "gone")
+        decision = machine.evaluate(self.spec, self.state, snapshot, self.now, "gone")
         if judged and not self.state.finished:
             self.judged.add(Served(canary, canary_errors, baseline, baseline_errors))
         # What the operator does: the state goes to status.analysis and is read back from it
@@ -172,7 +178,7 @@ class Story:
     def run(self, ticks: int, **traffic: Any) -> None:
         for _ in range(ticks):
             self.tick(**traffic)
-            if self.state.finished or self.state.phase == rollout.PAUSED:
+            if self.state.finished or self.state.phase == machine.PAUSED:
                 return
 
     def evidence(self, check: str = "errors") -> Served:
@@ -190,13 +196,13 @@ def spec(**overrides: object) -> AnalysisSpec:
 
 def test_a_healthy_canary_goes_through_every_step_and_is_promoted() -> None:
     story = Story(spec())
-    assert story.weights == [rollout.Weights(10, 90)]
+    assert story.weights == [machine.Weights(10, 90)]
     story.run(200, canary=30, canary_errors=1, baseline=270, baseline_errors=9)
-    assert story.state.phase == rollout.PROMOTED
+    assert story.state.phase == machine.PROMOTED
     assert story.weights == [
-        rollout.Weights(10, 90),
-        rollout.Weights(50, 50),
-        rollout.Weights(100, 0),  # the canary takes the baseline's weight; the baseline stays
+        machine.Weights(10, 90),
+        machine.Weights(50, 50),
+        machine.Weights(100, 0),  # the canary takes the baseline's weight; the baseline stays
     ]
     assert any("Step 2 of 2" in (e or "") for e in story.events)
     assert "Promoted" in (story.events[-1] or "")
@@ -206,8 +212,8 @@ def test_warm_up_traffic_is_not_judged() -> None:
     story = Story(spec(warmupSeconds=9))
     for _ in range(3):  # 9 s of a canary failing everything: warm-up, not judged
         story.tick(canary=30, canary_errors=30)
-        assert story.state.phase == rollout.PROGRESSING
-    assert story.state.reason == rollout.INSUFFICIENT_DATA  # judging starts now
+        assert story.state.phase == machine.PROGRESSING
+    assert story.state.reason == machine.INSUFFICIENT_DATA  # judging starts now
     assert story.state.checks["errors"].evidence.canary.requests == 0
 
 
@@ -216,10 +222,10 @@ def test_a_canary_failing_a_fifth_of_its_requests_is_rolled_back_within_seconds(
     story = Story(spec())
     started = story.now
     story.run(100, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
-    assert story.state.phase == rollout.ROLLED_BACK
-    assert story.state.reason == rollout.CANARY_WORSE
+    assert story.state.phase == machine.ROLLED_BACK
+    assert story.state.reason == machine.CANARY_WORSE
     assert story.now - started <= 15
-    assert story.weights[-1] == rollout.Weights(0, 100)
+    assert story.weights[-1] == machine.Weights(0, 100)
     assert "errors: canary 6/30 vs baseline 0/270" in (story.events[-1] or "") or (
         "errors: canary" in (story.events[-1] or "")
     )
@@ -228,7 +234,7 @@ def test_a_canary_failing_a_fifth_of_its_requests_is_rolled_back_within_seconds(
 def test_a_slower_canary_is_rolled_back_on_the_latency_check() -> None:
     story = Story(spec())
     story.run(100, canary=30, canary_slow=12, baseline=270, baseline_slow=5)
-    assert story.state.phase == rollout.ROLLED_BACK
+    assert story.state.phase == machine.ROLLED_BACK
     assert story.state.checks["latency"].verdict == "Fail"
     assert story.state.checks["latency"].bound == 0.01
     assert story.state.checks["errors"].verdict != "Fail"
@@ -239,9 +245,9 @@ def test_a_dry_run_check_reports_but_never_acts() -> None:
     story = Story(dry)
     story.run(8, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
     assert story.state.checks["errors"].verdict == "Fail"
-    assert story.state.phase == rollout.PROGRESSING
+    assert story.state.phase == machine.PROGRESSING
     story.run(100, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
-    assert story.state.phase == rollout.PROMOTED  # on the latency check alone
+    assert story.state.phase == machine.PROMOTED  # on the latency check alone
 
 
 def test_the_guardrail_rolls_back_at_once() -> None:
@@ -250,8 +256,8 @@ def test_the_guardrail_rolls_back_at_once() -> None:
     story.tick()  # warm-up
     story.tick()
     story.tick(canary=30, canary_errors=20)
-    assert story.state.phase == rollout.ROLLED_BACK
-    assert story.state.reason == rollout.GUARDRAIL
+    assert story.state.phase == machine.ROLLED_BACK
+    assert story.state.reason == machine.GUARDRAIL
 
 
 def test_metrics_that_cannot_be_read_hold_and_never_roll_back() -> None:
@@ -260,11 +266,11 @@ def test_metrics_that_cannot_be_read_hold_and_never_roll_back() -> None:
     weights = list(story.weights)
     for _ in range(20):
         story.tick(readable=False)
-        assert story.state.phase == rollout.HOLDING
-        assert story.state.reason == rollout.METRICS_UNAVAILABLE
+        assert story.state.phase == machine.HOLDING
+        assert story.state.reason == machine.METRICS_UNAVAILABLE
     assert story.weights == weights
     story.tick()  # readable again: the analysis goes on
-    assert story.state.phase == rollout.PROGRESSING
+    assert story.state.phase == machine.PROGRESSING
 
 
 def test_a_canary_with_little_traffic_holds_and_is_not_rolled_back() -> None:
@@ -272,13 +278,13 @@ def test_a_canary_with_little_traffic_holds_and_is_not_rolled_back() -> None:
     story = Story(spec(steps=[{"weight": 1}], maxSeconds=120))
     for i in range(200):
         story.tick(canary=1 if i % 10 == 0 else 0, baseline=10)
-    assert story.state.phase == rollout.HOLDING
-    assert story.state.reason == rollout.INSUFFICIENT_DATA
-    assert story.weights == [rollout.Weights(1, 99)]
+    assert story.state.phase == machine.HOLDING
+    assert story.state.reason == machine.INSUFFICIENT_DATA
+    assert story.weights == [machine.Weights(1, 99)]
 
 
 def test_an_inconclusive_step_follows_the_policy() -> None:
-    for policy, phase in ((ROLLBACK, rollout.ROLLED_BACK), (PROMOTE, rollout.PROMOTED)):
+    for policy, phase in ((ROLLBACK, machine.ROLLED_BACK), (PROMOTE, machine.PROMOTED)):
         story = Story(spec(steps=[{"weight": 1}], maxSeconds=60, onInconclusive=policy))
         story.run(100, canary=1, baseline=10)
         assert story.state.phase == phase, policy
@@ -287,30 +293,30 @@ def test_an_inconclusive_step_follows_the_policy() -> None:
 def test_a_pause_step_waits_for_resume() -> None:
     story = Story(spec(steps=[{"weight": 10, "pause": True}, {"weight": 50}]))
     story.run(100, canary=30, baseline=270)
-    assert story.state.phase == rollout.PAUSED
-    assert story.state.reason == rollout.STEP_PAUSE
-    assert story.weights == [rollout.Weights(10, 90)]
+    assert story.state.phase == machine.PAUSED
+    assert story.state.reason == machine.STEP_PAUSE
+    assert story.weights == [machine.Weights(10, 90)]
     story.tick()
-    assert story.state.phase == rollout.PAUSED  # nothing moves while paused
-    decision = rollout.resume(story.spec, story.state, story.now)
-    assert decision.weights == rollout.Weights(50, 50)
+    assert story.state.phase == machine.PAUSED  # nothing moves while paused
+    decision = machine.resume(story.spec, story.state, story.now)
+    assert decision.weights == machine.Weights(50, 50)
     assert decision.state.step == 1
 
 
 def test_skip_and_abort() -> None:
     story = Story(spec())
-    skipped = rollout.skip(story.spec, story.state, story.now)
-    assert skipped.weights == rollout.Weights(50, 50)
-    aborted = rollout.abort(skipped.state)
-    assert aborted.weights == rollout.Weights(0, 100)
-    assert aborted.state.reason == rollout.ABORTED
-    assert rollout.abort(aborted.state).weights is None  # once over, it stays over
+    skipped = machine.skip(story.spec, story.state, story.now)
+    assert skipped.weights == machine.Weights(50, 50)
+    aborted = machine.abort(skipped.state)
+    assert aborted.weights == machine.Weights(0, 100)
+    assert aborted.state.reason == machine.ABORTED
+    assert machine.abort(aborted.state).weights is None  # once over, it stays over
 
 
 def test_weights_scale_to_a_baseline_above_100() -> None:
     story = Story(spec(), baseline_weight=900)
-    assert story.weights == [rollout.Weights(90, 810)]
-    assert rollout.promoted_weights(story.state) == rollout.Weights(900, 0)
+    assert story.weights == [machine.Weights(90, 810)]
+    assert machine.promoted_weights(story.state) == machine.Weights(900, 0)
 
 
 def test_default_checks_and_types() -> None:
@@ -332,12 +338,12 @@ def test_a_baseline_with_no_requests_is_never_a_pass() -> None:
     for policy in (PROMOTE, ROLLBACK, "Hold"):
         story = Story(spec(steps=[{"weight": 10}], maxSeconds=60, onInconclusive=policy))
         story.run(60, canary=30, baseline=0)
-        assert story.state.phase == rollout.HOLDING, policy
-        assert story.state.reason == rollout.INSUFFICIENT_DATA, policy
+        assert story.state.phase == machine.HOLDING, policy
+        assert story.state.reason == machine.INSUFFICIENT_DATA, policy
         assert "no baseline requests" in story.state.message, policy
-        assert story.weights == [rollout.Weights(10, 90)], policy
+        assert story.weights == [machine.Weights(10, 90)], policy
         story.run(60, canary=30, baseline=270)  # the baseline serves again: judged, promoted
-        assert story.state.phase == rollout.PROMOTED, policy
+        assert story.state.phase == machine.PROMOTED, policy
 
 
 # -- counters read per gateway replica -------------------------------------------------------
@@ -366,8 +372,8 @@ def incident(replicas: int = 2) -> Story:
 
 
 def assert_unharmed(story: Story) -> None:
-    assert story.state.phase == rollout.PROGRESSING, story.state.message
-    assert story.weights == [rollout.Weights(10, 90)]
+    assert story.state.phase == machine.PROGRESSING, story.state.message
+    assert story.weights == [machine.Weights(10, 90)]
 
 
 def test_a_reading_without_a_replica_adds_nothing_and_the_replica_brings_its_counts_back() -> None:
@@ -465,7 +471,7 @@ def test_a_series_missing_for_several_intervals_is_counted_when_it_is_back() -> 
 
 def test_a_replica_gone_for_long_is_forgotten_and_starts_again_when_back() -> None:
     story = incident()
-    ticks = int(rollout.SOURCE_TTL_S // story.spec.interval_seconds) + 2
+    ticks = int(machine.SOURCE_TTL_S // story.spec.interval_seconds) + 2
     for _ in range(ticks):
         story.tick(**INCIDENT, read="a")
     assert_unharmed(story)
@@ -485,10 +491,10 @@ def test_a_canary_failing_a_fifth_is_rolled_back_as_fast_across_a_replica_blip()
     story.tick(canary=30, canary_errors=6)  # judging starts
     story.tick(canary=30, canary_errors=6, read="a")  # replica b not read
     story.run(100, canary=30, canary_errors=6)
-    assert story.state.phase == rollout.ROLLED_BACK
-    assert story.state.reason == rollout.CANARY_WORSE
+    assert story.state.phase == machine.ROLLED_BACK
+    assert story.state.reason == machine.CANARY_WORSE
     assert story.now - started <= 15
-    assert story.weights[-1] == rollout.Weights(0, 100)
+    assert story.weights[-1] == machine.Weights(0, 100)
 
 
 def test_a_state_with_summed_counters_starts_its_window_again() -> None:

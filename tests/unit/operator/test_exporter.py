@@ -1,4 +1,4 @@
-"""The canary analyses' Prometheus series (analysis_metrics.py): what a dashboard reads of an
+"""The canary analyses' Prometheus series (analysis/exporter.py): what a dashboard reads of an
 analysis as it starts, judges, moves on, finishes and goes away."""
 
 from __future__ import annotations
@@ -9,16 +9,22 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from modelroll_operator import canary, judge, rollout
-from modelroll_operator.analysis_metrics import (
+from modelroll_operator.analysis import daemon, machine, statistics
+from modelroll_operator.analysis.exporter import (
     DECISIONS,
     PHASES,
     VERDICTS,
     AnalysisMetrics,
     serve,
 )
-from modelroll_operator.analysis_spec import AnalysisSpec, parse_analysis
-from modelroll_operator.rollout import AnalysisState, CheckState, Snapshot, Tally, VersionCounts
+from modelroll_operator.analysis.machine import (
+    AnalysisState,
+    CheckState,
+    Snapshot,
+    Tally,
+    VersionCounts,
+)
+from modelroll_operator.analysis.spec import AnalysisSpec, parse_analysis
 from tests.conftest import free_port
 
 NS, MODEL, CANARY = "prod", "sentiment", "canary-v2"
@@ -40,17 +46,17 @@ def spec() -> AnalysisSpec:
 
 
 def started() -> AnalysisState:
-    return rollout.start(spec(), "stable", 100, 1000.0, "h").state
+    return machine.start(spec(), "stable", 100, 1000.0, "h").state
 
 
 def check(
     canary_counts: tuple[int, int], baseline_counts: tuple[int, int], verdict: str
 ) -> CheckState:
-    evidence = judge.update(
-        judge.new_evidence(),
+    evidence = statistics.update(
+        statistics.new_evidence(),
         1.5,
-        judge.Counts(*canary_counts),
-        judge.Counts(*baseline_counts),
+        statistics.Counts(*canary_counts),
+        statistics.Counts(*baseline_counts),
     )
     return CheckState(evidence, verdict)
 
@@ -82,11 +88,11 @@ def test_a_started_analysis_shows_its_phase_step_weights_and_baseline(
 ) -> None:
     metrics.observe(NS, MODEL, CANARY, started())
     phases = {p: value(registry, "phase", phase=p) for p in PHASES}
-    assert phases == {p: (1.0 if p == rollout.PROGRESSING else 0.0) for p in PHASES}
+    assert phases == {p: (1.0 if p == machine.PROGRESSING else 0.0) for p in PHASES}
     assert value(registry, "step") == 1.0  # as the status counts steps
     assert value(registry, "weight", arm="canary") == 10.0
     assert value(registry, "weight", arm="baseline") == 90.0
-    assert value(registry, "info", baseline="stable", reason=rollout.WARMING_UP) == 1.0
+    assert value(registry, "info", baseline="stable", reason=machine.WARMING_UP) == 1.0
     # The counters exist at 0, so that the first decision shows in increase().
     for decision in DECISIONS:
         assert value(registry, "decisions_total", decision=decision) == 0.0
@@ -98,30 +104,30 @@ def test_a_started_analysis_shows_its_phase_step_weights_and_baseline(
 def test_each_check_shows_its_statistic_ratio_verdict_and_judged_counts(
     registry: CollectorRegistry, metrics: AnalysisMetrics
 ) -> None:
-    errors = check((200, 20), (1800, 18), judge.FAIL)
-    latency = check((200, 2), (1800, 20), judge.INCONCLUSIVE)
+    errors = check((200, 20), (1800, 18), statistics.FAIL)
+    latency = check((200, 2), (1800, 20), statistics.INCONCLUSIVE)
     state = replace(
         started(),
-        phase=rollout.ROLLED_BACK,
-        reason=rollout.CANARY_WORSE,
+        phase=machine.ROLLED_BACK,
+        reason=machine.CANARY_WORSE,
         canary_weight=0,
         baseline_step_weight=100,
         checks={"errors": errors, "latency": latency},
     )
     metrics.observe(NS, MODEL, CANARY, state)
-    assert value(registry, "phase", phase=rollout.ROLLED_BACK) == 1.0
-    assert value(registry, "phase", phase=rollout.PROGRESSING) == 0.0
+    assert value(registry, "phase", phase=machine.ROLLED_BACK) == 1.0
+    assert value(registry, "phase", phase=machine.PROGRESSING) == 0.0
     assert value(registry, "weight", arm="canary") == 0.0
     assert value(registry, "weight", arm="baseline") == 100.0
     assert value(registry, "statistic", check="errors") == pytest.approx(
-        judge.statistic(errors.evidence)
+        statistics.statistic(errors.evidence)
     )
-    assert judge.statistic(errors.evidence) > 100  # the test's own sanity: decisive evidence
+    assert statistics.statistic(errors.evidence) > 100  # the test's own sanity: decisive evidence
     assert value(registry, "ratio", check="errors") == pytest.approx(10.0)
     assert value(registry, "ratio", check="latency") == pytest.approx(0.9)
     verdicts = {v: value(registry, "verdict", check="errors", verdict=v) for v in VERDICTS}
-    assert verdicts == {judge.PASS: 0.0, judge.FAIL: 1.0, judge.INCONCLUSIVE: 0.0}
-    assert value(registry, "verdict", check="latency", verdict=judge.INCONCLUSIVE) == 1.0
+    assert verdicts == {statistics.PASS: 0.0, statistics.FAIL: 1.0, statistics.INCONCLUSIVE: 0.0}
+    assert value(registry, "verdict", check="latency", verdict=statistics.INCONCLUSIVE) == 1.0
     judged = {
         (arm, kind): value(registry, f"judged_{kind}", check="errors", arm=arm)
         for arm in ("canary", "baseline")
@@ -138,12 +144,12 @@ def test_each_check_shows_its_statistic_ratio_verdict_and_judged_counts(
 def test_an_unknown_ratio_has_no_series_until_known_and_loses_it_when_unknown_again(
     registry: CollectorRegistry, metrics: AnalysisMetrics
 ) -> None:
-    unknown = check((100, 3), (900, 0), judge.INCONCLUSIVE)  # no bad baseline request yet
+    unknown = check((100, 3), (900, 0), statistics.INCONCLUSIVE)  # no bad baseline request yet
     assert unknown.ratio() is None
     metrics.observe(NS, MODEL, CANARY, replace(started(), checks={"errors": unknown}))
     assert value(registry, "ratio", check="errors") is None
     assert value(registry, "statistic", check="errors") is not None
-    known = check((100, 3), (900, 9), judge.INCONCLUSIVE)
+    known = check((100, 3), (900, 9), statistics.INCONCLUSIVE)
     metrics.observe(NS, MODEL, CANARY, replace(started(), checks={"errors": known}))
     assert value(registry, "ratio", check="errors") == pytest.approx(3.0)
     metrics.observe(NS, MODEL, CANARY, replace(started(), checks={"errors": unknown}))
@@ -166,7 +172,7 @@ def test_a_new_step_drops_the_last_steps_checks(
         baseline_codes["200"] += 270
         counts = Tally(now, VersionCounts(dict(canary_codes)), VersionCounts(dict(baseline_codes)))
         snapshot = Snapshot(now, {"pod/gateway": counts})
-        state = rollout.evaluate(analysis, state, snapshot, now).state
+        state = machine.evaluate(analysis, state, snapshot, now).state
         metrics.observe(NS, MODEL, CANARY, state)
         if state.step == 1:
             break
@@ -184,12 +190,12 @@ def test_the_info_series_follows_the_reason(
 ) -> None:
     state = started()
     metrics.observe(NS, MODEL, CANARY, state)
-    held = replace(state, phase=rollout.HOLDING, reason=rollout.METRICS_UNAVAILABLE)
+    held = replace(state, phase=machine.HOLDING, reason=machine.METRICS_UNAVAILABLE)
     metrics.observe(NS, MODEL, CANARY, held)
     info = [line for line in series_of(registry) if line.startswith(P + "info")]
     assert len(info) == 1, info
-    assert value(registry, "info", baseline="stable", reason=rollout.METRICS_UNAVAILABLE) == 1.0
-    assert value(registry, "phase", phase=rollout.HOLDING) == 1.0
+    assert value(registry, "info", baseline="stable", reason=machine.METRICS_UNAVAILABLE) == 1.0
+    assert value(registry, "phase", phase=machine.HOLDING) == 1.0
 
 
 def test_decisions_and_read_errors_are_counted(
@@ -210,7 +216,7 @@ def test_decisions_and_read_errors_are_counted(
 def test_forget_removes_every_series_of_that_canary_only(
     registry: CollectorRegistry, metrics: AnalysisMetrics
 ) -> None:
-    state = replace(started(), checks={"errors": check((100, 3), (900, 9), judge.PASS)})
+    state = replace(started(), checks={"errors": check((100, 3), (900, 9), statistics.PASS)})
     metrics.observe(NS, MODEL, CANARY, state)
     metrics.observe(NS, MODEL, "other-canary", state)
     metrics.observe("staging", MODEL, CANARY, state)
@@ -243,10 +249,10 @@ def test_a_canary_that_changed_model_loses_the_old_models_series(
 
 
 def test_the_phases_are_the_operators() -> None:
-    assert canary.PENDING in PHASES
-    assert set(rollout.FINISHED) <= set(PHASES)
-    assert {rollout.PROGRESSING, rollout.PAUSED, rollout.HOLDING} <= set(PHASES)
-    assert set(VERDICTS) == {judge.PASS, judge.FAIL, judge.INCONCLUSIVE}
+    assert daemon.PENDING in PHASES
+    assert set(machine.FINISHED) <= set(PHASES)
+    assert {machine.PROGRESSING, machine.PAUSED, machine.HOLDING} <= set(PHASES)
+    assert set(VERDICTS) == {statistics.PASS, statistics.FAIL, statistics.INCONCLUSIVE}
 
 
 def test_serve_answers_metrics_over_http(

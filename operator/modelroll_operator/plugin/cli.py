@@ -21,7 +21,7 @@ weights into routes and the gateway follows within a second.
   weight is no longer the 0 the promote left it at was changed since (set-weight, kubectl patch)
   and keeps its weight too (an explicit weight wins, as it always has). Each skip is printed.
   Rolling back a version that holds no memory only takes its traffic away (weight 0).
-- ``analysis status|resume|abort|skip VERSION``: a canary's analysis (plugin_analysis.py).
+- ``analysis status|resume|abort|skip VERSION``: a canary's analysis (analysis.py).
 
 Before the first patch, the whole plan is checked, so a command makes all of its patches or
 none: every remembered weight must be an integer in 0..1000, and the API server validates every
@@ -54,8 +54,9 @@ from kubernetes.config import ConfigException
 
 from modelroll_common.kube import KubeConfigError, connect
 
-from . import plugin_analysis
-from .kube import UNREACHABLE, Api, KubeApiError, mv_path
+from ..api import UNREACHABLE, Api, KubeApiError, mv_path
+from ..spec import FIELD_MANAGER
+from . import analysis
 from .plans import (
     Change,
     Plan,
@@ -68,7 +69,6 @@ from .plans import (
     render_notes,
     render_table,
 )
-from .spec import FIELD_MANAGER
 
 
 class Plugin:
@@ -259,16 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     weight.add_argument("weight", type=int, help="the new weight")
     mutating("promote", "give a version all of its model's traffic (others to weight 0)")
     mutating("rollback", "take a version's traffic away and restore the weights before promote")
-    analysis = commands.add_parser(
+    analysing = commands.add_parser(
         "analysis",
         parents=[common],
         help="a canary's analysis: status, or resume, abort (roll back), skip (a step)",
         description="A canary's analysis (spec.analysis): show it, resume it after a pause, "
         "abort it (roll back), or skip the current step.",
     )
-    analysis.add_argument("action", choices=plugin_analysis.VERBS)
-    analysis.add_argument("version", help="the canary's ModelVersion")
-    analysis.add_argument(
+    analysing.add_argument("action", choices=analysis.VERBS)
+    analysing.add_argument("version", help="the canary's ModelVersion")
+    analysing.add_argument(
         "--wait",
         type=float,
         default=30.0,
@@ -295,9 +295,9 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
                 api, where = plugin.api, plugin.namespace
                 if args.action == "status":
                     body = api.call("GET", mv_path(where, args.version))
-                    out.write(plugin_analysis.render(body) + "\n")
+                    out.write(analysis.render(body) + "\n")
                 else:
-                    text = plugin_analysis.command(api, where, args.version, args.action, args.wait)
+                    text = analysis.command(api, where, args.version, args.action, args.wait)
                     out.write(text + "\n")
 
 

@@ -1,5 +1,5 @@
 """The plugin's plans: what promote, rollback and set-weight would patch, decided from the
-model's versions alone, and checked whole before the first patch (see plugin.py for the rules).
+model's versions alone, and checked whole before the first patch (see plugin/cli.py for the rules).
 
 Nothing here talks to the API server: every function is a pure function of ModelVersion bodies,
 so the unit tests exercise every rule without a cluster.
@@ -15,7 +15,7 @@ from typing import Any
 
 from modelroll_common.routes import MAX_WEIGHT
 
-from .spec import ANNOTATION_BEFORE_PROMOTE
+from ..spec import ANNOTATION_BEFORE_PROMOTE
 
 
 class PluginError(Exception):

@@ -1,0 +1,1 @@
+"""Canary analysis: spec, statistics, state machine, daemon, metrics read and metrics exported."""

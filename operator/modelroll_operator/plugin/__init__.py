@@ -1,0 +1,1 @@
+"""`kubectl modelroll`: its command line, the plans it patches by, its analysis commands."""
