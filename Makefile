@@ -67,18 +67,43 @@ lint: venv ## ruff (lint + format check), mypy strict, and no stale generated fi
 		$(VENV)/bin/mypy $(PACKAGES) tests hack/generate.py && $(PY) hack/generate.py --check)
 
 .PHONY: test-unit
-test-unit: venv ## Unit and component tests (real processes on loopback, no cluster).
-	$(call timed,unit,$(PY) -m pytest tests/unit $(PYTEST_ARGS))
+test-unit: venv ## Unit tests: pure functions and servers in the test's own event loop.
+	$(call timed,unit,$(PY) -m pytest -n 4 tests/unit $(PYTEST_ARGS))
+
+.PHONY: test-component
+test-component: venv ## Component tests: modelroll's commands as real processes on loopback, no cluster.
+	$(call timed,component,$(PY) -m pytest -n 2 tests/component $(PYTEST_ARGS))
 
 .PHONY: test-integration
 test-integration: venv cluster-bins $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm).
 	$(call timed,integration,$(PY) -m pytest tests/integration $(PYTEST_ARGS))
 
 .PHONY: check
-check: lint test-unit ## The fast loop: lint and the unit tests (no cluster, no node).
+check: lint test-unit ## The fast loop: lint, type check and the unit tests (no process, no cluster).
 
+.PHONY: test-prereqs
+test-prereqs: venv cluster-bins $(HELM) $(PROMETHEUS_BINS) monitoring-crds llama-server llm-model \
+	node-prereqs ## Every build and download the tiers need (before they start side by side).
+
+# The tiers share nothing (each starts its own control plane on free ports), so they run as two
+# streams side by side once everything is built: the node's and the API server's tiers, which
+# mostly wait, beside the loopback tiers. Each tier's output is printed whole when it ends.
 .PHONY: test
-test: lint test-unit test-integration chart-test test-e2e test-node ## Everything CI runs.
+test: test-prereqs ## Everything CI runs: every tier, in two streams side by side.
+	$(call timed,test,$(MAKE) --no-print-directory -j2 -Otarget test-stream-cluster \
+		test-stream-loopback)
+
+.PHONY: test-stream-cluster test-stream-loopback
+test-stream-cluster:
+	$(MAKE) --no-print-directory test-integration
+	$(MAKE) --no-print-directory test-node
+
+test-stream-loopback:
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-component
+	$(MAKE) --no-print-directory chart-test
+	$(MAKE) --no-print-directory test-e2e
 
 .PHONY: demo
 demo: venv ## The main job: run the demo (ARGS=--once runs it once and exits).

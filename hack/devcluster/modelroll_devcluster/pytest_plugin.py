@@ -4,8 +4,8 @@
   plane is started once per test session in a temporary directory (component logs under
   ``<run dir>/logs``) and stopped at the end. With ``MODELROLL_KUBECONFIG=<path>`` the tests target
   that existing cluster instead and nothing is started.
-- ``namespace`` (function): a fresh namespace for one test; deleted afterwards, and the test
-  errors if it is not really gone within a minute.
+- ``namespace`` (function): a fresh namespace for one test, deleted afterwards; the session
+  errors if any is not really gone within a minute of its last test.
 - ``kubeconfig`` (function): the cluster's kubeconfig path, also exported as ``KUBECONFIG`` for
   the duration of the test (for kopf, kubernetes clients and subprocesses that read it).
 - ``figures`` (function): :class:`Figures`, measured figures printed as a test goes and again
@@ -23,13 +23,14 @@ it never skips them.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .cluster import Cluster, namespace_name
+from .cluster import NAMESPACE_DELETE_TIMEOUT, Cluster, namespace_name
 from .controlplane import ClusterError, ControlPlane, default_bin_dir
 from .node import Node, detect_node_ip
 from .nodehost import leftovers
@@ -128,12 +129,37 @@ def node_cluster(
         pytest.fail(f"the node left this on the host: {'; '.join(left)}", pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def deleted_namespaces(cluster: Cluster) -> Iterator[list[str]]:
+    """Namespaces whose deletion the tests started; at the end of the session every one of them
+    must be really gone. Waiting once for all of them, rather than after each test, keeps the
+    namespace controller's grace-period waits (up to a pod's terminationGracePeriodSeconds) off
+    every test's time."""
+    names: list[str] = []
+    yield names
+    deadline = time.monotonic() + NAMESPACE_DELETE_TIMEOUT
+    for name in names:
+        try:
+            cluster.wait_gone("namespace", name, timeout=max(1.0, deadline - time.monotonic()))
+        except ClusterError:
+            left = [n for n in names if cluster.exists("namespace", n)]
+            pytest.fail(
+                f"namespaces still there {NAMESPACE_DELETE_TIMEOUT:.0f}s after the last test "
+                f"(is kube-controller-manager running?): {', '.join(left)}",
+                pytrace=False,
+            )
+
+
 @pytest.fixture
-def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The name of a namespace created for this test and deleted (really gone) after it."""
+def namespace(
+    cluster: Cluster, deleted_namespaces: list[str], request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """The name of a namespace created for this test and deleted after it (really gone by the
+    end of the session)."""
     name = cluster.create_namespace(namespace_name(request.node.name))
     yield name
-    cluster.delete_namespace(name)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    deleted_namespaces.append(name)
 
 
 @pytest.fixture

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Spawn, free_port
-
-from ..gateway.conftest import route
-from .rawclient import closed_by_server, post_bytes, read_response
+from tests.unit.common.rawclient import closed_by_server, post_bytes, read_response
+from tests.unit.gateway.conftest import route
 
 READ_TIMEOUT_S = 0.5
 

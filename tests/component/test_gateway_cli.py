@@ -12,8 +12,7 @@ from pathlib import Path
 
 from tests.conftest import Spawn, free_port
 from tests.unit.common.test_flags import help_entries
-
-from .conftest import route
+from tests.unit.gateway.conftest import route
 
 
 def _post(url: str, payload: object) -> tuple[int, str, dict[str, object]]:
