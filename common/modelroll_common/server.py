@@ -26,7 +26,6 @@ own keep-alive expiry uses; ``_request_count``, the requests parsed so far). aio
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 from collections.abc import Callable
@@ -35,6 +34,8 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+
+from .errors import error_body
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,6 @@ class RequestTimedOut(Exception):
 
     def __init__(self, read_timeout: float) -> None:
         super().__init__(f"the request did not arrive in full within {read_timeout:g}s")
-
-
-def json_error_body(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()
 
 
 _handler_data_received = web.RequestHandler.data_received
@@ -148,7 +145,7 @@ class ServerConnection(web.RequestHandler):
             return
         if self._clock_bytes:
             self._limits.on_cut_off(HEAD)
-            body = json_error_body(self._timed_out_message())
+            body = error_body(self._timed_out_message())
             transport.write(
                 b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
@@ -195,7 +192,7 @@ class ServerConnection(web.RequestHandler):
             text = message
         else:
             text = HTTPStatus(status).phrase
-        response = web.Response(status=status, body=json_error_body(text))
+        response = web.Response(status=status, body=error_body(text))
         response.content_type = "application/json"
         response.force_close()
         return response

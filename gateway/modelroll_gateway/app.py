@@ -24,8 +24,8 @@ from kubernetes import client as k8s
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
+from modelroll_common.errors import error_answer, json_errors
 from modelroll_common.kube import Connection, connect
-from modelroll_common.openai_errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 from modelroll_common.tracing import passed_on
 
@@ -45,11 +45,9 @@ from .watch import ConfigMapWatcher
 log = logging.getLogger(__name__)
 
 VERSION_HEADER = "X-Modelroll-Version"
-_JSON = "application/json"
 _NO_VERSION = {VERSION_HEADER: ""}
 """The version header of an inference request no version answered."""
 _WARN_EVERY = 10.0  # seconds between two warnings about the same failing version
-_MODEL_PATH = re.compile(r"/v1/models/[^/]+")
 _INFER_PATH = re.compile(r"/v1/models/[^/]+/infer")
 
 
@@ -69,11 +67,7 @@ def _refusal(
 ) -> web.Response:
     """`exc` as the answer: in OpenAI's error shape on its paths, which its clients parse into
     their exceptions, else the gateway's own `{"error": ...}`."""
-    if openai:
-        response = openai_error(exc.status, exc.message, dict(headers or {}))
-    else:
-        body = json.dumps({"error": exc.message}).encode()
-        response = web.Response(body=body, status=exc.status, content_type=_JSON, headers=headers)
+    response = error_answer(exc.status, exc.message, openai=openai, headers=headers)
     if exc.close:
         response.force_close()
     return response
@@ -350,35 +344,6 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.json_response({"error": "routes not loaded yet"}, status=503)
 
 
-_KNOWN = {
-    "/v1/models": "GET",
-    "/v1/routes": "GET",
-    "/metrics": "GET",
-    "/livez": "GET",
-    "/readyz": "GET",
-    **dict.fromkeys(OPENAI_PATHS, "POST"),
-}
-
-
-async def _fallback(request: web.Request) -> web.Response:
-    """Every other path or method: a JSON 404 or 405 (registered last, so off the hot path),
-    in OpenAI's error shape on its paths."""
-    path = request.path
-    allowed = _KNOWN.get(path)
-    if allowed is None and _INFER_PATH.fullmatch(path):
-        allowed = "POST"
-    elif allowed is None and _MODEL_PATH.fullmatch(path):
-        allowed = "GET"
-    if allowed is None:
-        refused = Refused(404, f"no such path {path!r}")
-    else:
-        refused = Refused(405, f"method {request.method} is not allowed on {path}; use {allowed}")
-    response = _refusal(refused, openai=_is_openai_path(path))
-    if allowed is not None:
-        response.headers["Allow"] = allowed
-    return response
-
-
 async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
     pool = UpstreamPool(
@@ -459,7 +424,9 @@ def create_app(
     table = RouteTable(metrics)
     if config.routes_file is not None:
         table.source = f"file {config.routes_file}"
-    app = web.Application(client_max_size=config.max_body_bytes)
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[json_errors("gateway", _is_openai_path)]
+    )
     app[CONFIG_KEY] = config
     app[METRICS_KEY] = metrics
     app[TABLE_KEY] = table
@@ -476,7 +443,6 @@ def create_app(
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
-    app.router.add_route("*", "/{tail:.*}", _fallback)
     app.cleanup_ctx.append(_upstream_pool)
     app.cleanup_ctx.append(_routes_source(kube))
     return app

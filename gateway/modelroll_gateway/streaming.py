@@ -17,7 +17,7 @@ from aiohttp import web
 
 from modelroll_common import sse
 from modelroll_common.calls import CALL_SIZE_HEADER
-from modelroll_common.openai_errors import openai_error
+from modelroll_common.errors import openai_error
 from modelroll_common.tracing import passed_on
 
 from .metrics import GatewayMetrics

@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from modelroll_common.calls import CALL_SIZE_HEADER
-from modelroll_common.openai_errors import openai_error
+from modelroll_common.errors import json_errors, openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
@@ -389,24 +389,11 @@ async def handle_prestop(request: web.Request) -> web.Response:
     return response
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Routing errors (404, 405) and anything unexpected answer JSON, like every other error."""
-    try:
-        response: web.StreamResponse = await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error_response(exc.status, exc.reason)
-    except Exception:
-        log.exception("Handling %s %s failed", request.method, request.path)
-        return error_response(500, "internal error in the sidecar (logged)")
-    return response
-
-
 def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None) -> web.Application:
     """A new sidecar app. Each call builds a fresh batcher and metrics: apps are never shared."""
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[json_errors])
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[json_errors("sidecar")]
+    )
     sidecar = Sidecar(config, registry if registry is not None else CollectorRegistry())
     app[SIDECAR] = sidecar
 
@@ -437,7 +424,7 @@ def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None)
 def create_control_app(sidecar: Sidecar) -> web.Application:
     """The control app of a sidecar that ``create_app`` built: GET /prestop only. It shares the
     sidecar (started and stopped by the inference app) and is served on 127.0.0.1 only."""
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application(middlewares=[json_errors("sidecar")])
     app[SIDECAR] = sidecar
     app.router.add_get("/prestop", handle_prestop)
     return app

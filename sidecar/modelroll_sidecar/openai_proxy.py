@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from modelroll_common.openai_errors import openai_error
+from modelroll_common.errors import openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 from modelroll_common.sse import (
     EVENT_STREAM,

@@ -59,7 +59,7 @@ async def test_prestop_on_the_inference_port_is_404_and_the_pod_stays_ready(spaw
         for _ in range(3):
             async with session.get(f"{base}/prestop") as resp:
                 assert resp.status == 404
-                assert await resp.json() == {"error": "Not Found"}
+                assert await resp.json() == {"error": "no such path '/prestop'"}
         assert await status(session, f"{base}/readyz") == 200
         async with session.post(f"{base}/v1/infer", json={"payload": "still here"}) as resp:
             assert resp.status == 200

@@ -79,9 +79,11 @@ async def test_unknown_paths_and_methods_answer_json(
     wrong_method = await sidecar.client.get("/v1/infer")
 
     assert missing.status == 404
-    assert (await missing.json())["error"] == "Not Found"
-    assert wrong_method.status == 405
-    assert "error" in await wrong_method.json()
+    assert (await missing.json())["error"] == "no such path '/v1/nothing'"
+    assert (wrong_method.status, wrong_method.headers["Allow"]) == (405, "POST")
+    assert (await wrong_method.json())["error"] == (
+        "method GET is not allowed on /v1/infer; use POST"
+    )
 
 
 @pytest.mark.parametrize(
