@@ -35,6 +35,7 @@ from unittest import mock
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -322,6 +323,21 @@ EXTRA_VALUES = {
 """Label values that exist only once they happen (no series up front)."""
 
 
+def labelled(collector: Collector) -> list[tuple[Metric, Sequence[str]]]:
+    """The families a collector describes, each with its label names."""
+    if isinstance(collector, SharedHistogram):
+        return [(d, collector.labelnames) for d in collector.describe()]
+    if isinstance(collector, MetricWrapperBase):
+        return [(d, collector._labelnames) for d in collector.describe()]
+    # A Collector of its own describes families made with their label names.
+    assert isinstance(collector, AnalysisMetrics), collector
+    out: list[tuple[Metric, Sequence[str]]] = []
+    for described in collector.describe():
+        assert isinstance(described, GaugeMetricFamily | CounterMetricFamily), described
+        out.append((described, described._labelnames))
+    return out
+
+
 def families(registry: RecordingRegistry) -> list[Family]:
     values: dict[str, set[str]] = {}
     for metric in registry.collect():
@@ -331,12 +347,7 @@ def families(registry: RecordingRegistry) -> list[Family]:
                     values.setdefault(metric.name, set()).add(sample.labels[label])
     found = []
     for collector in registry.collectors:
-        if isinstance(collector, SharedHistogram):
-            labelnames = collector.labelnames
-        else:
-            assert isinstance(collector, MetricWrapperBase), collector
-            labelnames = collector._labelnames
-        for described in collector.describe():
+        for described, labelnames in labelled(collector):
             exposed = described.name + ("_total" if described.type == "counter" else "")
             wanted = values.get(described.name, set()) | EXTRA_VALUES.get(exposed, set())
             found.append(Family(exposed, tuple(labelnames), frozenset(wanted)))

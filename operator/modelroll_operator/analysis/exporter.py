@@ -15,28 +15,29 @@ show what ``status.analysis`` holds (docs/design.md, "Metrics"):
 - counters of the decisions the operator made and of the metrics reads that failed, which exist
   at 0 from the canary's first appearance so that ``increase()`` sees the first one.
 
-Every method runs in the operator's event loop; the server (:func:`serve`) reads the registry
-from its own thread, which prometheus-client's locks allow.
+The series are derived from the canaries' states at each scrape (a prometheus ``Collector``), so
+none is left behind when a check or a canary goes. The operator's calls come from its event loop,
+the scrapes from the server's thread (:func:`serve`); a lock keeps the two apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
-    Gauge,
     GCCollector,
     PlatformCollector,
     ProcessCollector,
     start_http_server,
 )
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from . import machine, statistics
 from .machine import AnalysisState
@@ -51,205 +52,185 @@ DECISIONS = ("step", "promote", "rollback", "pause", "hold")
 rollback, a pause (a step marked ``pause``, a weight changed by hand), a hold."""
 ARMS = ("canary", "baseline")
 CANARY_LABELS = ("namespace", "model", "version")
+CHECK_LABELS = (*CANARY_LABELS, "check")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Canary:
-    """The label values one canary's series use now (to replace and remove them)."""
+    """What one canary's series show: its last observed state and its counters."""
 
     model: str
-    phases: set[str] = field(default_factory=set)
-    info: tuple[str, str] | None = None
-    """(baseline, reason) of the info series."""
-    checks: dict[str, set[str]] = field(default_factory=dict)
-    """Each check's verdict values that have a series."""
-    ratios: set[str] = field(default_factory=set)
-    """Checks whose ratio has a series."""
+    state: AnalysisState | None = None
+    decisions: tuple[tuple[str, int], ...] = tuple((d, 0) for d in DECISIONS)
+    read_errors: int = 0
 
 
-class AnalysisMetrics:
-    """The analyses' series in ``registry``: the operator calls :meth:`observe` after every
-    evaluation, :meth:`decided` and :meth:`source_error` as they happen, :meth:`forget` when a
-    canary or its analysis is gone."""
+Family = GaugeMetricFamily | CounterMetricFamily
+FAMILIES: tuple[tuple[str, type[Family], str, tuple[str, ...]], ...] = (
+    (
+        "phase",
+        GaugeMetricFamily,
+        "The analysis's phase: 1 for the current one, 0 for the others",
+        (*CANARY_LABELS, "phase"),
+    ),
+    (
+        "info",
+        GaugeMetricFamily,
+        "Always 1: the analysis's baseline version and the reason for its phase",
+        (*CANARY_LABELS, "baseline", "reason"),
+    ),
+    ("step", GaugeMetricFamily, "The analysis's current step (1-based)", CANARY_LABELS),
+    (
+        "weight",
+        GaugeMetricFamily,
+        "The weights the analysis last set: the canary's and its baseline's",
+        (*CANARY_LABELS, "arm"),
+    ),
+    (
+        "statistic",
+        GaugeMetricFamily,
+        "A check's test statistic (the mixture likelihood ratio): it fails at 1/alpha, passes "
+        "at 1 or below",
+        CHECK_LABELS,
+    ),
+    (
+        "ratio",
+        GaugeMetricFamily,
+        "A check's canary bad-request rate over the baseline's in this step (absent while unknown)",
+        CHECK_LABELS,
+    ),
+    (
+        "verdict",
+        GaugeMetricFamily,
+        "A check's verdict: 1 for the current one, 0 for the others",
+        (*CHECK_LABELS, "verdict"),
+    ),
+    (
+        "judged_requests",
+        GaugeMetricFamily,
+        "Requests a check has judged in this step",
+        (*CHECK_LABELS, "arm"),
+    ),
+    (
+        "judged_bad_requests",
+        GaugeMetricFamily,
+        "Bad requests (errors, or slower than the bound) among those a check has judged in this "
+        "step",
+        (*CHECK_LABELS, "arm"),
+    ),
+    (
+        "decisions",
+        CounterMetricFamily,
+        "Decisions the analysis made: a step, the promotion, the rollback, a pause, a hold",
+        (*CANARY_LABELS, "decision"),
+    ),
+    (
+        "metrics_read_errors",
+        CounterMetricFamily,
+        "Evaluations whose metrics could not be read",
+        CANARY_LABELS,
+    ),
+)
+"""Every family: its name after PREFIX, its type, its help and its labels."""
+
+
+def _families() -> dict[str, Family]:
+    """Empty families, one per entry of FAMILIES, by name."""
+    return {name: kind(PREFIX + name, doc, labels=labels) for name, kind, doc, labels in FAMILIES}
+
+
+def _add(families: dict[str, Family], labels: tuple[str, str, str], canary: _Canary) -> None:
+    """One canary's samples: its counters always, the rest once it has a state."""
+    for decision, count in canary.decisions:
+        families["decisions"].add_metric([*labels, decision], count)
+    families["metrics_read_errors"].add_metric(labels, canary.read_errors)
+    state = canary.state
+    if state is None:
+        return
+    for phase in dict.fromkeys((*PHASES, state.phase)):
+        families["phase"].add_metric([*labels, phase], 1 if phase == state.phase else 0)
+    families["info"].add_metric([*labels, state.baseline, state.reason], 1)
+    families["step"].add_metric(labels, state.step + 1)
+    families["weight"].add_metric([*labels, "canary"], state.canary_weight)
+    families["weight"].add_metric([*labels, "baseline"], state.baseline_step_weight)
+    for name, check in state.checks.items():
+        at = [*labels, name]
+        families["statistic"].add_metric(at, statistics.statistic(check.evidence))
+        ratio = check.ratio()
+        if ratio is not None and math.isfinite(ratio):
+            families["ratio"].add_metric(at, ratio)
+        for verdict in dict.fromkeys((*VERDICTS, check.verdict)):
+            families["verdict"].add_metric([*at, verdict], 1 if verdict == check.verdict else 0)
+        for arm, counts in (
+            ("canary", check.evidence.canary),
+            ("baseline", check.evidence.baseline),
+        ):
+            families["judged_requests"].add_metric([*at, arm], counts.requests)
+            families["judged_bad_requests"].add_metric([*at, arm], counts.bad)
+
+
+class AnalysisMetrics(Collector):
+    """The analyses' series, derived at each scrape from what the operator told it: it calls
+    :meth:`observe` after every evaluation, :meth:`decided` and :meth:`source_error` as they
+    happen, :meth:`forget` when a canary or its analysis is gone. A check the state no longer
+    holds (a new step's warm-up) has no series, and a forgotten canary none at all."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        canary = CANARY_LABELS
-        check = (*CANARY_LABELS, "check")
-        self.phase = Gauge(
-            PREFIX + "phase",
-            "The analysis's phase: 1 for the current one, 0 for the others",
-            [*canary, "phase"],
-            registry=registry,
-        )
-        self.info = Gauge(
-            PREFIX + "info",
-            "Always 1: the analysis's baseline version and the reason for its phase",
-            [*canary, "baseline", "reason"],
-            registry=registry,
-        )
-        self.step = Gauge(
-            PREFIX + "step", "The analysis's current step (1-based)", canary, registry=registry
-        )
-        self.weight = Gauge(
-            PREFIX + "weight",
-            "The weights the analysis last set: the canary's and its baseline's",
-            [*canary, "arm"],
-            registry=registry,
-        )
-        self.statistic = Gauge(
-            PREFIX + "statistic",
-            "A check's test statistic (the mixture likelihood ratio): it fails at 1/alpha, "
-            "passes at 1 or below",
-            check,
-            registry=registry,
-        )
-        self.ratio = Gauge(
-            PREFIX + "ratio",
-            "A check's canary bad-request rate over the baseline's in this step (absent while "
-            "unknown)",
-            check,
-            registry=registry,
-        )
-        self.verdict = Gauge(
-            PREFIX + "verdict",
-            "A check's verdict: 1 for the current one, 0 for the others",
-            [*check, "verdict"],
-            registry=registry,
-        )
-        self.judged_requests = Gauge(
-            PREFIX + "judged_requests",
-            "Requests a check has judged in this step",
-            [*check, "arm"],
-            registry=registry,
-        )
-        self.judged_bad_requests = Gauge(
-            PREFIX + "judged_bad_requests",
-            "Bad requests (errors, or slower than the bound) among those a check has judged in "
-            "this step",
-            [*check, "arm"],
-            registry=registry,
-        )
-        self.decisions = Counter(
-            PREFIX + "decisions",
-            "Decisions the analysis made: a step, the promotion, the rollback, a pause, a hold",
-            [*canary, "decision"],
-            registry=registry,
-        )
-        self.read_errors = Counter(
-            PREFIX + "metrics_read_errors",
-            "Evaluations whose metrics could not be read",
-            canary,
-            registry=registry,
-        )
         self._canaries: dict[tuple[str, str], _Canary] = {}
+        self._lock = threading.Lock()
+        """The event loop writes, the metrics server's thread reads."""
+        registry.register(self)
 
     # -- what the operator calls ----------------------------------------------------------------
 
     def observe(self, namespace: str, model: str, version: str, state: AnalysisState) -> None:
         """Show ``state``, the canary's analysis as just evaluated (or saved)."""
-        seen = self._canary(namespace, model, version)
-        labels = (namespace, model, version)
-        seen.phases.update(PHASES, (state.phase,))
-        for phase in seen.phases:
-            self.phase.labels(*labels, phase).set(1 if phase == state.phase else 0)
-        info = (state.baseline, state.reason)
-        if seen.info != info:
-            if seen.info is not None:
-                _remove(self.info, (*labels, *seen.info))
-            self.info.labels(*labels, *info).set(1)
-            seen.info = info
-        self.step.labels(*labels).set(state.step + 1)
-        self.weight.labels(*labels, "canary").set(state.canary_weight)
-        self.weight.labels(*labels, "baseline").set(state.baseline_step_weight)
-        for name in set(seen.checks) - set(state.checks):
-            self._remove_check(labels, seen, name)
-        for name, check in state.checks.items():
-            self._observe_check(labels, seen, name, check)
+        with self._lock:
+            canary = self._canary(namespace, model, version)
+            self._canaries[(namespace, version)] = replace(canary, state=state)
 
     def decided(self, namespace: str, model: str, version: str, decision: str) -> None:
         """Count a decision, one of :data:`DECISIONS` (ValueError for any other)."""
         if decision not in DECISIONS:
             raise ValueError(f"unknown decision {decision!r}: not one of {', '.join(DECISIONS)}")
-        self._canary(namespace, model, version)
-        self.decisions.labels(namespace, model, version, decision).inc()
+        with self._lock:
+            canary = self._canary(namespace, model, version)
+            counts = tuple((d, n + (d == decision)) for d, n in canary.decisions)
+            self._canaries[(namespace, version)] = replace(canary, decisions=counts)
 
     def source_error(self, namespace: str, model: str, version: str) -> None:
         """Count an evaluation whose metrics could not be read."""
-        self._canary(namespace, model, version)
-        self.read_errors.labels(namespace, model, version).inc()
+        with self._lock:
+            canary = self._canary(namespace, model, version)
+            self._canaries[(namespace, version)] = replace(
+                canary, read_errors=canary.read_errors + 1
+            )
 
     def forget(self, namespace: str, version: str) -> None:
         """Remove every series of the canary (gone, or without an analysis any more)."""
-        seen = self._canaries.pop((namespace, version), None)
-        if seen is None:
-            return
-        labels = (namespace, seen.model, version)
-        for phase in seen.phases:
-            _remove(self.phase, (*labels, phase))
-        if seen.info is not None:
-            _remove(self.info, (*labels, *seen.info))
-        _remove(self.step, labels)
-        for arm in ARMS:
-            _remove(self.weight, (*labels, arm))
-        for name in list(seen.checks):
-            self._remove_check(labels, seen, name)
-        for decision in DECISIONS:
-            _remove(self.decisions, (*labels, decision))
-        _remove(self.read_errors, labels)
+        with self._lock:
+            self._canaries.pop((namespace, version), None)
 
-    # -- the rest -------------------------------------------------------------------------------
+    # -- what the registry calls ----------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        families = _families()
+        with self._lock:
+            canaries = list(self._canaries.items())
+        for (namespace, version), canary in canaries:
+            _add(families, (namespace, canary.model, version), canary)
+        yield from families.values()
+
+    def describe(self) -> Iterator[Metric]:
+        yield from _families().values()
 
     def _canary(self, namespace: str, model: str, version: str) -> _Canary:
-        """The canary's record; its counters at 0 when it is new. A canary that moved to
-        another model loses the old model's series first."""
-        seen = self._canaries.get((namespace, version))
-        if seen is not None and seen.model != model:
-            self.forget(namespace, version)
-            seen = None
-        if seen is None:
-            seen = self._canaries[(namespace, version)] = _Canary(model)
-            for decision in DECISIONS:
-                self.decisions.labels(namespace, model, version, decision)
-            self.read_errors.labels(namespace, model, version)
-        return seen
-
-    def _observe_check(
-        self, labels: tuple[str, str, str], seen: _Canary, name: str, check: machine.CheckState
-    ) -> None:
-        at = (*labels, name)
-        self.statistic.labels(*at).set(statistics.statistic(check.evidence))
-        ratio = check.ratio()
-        if ratio is not None and math.isfinite(ratio):
-            self.ratio.labels(*at).set(ratio)
-            seen.ratios.add(name)
-        elif name in seen.ratios:
-            _remove(self.ratio, at)
-            seen.ratios.discard(name)
-        verdicts = seen.checks.setdefault(name, set())
-        verdicts.update(VERDICTS, (check.verdict,))
-        for verdict in verdicts:
-            self.verdict.labels(*at, verdict).set(1 if verdict == check.verdict else 0)
-        arms = (("canary", check.evidence.canary), ("baseline", check.evidence.baseline))
-        for arm, counts in arms:
-            self.judged_requests.labels(*at, arm).set(counts.requests)
-            self.judged_bad_requests.labels(*at, arm).set(counts.bad)
-
-    def _remove_check(self, labels: tuple[str, str, str], seen: _Canary, name: str) -> None:
-        at = (*labels, name)
-        for verdict in seen.checks.pop(name, ()):
-            _remove(self.verdict, (*at, verdict))
-        _remove(self.statistic, at)
-        _remove(self.ratio, at)
-        seen.ratios.discard(name)
-        for arm in ARMS:
-            _remove(self.judged_requests, (*at, arm))
-            _remove(self.judged_bad_requests, (*at, arm))
-
-
-def _remove(metric: MetricWrapperBase, labelvalues: Iterable[str]) -> None:
-    """Remove one series if it exists (older prometheus-client versions raise KeyError)."""
-    with contextlib.suppress(KeyError):
-        metric.remove(*labelvalues)
+        """The canary's record, new (counters at 0, so that ``increase()`` sees the first one)
+        when it has none or moved to another model (whose series it then loses)."""
+        canary = self._canaries.get((namespace, version))
+        if canary is None or canary.model != model:
+            canary = self._canaries[(namespace, version)] = _Canary(model)
+        return canary
 
 
 def serve(registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> WSGIServer:
