@@ -2,39 +2,31 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from modelroll_devcluster.processes import ClusterError, Component, environment
+from modelroll_devcluster.processes import free_port as free_port
 
 VENV_BIN = Path(sys.executable).parent
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
-class Proc:
-    """A child process started by a test, with its output kept in a log file."""
+class Proc(Component):
+    """A child process started by a test; its log holds its whole output and nothing else."""
 
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
     url: str = ""
+
+    @property
+    def popen(self) -> subprocess.Popen[bytes]:
+        assert self.process is not None, f"{self.name} was never started"
+        return self.process
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -45,33 +37,20 @@ class Proc:
     def wait(self, timeout: float) -> int:
         return self.popen.wait(timeout)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout)
+
+def start_proc(name: str, argv: list[str], log_path: Path, **fields: Any) -> Proc:
+    """A started :class:`Proc` (stopped by its owner, not when the thread that started it ends)."""
+    proc = Proc(name, argv, log_path, announce=False, **fields)
+    proc.start(die_with_parent=False)
+    return proc
 
 
 def wait_http(url: str, proc: Proc, timeout: float = 20.0, status: int = 200) -> None:
     """Poll ``url`` until it answers ``status``; fail with the process's log if it never does."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            pytest.fail(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 (loopback URL)
-                if resp.status == status:
-                    return
-        except urllib.error.HTTPError as exc:
-            if exc.code == status:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    pytest.fail(f"{proc.name} did not answer {status} at {url} within {timeout}s:\n{proc.log()}")
+    try:
+        proc.wait_ready(url, timeout, status=status)
+    except ClusterError as exc:
+        pytest.fail(str(exc))
 
 
 Spawn = Callable[..., Proc]
@@ -95,18 +74,9 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         env: Mapping[str, str | None] | None = None,
         prefix: Sequence[str] = (),
     ) -> Proc:
-        exe = VENV_BIN / command
+        argv = [*prefix, str(VENV_BIN / command), *args]
         log_path = tmp_path / f"{command}-{len(procs)}.log"
-        log_file = log_path.open("wb")
-        environment = {**os.environ, **(env or {})}
-        popen = subprocess.Popen(
-            [*prefix, str(exe), *args],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env={name: value for name, value in environment.items() if value is not None},
-        )
-        log_file.close()
-        proc = Proc(command, popen, log_path, url=ready or "")
+        proc = start_proc(command, argv, log_path, env=environment(env or {}), url=ready or "")
         procs.append(proc)
         if ready is not None:
             wait_http(ready, proc, status=ready_status)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from modelroll_devcluster.processes import process
+from .systems import running
 
 Check = tuple[str, bool, str]
 """A benchmark target: what it is, whether it was met, and the figure measured."""
@@ -43,10 +43,12 @@ async def serve_module(
     """Run ``python -m module args`` on 127.0.0.1:``port`` until the block ends, optionally
     pinned to one CPU; ``python``: another interpreter (another checkout's virtualenv)."""
     url = f"http://127.0.0.1:{port}"
-    async with process([module, *args], url + "/readyz", python) as proc:
+    async with running([python, "-m", module, *args], port) as served:
+        pid = served.pid
+        assert pid is not None
         if cpu is not None:
-            os.sched_setaffinity(proc.pid, {cpu})
-        yield Server(url, proc.pid)
+            os.sched_setaffinity(pid, {cpu})
+        yield Server(url, pid)
 
 
 def finish(report: dict[str, Any], checks: list[Check], out: Path) -> NoReturn:

@@ -5,19 +5,16 @@ sleep-then-drain batcher, KServe's batcher, Ray Serve's ``@serve.batch``), all a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
-import aiohttp
-
-from modelroll_devcluster.processes import free_port
+from modelroll_devcluster import processes
+from modelroll_devcluster.processes import Component, free_port
 
 from .lengths import CostModel
 
@@ -109,48 +106,30 @@ class System:
                 ]
 
 
-async def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 20.0) -> None:
-    async with aiohttp.ClientSession() as http:
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(url) as resp:
-                    if resp.status == 200:
-                        return
-            if proc.poll() is not None:
-                raise StartError(f"{proc.args!r} exited with {proc.returncode}")
-            await asyncio.sleep(0.05)
-    raise StartError(f"{proc.args!r} was not ready at {url} within {timeout_s:g} s")
+@contextlib.asynccontextmanager
+async def running(
+    argv: list[str], port: int, ready_path: str = "/readyz", start_s: float = 20.0
+) -> AsyncIterator[Component]:
+    """Run ``argv`` until the block ends, once ``ready_path`` on ``port`` answers 200. Its
+    output goes to a temporary log, whose end the StartError shows when it fails to start. It
+    gets 30 s to exit on SIGTERM (Ray stops its local cluster in about 10) before it is
+    killed."""
+    url = f"http://127.0.0.1:{port}{ready_path}"
+    with tempfile.TemporaryDirectory(prefix="modelroll-bench-") as tmp:
+        server = Component(Path(argv[0]).name, argv, Path(tmp) / "server.log")
+        async with processes.serve(
+            server, url, start_s=start_s, stop_s=30.0, error=StartError
+        ) as started:
+            yield started
 
 
 @contextlib.asynccontextmanager
 async def serve(
     argv: list[str], port: int, ready_path: str = "/readyz", start_s: float = 20.0
 ) -> AsyncIterator[str]:
-    """Run ``argv`` until the block ends; yields its base URL once ``ready_path`` answers 200.
-    Its stderr is kept in a temporary file and shown when it fails to start. It gets 30 s to
-    exit on SIGTERM (Ray stops its local cluster in about 10) before it is killed."""
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)  # noqa: ASYNC220
-        try:
-            try:
-                await wait_ready(proc, url + ready_path, start_s)
-            except StartError as exc:
-                raise StartError(f"{exc}\n{_tail(log)}") from None
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
-
-
-def _tail(log: IO[bytes], limit: int = 2000) -> str:
-    log.seek(0)
-    return log.read().decode(errors="replace")[-limit:]
+    """:func:`running`, yielding the server's base URL."""
+    async with running(argv, port, ready_path, start_s):
+        yield f"http://127.0.0.1:{port}"
 
 
 @contextlib.asynccontextmanager

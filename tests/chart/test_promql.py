@@ -42,7 +42,7 @@ from modelroll_operator.analysis.exporter import PREFIX as ANALYSIS_PREFIX
 from modelroll_operator.analysis.exporter import AnalysisMetrics, serve
 from modelroll_operator.analysis.spec import parse_analysis
 from tests.chart.conftest import CHART, Helm, one
-from tests.conftest import VENV_BIN, Proc, free_port, wait_http
+from tests.conftest import VENV_BIN, Proc, free_port, start_proc, wait_http
 
 NAMESPACE = "models"
 MODEL = "sentiment"
@@ -296,10 +296,7 @@ class Stack:
 
 
 def _start(name: str, argv: list[str], log_dir: Path, procs: list[Proc]) -> Proc:
-    log_path = log_dir / f"{name}.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    proc = Proc(name, popen, log_path)
+    proc = start_proc(name, argv, log_dir / f"{name}.log")
     procs.append(proc)
     return proc
 

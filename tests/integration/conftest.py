@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelroll_devcluster.controlplane import free_port
+from modelroll_devcluster.processes import free_port
 from tests.integration.operator_support import (
     OperatorProcess,
-    ProcLike,
     Routes,
     StartOperator,
     apply_crd,
@@ -32,6 +31,7 @@ from tests.integration.operator_support import (
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
+    from tests.conftest import Proc
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +51,7 @@ def routes(cluster: Cluster, namespace: str) -> Routes:
 
 @pytest.fixture
 def start_operator(
-    spawn: Callable[..., ProcLike], cluster: Cluster, namespace: str, crd: None
+    spawn: Callable[..., Proc], cluster: Cluster, namespace: str, crd: None
 ) -> Iterator[StartOperator]:
     """``start_operator(*flags)``: a new operator process for the test's namespace."""
     started: list[OperatorProcess] = []

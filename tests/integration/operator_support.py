@@ -8,11 +8,10 @@ They live with the tests, not in the operator's package: the product ships no te
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -21,6 +20,7 @@ from modelroll_operator.spec import API_VERSION, FINALIZER, KIND
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
+    from tests.conftest import Proc
 
 T = TypeVar("T")
 CRD_NAME = "modelversions.modelroll.io"
@@ -138,20 +138,10 @@ def mark_pods_ready(cluster: Cluster, namespace: str, selector: str) -> int:
     return len(names)
 
 
-class ProcLike(Protocol):
-    """The part of tests.conftest.Proc used here."""
-
-    popen: subprocess.Popen[bytes]
-
-    def log(self) -> str: ...
-
-    def stop(self, timeout: float = 10.0) -> None: ...
-
-
 class OperatorProcess:
     """A running ``modelroll-operator`` and what it wrote to its JSON log."""
 
-    def __init__(self, proc: ProcLike, liveness: str) -> None:
+    def __init__(self, proc: Proc, liveness: str) -> None:
         self.proc = proc
         self.liveness = liveness
 

@@ -7,13 +7,8 @@ fixtures, and ``modelroll-cluster`` (:mod:`modelroll_devcluster.cli`) runs them 
 """
 
 from .cluster import Cluster, KubectlError, namespace_name
-from .controlplane import (
-    BINARIES,
-    ClusterError,
-    ControlPlane,
-    MissingBinaryError,
-    default_bin_dir,
-)
+from .controlplane import BINARIES, ControlPlane, MissingBinaryError, default_bin_dir
+from .processes import ClusterError
 
 __all__ = [
     "BINARIES",

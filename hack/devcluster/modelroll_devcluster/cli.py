@@ -19,15 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import nodehost
-from .controlplane import (
-    ClusterError,
-    ControlPlane,
-    default_bin_dir,
-    pid_alive,
-    pid_cmdline,
-    stop_pid,
-)
+from .controlplane import ControlPlane, default_bin_dir, pid_alive, pid_cmdline, stop_pid
 from .node import NODE_NAME, Node, detect_node_ip
+from .processes import ClusterError
 
 STATE_FILE = "state.json"
 

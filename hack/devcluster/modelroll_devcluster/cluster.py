@@ -21,12 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .controlplane import (
-    ClusterError,
-    ControlPlane,
-    MissingBinaryError,
-    default_bin_dir,
-)
+from .controlplane import ControlPlane, MissingBinaryError, default_bin_dir
+from .processes import ClusterError
 
 if TYPE_CHECKING:
     from .node import Node

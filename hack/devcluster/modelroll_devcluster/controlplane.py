@@ -9,25 +9,21 @@ control planes can run side by side on one machine.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import http.client
 import json
 import os
 import shutil
 import signal
-import socket
 import ssl
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import Any, Self
 
 import yaml
 
 from .pki import Pki, create_pki
+from .processes import STOP_TIMEOUT, ClusterError, Component, free_port, tail
 
 #: The binaries `make cluster-bins` builds into ``.bin/``.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
@@ -54,15 +50,6 @@ NODE_CONTROLLERS = (
     "pod-garbage-collector-controller",
 )
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-#: Seconds between SIGTERM and SIGKILL when a component is stopped.
-STOP_TIMEOUT = 10.0
-LOG_TAIL_LINES = 40
-
-_PR_SET_PDEATHSIG = 1
-
-
-class ClusterError(RuntimeError):
-    """The control plane could not be started, reached or stopped."""
 
 
 class MissingBinaryError(ClusterError):
@@ -99,40 +86,6 @@ def find_binaries(bin_dir: Path, names: Sequence[str] = BINARIES) -> dict[str, P
             "that has them)."
         )
     return found
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log file ('' when it does not exist)."""
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn that makes the child receive SIGTERM when the process that started it dies.
-
-    Linux sends that signal when the *thread* that forked the child ends, so it is only armed for
-    children started from the main thread; others are stopped by :meth:`ControlPlane.stop` alone.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return preexec
 
 
 def pid_alive(pid: int) -> bool:
@@ -175,59 +128,6 @@ def stop_pid(pid: int, timeout: float = STOP_TIMEOUT) -> None:
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
-
-
-@dataclass
-class Component:
-    """One control-plane process: its command line, its log file and, once started, its pid."""
-
-    name: str
-    argv: list[str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    _log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
-
-    def start(self, *, die_with_parent: bool) -> None:
-        """Start the process in its own session, appending stdout and stderr to its log."""
-        self._log = self.log_path.open("ab")
-        self._log.write(f"--- starting: {' '.join(self.argv)}\n".encode())
-        self._log.flush()
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent() if die_with_parent else None,
-        )
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds; always reaps the process."""
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            self.process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def failure(self, reason: str) -> ClusterError:
-        """An error saying why this component did not come up, with the tail of its log."""
-        return ClusterError(
-            f"{self.name} {reason}; log {self.log_path} ends with:\n{tail(self.log_path)}"
-        )
 
 
 class _AddressInUseError(ClusterError):

@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from .controlplane import ClusterError
+from .processes import ClusterError
 from .progress import Progress
 from .sentences import NOUNS, VERBS, sentences
 from .stack import ENCODER_ROLLOUT, MISCONFIGURED_MAX_BODY_BYTES, Stack

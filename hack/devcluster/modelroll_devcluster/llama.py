@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .controlplane import ClusterError, Component, MissingBinaryError, default_bin_dir, free_port
-from .processes import http_get, wait_ready
+from .controlplane import MissingBinaryError, default_bin_dir
+from .processes import ClusterError, Component, free_port, http_get
 
 BINARY = "llama-server"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -99,7 +99,7 @@ class LlamaServer:
         self.component = Component(self.name, self.argv(), self.log_path)
         self.component.start(die_with_parent=True)
         try:
-            wait_ready(f"{self.url}/health", self.component, timeout, LlamaServerError)
+            self.component.wait_ready(f"{self.url}/health", timeout, error=LlamaServerError)
         except BaseException:
             self.stop()
             raise

@@ -36,15 +36,13 @@ import yaml
 from . import nodehost
 from .controlplane import (
     SERVICE_CLUSTER_IP_RANGE,
-    ClusterError,
-    Component,
     ControlPlane,
     MissingBinaryError,
     find_binaries,
-    free_port,
     repo_root,
 )
 from .pki import issue_client_cert
+from .processes import ClusterError, Component, free_port
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-scheduler")
 NODE_NAME = "modelroll-node"

@@ -1,51 +1,52 @@
-"""Helpers for scripts that run modelroll components as child processes (the benchmarks, the
-devcluster's own processes)."""
+"""Child processes: start one with its output in a log file, wait until it answers over HTTP,
+stop it. The control plane, the node, the demo stack, the benchmarks and every test tier start
+their processes with :class:`Component`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import http.client
+import os
+import signal
+import socket
 import subprocess
-import sys
+import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
-import aiohttp
+__all__ = ["ClusterError", "Component", "free_port", "http_get", "serve", "tail"]
 
-from .controlplane import ClusterError, Component, free_port, tail
+STOP_TIMEOUT = 10.0
+"""Seconds between SIGTERM and SIGKILL when a component is stopped."""
+LOG_TAIL_LINES = 40
+_PR_SET_PDEATHSIG = 1
 
-__all__ = ["free_port", "http_get", "process", "wait_ready"]
+
+class ClusterError(RuntimeError):
+    """The local cluster or one of its processes could not be started, reached or stopped."""
 
 
-@contextlib.asynccontextmanager
-async def process(
-    args: list[str], ready_url: str, python: str = sys.executable
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """``python -m <args>`` running until the block ends, once ``ready_url`` answers 200."""
-    proc = subprocess.Popen(  # noqa: ASYNC220 (spawning does not block; waiting is polled)
-        [python, "-m", *args], stderr=subprocess.DEVNULL
-    )
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file ('' when it does not exist)."""
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(200):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(ready_url) as resp:
-                        if resp.status == 200:
-                            break
-                if proc.poll() is not None:
-                    raise SystemExit(f"{args[0]} exited with {proc.returncode}")
-                await asyncio.sleep(0.05)
-            else:
-                raise SystemExit(f"{args[0]} was not ready at {ready_url}")
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -63,21 +64,126 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         conn.close()
 
 
-def wait_ready(
-    url: str, component: Component, timeout: float, error: type[ClusterError] = ClusterError
-) -> None:
-    """Poll ``url`` until it answers 200; raise ``error`` with the component's log if the process
-    exits first or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not component.running():
-            code = component.process.returncode if component.process else None
-            log = f"log {component.log_path}:\n{tail(component.log_path)}"
-            raise error(f"{component.name} exited with {code} during start-up; {log}")
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            if http_get(url, timeout=1)[0] == 200:
-                return
-        if time.monotonic() > deadline:
-            log = f"log {component.log_path}:\n{tail(component.log_path)}"
-            raise error(f"{component.name} did not answer {url} within {timeout:.0f}s; {log}")
-        time.sleep(0.05)
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child receive SIGTERM when the process that started it dies.
+
+    Linux sends that signal when the *thread* that forked the child ends, so it is only armed for
+    children started from the main thread; others are stopped by their owner alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return preexec
+
+
+@dataclass
+class Component:
+    """One child process: its command line, its log file and, once started, its Popen (kept
+    after it stops, for its exit code)."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    """The child's whole environment (None: this process's)."""
+    announce: bool = True
+    """Write the command line to the log before each start (off for a log read line by line)."""
+    process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, *, die_with_parent: bool) -> None:
+        """Start the process in its own session, appending stdout and stderr to its log."""
+        self._log = self.log_path.open("ab")
+        if self.announce:
+            self._log.write(f"--- starting: {' '.join(self.argv)}\n".encode())
+            self._log.flush()
+        self.process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent() if die_with_parent else None,
+        )
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds; always reaps the process."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def failure(self, reason: str) -> ClusterError:
+        """An error saying why this component did not come up, with the tail of its log."""
+        return ClusterError(
+            f"{self.name} {reason}; log {self.log_path} ends with:\n{tail(self.log_path)}"
+        )
+
+    def wait_ready(
+        self,
+        url: str,
+        timeout: float,
+        *,
+        status: int = 200,
+        error: type[Exception] = ClusterError,
+    ) -> None:
+        """Poll ``url`` until it answers ``status``; raise ``error`` with the log's tail if the
+        process exits first or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running():
+                code = self.process.returncode if self.process else None
+                log = f"log {self.log_path}:\n{tail(self.log_path)}"
+                raise error(f"{self.name} exited with {code} during start-up; {log}")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if http_get(url, timeout=1)[0] == status:
+                    return
+            if time.monotonic() > deadline:
+                log = f"log {self.log_path}:\n{tail(self.log_path)}"
+                raise error(f"{self.name} did not answer {url} within {timeout:.0f}s; {log}")
+            time.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    component: Component,
+    ready_url: str,
+    *,
+    start_s: float = 20.0,
+    stop_s: float = STOP_TIMEOUT,
+    error: type[Exception] = ClusterError,
+) -> AsyncIterator[Component]:
+    """``component`` running until the block ends, once ``ready_url`` answers 200 (for callers
+    in an event loop; the waits run in a thread). It gets ``start_s`` to answer and ``stop_s``
+    to exit on SIGTERM."""
+    component.start(die_with_parent=True)
+    try:
+        await asyncio.to_thread(component.wait_ready, ready_url, start_s, error=error)
+        yield component
+    finally:
+        await asyncio.to_thread(component.stop, stop_s)
+
+
+def environment(changes: Mapping[str, str | None]) -> dict[str, str]:
+    """This process's environment with ``changes`` applied (None removes a variable)."""
+    merged: dict[str, str | None] = {**os.environ, **changes}
+    return {name: value for name, value in merged.items() if value is not None}

@@ -23,14 +23,8 @@ from typing import Any, Self
 
 import yaml
 
-from .controlplane import (
-    ClusterError,
-    Component,
-    MissingBinaryError,
-    default_bin_dir,
-    free_port,
-    tail,
-)
+from .controlplane import MissingBinaryError, default_bin_dir
+from .processes import ClusterError, Component, free_port, tail
 
 Series = list[dict[str, Any]]
 

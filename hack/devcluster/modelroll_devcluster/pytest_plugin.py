@@ -31,9 +31,10 @@ from typing import Any
 import pytest
 
 from .cluster import NAMESPACE_DELETE_TIMEOUT, Cluster, namespace_name
-from .controlplane import ClusterError, ControlPlane, default_bin_dir
+from .controlplane import ControlPlane, default_bin_dir
 from .node import Node, detect_node_ip
 from .nodehost import leftovers
+from .processes import ClusterError
 
 #: Set to a kubeconfig path to run the suite against an existing cluster (e.g. kind).
 KUBECONFIG_ENV = "MODELROLL_KUBECONFIG"

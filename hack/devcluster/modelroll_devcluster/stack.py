@@ -30,18 +30,14 @@ import yaml
 from .cluster import Cluster
 from .controlplane import (
     BINARIES,
-    ClusterError,
-    Component,
     ControlPlane,
     MissingBinaryError,
     default_bin_dir,
     find_binaries,
-    free_port,
     repo_root,
-    tail,
 )
 from .llama import LlamaServer
-from .processes import wait_ready
+from .processes import ClusterError, Component, free_port, tail
 from .progress import Progress
 from .prometheus import Prometheus, PrometheusAPI, static_job
 
@@ -332,7 +328,7 @@ class Stack:
         component = Component(name, argv, self.log_dir / f"{name}.log")
         component.start(die_with_parent=True)
         self._components.append(component)
-        wait_http(ready_url, component)
+        component.wait_ready(ready_url, READY_TIMEOUT, error=StackError)
         return component
 
     def model_of(self, spec: VersionSpec) -> str:
@@ -564,9 +560,3 @@ class Stack:
 def get_json(url: str, timeout: float = 5.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
         return json.load(resp)
-
-
-def wait_http(url: str, component: Component, timeout: float = READY_TIMEOUT) -> None:
-    """Poll ``url`` until it answers 200; raise StackError with the component's log if it dies or
-    never does."""
-    wait_ready(url, component, timeout, StackError)
