@@ -6,6 +6,8 @@
   type, default, bounds, enum and description. The rest of the schema is edited in the file and
   only laid out again here, so every edit ends in the same layout.
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
+- ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
+  ``hack/dashboard.py``.
 
 Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
 """
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dashboard  # hack/dashboard.py, beside this script
 import yaml
 
 from modelroll_common.settings import (
@@ -31,6 +34,7 @@ from modelroll_common.settings import (
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "modelversion.yaml"
 CHART_CRD = ROOT / "charts" / "modelroll" / "crds" / "modelversion.yaml"
+DASHBOARD = ROOT / "charts" / "modelroll" / "dashboards" / "modelroll.json"
 CRD_HEADER = """\
 # The ModelVersion CRD: one object per version of a model. The modelroll operator writes every
 # Ready version's weight into the namespace's `modelroll-routes` ConfigMap; the gateway splits
@@ -116,7 +120,11 @@ def dump(doc: dict[str, Any]) -> str:
 def outputs() -> dict[Path, str]:
     """Every generated file and what it should hold."""
     body = dump(with_settings(yaml.safe_load(CRD.read_text())))
-    return {CRD: CRD_HEADER + body, CHART_CRD: CHART_HEADER + body}
+    return {
+        CRD: CRD_HEADER + body,
+        CHART_CRD: CHART_HEADER + body,
+        DASHBOARD: dashboard.render(),
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -29,16 +29,10 @@ from tests.chart.conftest import (
     commented_manifest,
     one,
 )
+from tests.chart.rendering import MONITORING_ON
 from tests.conftest import Proc, Spawn, free_port
 
 pytestmark = pytest.mark.integration
-
-MONITORING_ON = (
-    "--set",
-    "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,"
-    "monitoring.operatorPodMonitor.enabled=true,"
-    "monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
-)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +74,7 @@ def test_everything_rendered_passes_a_server_side_dry_run(
 ) -> None:
     """The API server (with the real CRD schemas) accepts every object the chart renders."""
     if values == "default":
-        docs = helm.template("--include-crds", *MONITORING_ON, namespace=namespace)
+        docs = helm.template("--include-crds", values=[MONITORING_ON], namespace=namespace)
     else:
         # The full values name two namespaces that the test cluster does not have.
         docs = helm.template(
@@ -173,7 +167,7 @@ def release(helm: Helm, crds: Cluster, namespace: str) -> Iterator[str]:
 def test_helm_install_creates_the_release_and_prints_the_next_commands(
     helm: Helm, crds: Cluster, namespace: str, release: str
 ) -> None:
-    output = install(helm, crds, release, namespace, *MONITORING_ON)
+    output = install(helm, crds, release, namespace, "--values", str(MONITORING_ON))
     assert "STATUS: deployed" in output
     fullname = f"{release}-modelroll"
     assert f"port-forward service/{fullname}-gateway 8080:8080" in output

@@ -1,6 +1,6 @@
-"""The gateway's Deployment as Kubernetes stops it: a grace period that outlasts the gateway's
-own drain, and a PodDisruptionBudget when there are replicas to keep serving; and the clients it
-trusts, from values to flags."""
+"""The gateway's Deployment: the routes ConfigMap it follows; as Kubernetes stops it, a grace
+period that outlasts the gateway's own drain, and a PodDisruptionBudget when there are replicas
+to keep serving; and the clients it trusts, from values to flags."""
 
 from __future__ import annotations
 
@@ -129,3 +129,14 @@ def test_trusted_networks_and_trusted_pins_reach_the_gateway_as_its_flags(helm: 
     assert trusted.pin_trusted_only
     assert trusted.trusts("10.244.3.1")
     assert not trusted.trusts("127.0.0.1")
+
+
+def test_gateway_follows_the_routes_configmap_of_its_own_namespace(helm: Helm) -> None:
+    deployment = one(helm.template(), "Deployment", "-gateway")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--namespace=$(POD_NAMESPACE)" in container["args"]
+    assert "--configmap=modelroll-routes" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    probes = {p: container[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")}
+    assert probes == {"readinessProbe": "/readyz", "livenessProbe": "/livez"}

@@ -1,0 +1,61 @@
+"""The pods of the operator's and the gateway's Deployments: non-root with a read-only root and a
+writable /tmp, resources, images, and selectors on stable labels only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chart.conftest import FULL_VALUES, Helm, by_kind, containers
+from tests.chart.rendering import chart_meta
+
+
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+def test_containers_run_non_root_with_read_only_root_and_a_writable_tmp(
+    helm: Helm, values: tuple[Path, ...]
+) -> None:
+    rendered = list(containers(helm.template(values=values)))
+    assert len(rendered) == 2
+    for name, pod, container in rendered:
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] != 0, name
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True, name
+        assert security["allowPrivilegeEscalation"] is False, name
+        assert security["capabilities"]["drop"] == ["ALL"], name
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert "emptyDir" in volumes[mounts["/tmp"]], name
+
+
+def test_resources_are_unset_by_default_and_passed_through_when_set(helm: Helm) -> None:
+    for name, _, container in containers(helm.template()):
+        assert "resources" not in container, name
+    full = {n: c for n, _, c in containers(helm.template(values=[FULL_VALUES]))}
+    assert full["modelroll-operator"]["resources"]["limits"] == {"memory": "256Mi"}
+
+
+def test_images_default_to_the_app_version(helm: Helm) -> None:
+    app_version = chart_meta()["appVersion"]
+    images = {n: c["image"] for n, _, c in containers(helm.template())}
+    assert images == {
+        "modelroll-gateway": f"ghcr.io/modelroll/modelroll-gateway:{app_version}",
+        "modelroll-operator": f"ghcr.io/modelroll/modelroll-operator:{app_version}",
+    }
+
+
+def test_selectors_use_only_stable_labels(helm: Helm) -> None:
+    docs = helm.template(values=[FULL_VALUES])
+    selectors = [d["spec"]["selector"]["matchLabels"] for d in by_kind(docs, "Deployment")]
+    selectors += [d["spec"]["selector"] for d in by_kind(docs, "Service")]
+    for selector in selectors:
+        assert set(selector) == {
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/component",
+        }
+    for deployment in by_kind(docs, "Deployment"):
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod_labels.items()
