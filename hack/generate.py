@@ -8,6 +8,8 @@
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
 - ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
   ``hack/dashboard.py``.
+- the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
+  (the flags they become), from ``hack/reference.py``.
 
 Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import dashboard  # hack/dashboard.py, beside this script
+import reference  # hack/reference.py, likewise
 import yaml
 
 from modelroll_common.settings import (
@@ -124,6 +127,7 @@ def outputs() -> dict[Path, str]:
         CRD: CRD_HEADER + body,
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
+        **reference.outputs(),
     }
 
 

@@ -68,7 +68,7 @@ BATCHING_SETTINGS = (
         0,
         100000000,
         "Padded-token budget per batch (batch size times longest request length); 0 turns the "
-        "budget off.",
+        "budget off. A request over the budget on its own runs alone.",
     ),
     Setting(
         "timeoutMs",
@@ -77,7 +77,8 @@ BATCHING_SETTINGS = (
         30000,
         1,
         3600000,
-        "A request the model has not started within this many milliseconds gets 504.",
+        "A request the model has not started within this many milliseconds gets 504, and so "
+        "does one still waiting in a refused batch that is being split. At least maxWaitMs.",
     ),
     Setting(
         "maxConcurrentBatches",
@@ -154,7 +155,8 @@ BATCHING_CHOICES = (
         "string payload. Tokenizer: its tokens under the model's own tokenizer, which the model "
         "server serves at GET /v1/tokenizer (modelroll-encoder does); the sidecar stays unready "
         "until it has it, and a model that serves none leaves the version unready, the reason "
-        "in the sidecar's /readyz. Either way a list payload (token ids, say) counts its items.",
+        "in the sidecar's /readyz; refused with protocol OpenAI, whose engines serve none. Either "
+        "way a list payload (token ids, say) counts its items.",
     ),
 )
 """spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
@@ -184,7 +186,9 @@ SIDECAR_SETTINGS = (
         60000,
         1,
         3600000,
-        "A model call slower than this many milliseconds fails its batch with 502.",
+        "A model call slower than this many milliseconds fails its batch with 502. With protocol "
+        "OpenAI: the longest an engine may be silent in a stream (504 before it began), and the "
+        "longest a client may take none of its stream before it is cut off.",
     ),
     Setting(
         "maxBodyBytes",
@@ -202,8 +206,8 @@ SIDECAR_SETTINGS = (
         30000,
         1,
         3600000,
-        "A client must send its whole request within this many milliseconds of its first byte, "
-        "or it gets 408.",
+        "A client must send its whole request within this many milliseconds of its first byte "
+        "(a new connection's first request: of connecting), or it gets 408 and is disconnected.",
     ),
     Setting(
         "drainTimeoutS",
@@ -244,11 +248,17 @@ SIDECAR_SETTINGS = (
         1,
         3600000,
         "protocol OpenAI: a generation that is not streamed must be answered whole within this "
-        "many milliseconds, or the client gets 504. The default is 10 minutes, the official "
-        "OpenAI clients' own timeout: past it their caller has given up.",
+        "many milliseconds, or the client gets 504 (the engine sends nothing until it has "
+        "generated all of it, so upstreamTimeoutMs does not bound it). The default is 10 "
+        "minutes, the official OpenAI clients' own timeout: past it their caller has given up.",
     ),
 )
 """spec.sidecar: the rest of the sidecar's per-version settings. Only the fields a spec gives
 become flags (the others keep the sidecar's defaults, and drainTimeoutS the operator's
 --drain-timeout-s), so adding a field here changes no existing Deployment; for the same reason
 the CRD declares no default for them."""
+
+BY_ATTR = {s.attr: s for s in (*BATCHING_SETTINGS, *SIDECAR_SETTINGS)}
+"""The integer settings, by their field name in the operator's spec and SidecarConfig."""
+CHOICES_BY_ATTR = {c.attr: c for c in (*BATCHING_CHOICES, PROTOCOL)}
+"""The word settings, likewise."""

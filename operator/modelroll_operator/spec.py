@@ -14,6 +14,8 @@ from typing import Any
 from modelroll_common.settings import (
     BATCHING_CHOICES,
     BATCHING_SETTINGS,
+    BY_ATTR,
+    CHOICES_BY_ATTR,
     SIDECAR_SETTINGS,
     Choice,
     Setting,
@@ -48,17 +50,17 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Batching:
-    """spec.batching: the sidecar's batching flags (same defaults as the CRD and the sidecar)."""
+    """spec.batching: the sidecar's batching flags, with the settings' defaults."""
 
-    max_batch_size: int = 32
-    max_wait_ms: int = 10
-    max_queue_size: int = 1024
-    max_batch_tokens: int = 0
-    timeout_ms: int = 30000
-    max_concurrent_batches: int = 1
-    batch_by: str = "Arrival"
-    wait_policy: str = "Fixed"
-    length_from: str = "Words"
+    max_batch_size: int = BY_ATTR["max_batch_size"].default
+    max_wait_ms: int = BY_ATTR["max_wait_ms"].default
+    max_queue_size: int = BY_ATTR["max_queue_size"].default
+    max_batch_tokens: int = BY_ATTR["max_batch_tokens"].default
+    timeout_ms: int = BY_ATTR["timeout_ms"].default
+    max_concurrent_batches: int = BY_ATTR["max_concurrent_batches"].default
+    batch_by: str = CHOICES_BY_ATTR["batch_by"].default
+    wait_policy: str = CHOICES_BY_ATTR["wait_policy"].default
+    length_from: str = CHOICES_BY_ATTR["length_from"].default
 
     def sidecar_flags(self) -> list[str]:
         """The sidecar's command-line flags for these settings, in a fixed order: every integer

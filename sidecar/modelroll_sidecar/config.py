@@ -14,31 +14,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from modelroll_common.flags import EnvArgumentParser, number
-from modelroll_common.settings import (
-    BATCHING_CHOICES,
-    BATCHING_SETTINGS,
-    PROTOCOL,
-    SIDECAR_SETTINGS,
-)
+from modelroll_common.settings import BY_ATTR, CHOICES_BY_ATTR
 
-TUNED = {s.attr: s for s in (*BATCHING_SETTINGS, *SIDECAR_SETTINGS)}
-"""The integer settings a ModelVersion tunes, by SidecarConfig field."""
-CHOICES = {c.attr: c for c in (*BATCHING_CHOICES, PROTOCOL)}
-"""The word settings a ModelVersion tunes, by SidecarConfig field."""
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
-BATCH_BY = CHOICES["batch_by"].words
-WAIT_POLICIES = CHOICES["wait_policy"].words
-LENGTH_FROM = CHOICES["length_from"].words
-PROTOCOLS = CHOICES["protocol"].words
+BATCH_BY = CHOICES_BY_ATTR["batch_by"].words
+WAIT_POLICIES = CHOICES_BY_ATTR["wait_policy"].words
+LENGTH_FROM = CHOICES_BY_ATTR["length_from"].words
+PROTOCOLS = CHOICES_BY_ATTR["protocol"].words
 
 
 def _default(attr: str) -> int:
-    return TUNED[attr].default
+    return BY_ATTR[attr].default
 
 
 def _word(attr: str) -> str:
     """A word setting's default, as the flag spells it."""
-    return CHOICES[attr].default.lower()
+    return CHOICES_BY_ATTR[attr].default.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +76,7 @@ class SidecarConfig:
 
     def problem(self) -> str | None:
         """The first invalid setting, phrased with its flag name, or None."""
-        bounds = {s.flag: (s.attr, s.low, s.high) for s in TUNED.values()}
+        bounds = {s.flag: (s.attr, s.low, s.high) for s in BY_ATTR.values()}
         bounds["--port"] = ("port", 1, 65535)
         bounds["--control-port"] = ("control_port", 0, 65535)
         for name, (attr, low, high) in bounds.items():

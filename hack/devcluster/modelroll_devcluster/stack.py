@@ -27,6 +27,8 @@ from typing import Any, Literal, Self
 
 import yaml
 
+from modelroll_common.settings import BY_ATTR
+
 from .cluster import Cluster
 from .controlplane import (
     BINARIES,
@@ -66,8 +68,8 @@ class VersionSpec:
     """Share of batches the demo model fails whole (a 500: the sidecar answers each request 502)."""
     fixed_ms: float = 5.0
     per_token_ms: float = 0.05
-    max_batch_size: int = 32
-    max_wait_ms: int = 10
+    max_batch_size: int = BY_ATTR["max_batch_size"].default
+    max_wait_ms: int = BY_ATTR["max_wait_ms"].default
     protocol: Protocol = "batch"
     """``openai``: a chat LLM version, ``modelroll-demo-llm`` behind a ``--protocol openai``
     sidecar (spec.protocol OpenAI); its model is :attr:`model`, or the stack's."""

@@ -1,0 +1,106 @@
+"""The reference tables written from ``modelroll_common.settings``: the ModelVersion fields the
+settings declare (docs/design.md) and the sidecar flags they become (sidecar/README.md).
+
+Each table follows the line :data:`MARKER` in its document and runs to the first line that is not
+a table row; ``make generate`` (hack/generate.py) writes it, and the prose around it is edited by
+hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from modelroll_common.settings import (
+    BATCHING_CHOICES,
+    BATCHING_SETTINGS,
+    PROTOCOL,
+    SIDECAR_SETTINGS,
+    Choice,
+    Setting,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DESIGN = ROOT / "docs" / "design.md"
+SIDECAR_README = ROOT / "sidecar" / "README.md"
+MARKER = "<!-- make generate writes the table below from common/modelroll_common/settings.py -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _values(words: tuple[str, ...]) -> str:
+    return ", ".join(f"`{w}`" for w in words)
+
+
+def field_rows() -> list[str]:
+    """The design's rows: field, type, default, bounds, meaning."""
+    rows = ["| field | type | default | bounds | meaning |", "|---|---|---|---|---|"]
+
+    def choice(prefix: str, c: Choice) -> None:
+        values = _values(c.values)
+        rows.append(
+            f"| `{prefix}{c.key}` | string | `{c.default}` | {values} | {_cell(c.description)} |"
+        )
+
+    def integer(prefix: str, s: Setting, default: str) -> None:
+        meaning = f"{s.description} Sidecar `{s.flag}`."
+        rows.append(
+            f"| `{prefix}{s.key}` | integer | {default} | {s.low}..{s.high} | {_cell(meaning)} |"
+        )
+
+    choice("spec.", PROTOCOL)
+    for setting in BATCHING_SETTINGS:
+        integer("spec.batching.", setting, f"`{setting.default}`")
+    for option in BATCHING_CHOICES:
+        choice("spec.batching.", option)
+    for setting in SIDECAR_SETTINGS:
+        default = setting.shown_default or f"the sidecar's, `{setting.default}`"
+        integer("spec.sidecar.", setting, default)
+    return rows
+
+
+def flag_rows() -> list[str]:
+    """The sidecar README's rows: flag, variable, default, meaning."""
+    rows = ["| flag | variable | default | meaning |", "|---|---|---|---|"]
+
+    def row(flag: str, default: str, meaning: str) -> None:
+        variable = "MODELROLL_" + flag.removeprefix("--").upper().replace("-", "_")
+        rows.append(f"| `{flag}` | `{variable}` | `{default}` | {_cell(meaning)} |")
+
+    def integer(s: Setting, field: str) -> None:
+        row(s.flag, str(s.default), f"{s.description} From {s.low} to {s.high} (`{field}`).")
+
+    for setting in BATCHING_SETTINGS:
+        integer(setting, f"spec.batching.{setting.key}")
+    for option in (*BATCHING_CHOICES, PROTOCOL):
+        field = f"spec.batching.{option.key}" if option is not PROTOCOL else "spec.protocol"
+        meaning = (
+            f"one of {_values(option.words)}, any case: {option.description} "
+            f"(`{field}`: {_values(option.values)})"
+        )
+        row(option.flag, option.default.lower(), meaning)
+    for setting in SIDECAR_SETTINGS:
+        integer(setting, f"spec.sidecar.{setting.key}")
+    return rows
+
+
+def splice(text: str, rows: list[str], where: Path) -> str:
+    """``text`` with the table after its one marker line replaced by ``rows``."""
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if line.strip() == MARKER]
+    if len(at) != 1:
+        raise ValueError(f"{where} must hold the line {MARKER!r} once, holds it {len(at)} times")
+    start = at[0] + 1
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join([*lines[:start], *rows, *lines[end:]])
+
+
+def outputs() -> dict[Path, str]:
+    """The two documents with their generated tables."""
+    return {
+        DESIGN: splice(DESIGN.read_text(), field_rows(), DESIGN),
+        SIDECAR_README: splice(SIDECAR_README.read_text(), flag_rows(), SIDECAR_README),
+    }
