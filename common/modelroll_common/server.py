@@ -7,8 +7,10 @@ never ends, holds its connection and its buffers for as long as the client likes
 request must arrive whole within the read timeout (``ClientLimits.read_timeout``), counted from
 its first byte, or from the moment the connection opened for a connection's first request:
 
-* a head still incomplete at that time gets ``408`` (JSON) and the connection closes; a new
-  connection that sent nothing at all is closed without an answer (phase ``silent``);
+* a head still incomplete at that time gets ``408`` (JSON) and the connection closes once the
+  client stops sending, or ``LINGER_S`` later (what it sends meanwhile is dropped: closing on
+  unread bytes would reset the connection and lose the 408); a new connection that sent nothing
+  at all is closed without an answer (phase ``silent``);
 * a body still incomplete gets ``408`` from the handler that reads it (:func:`read_body`), and the
   connection closes.
 
@@ -39,6 +41,8 @@ from .errors import error_body
 
 log = logging.getLogger(__name__)
 
+LINGER_S = 2.0
+"""How long a connection cut off mid-head stays open after its 408, dropping what arrives."""
 SILENT = "silent"
 HEAD = "head"
 BODY = "body"
@@ -84,6 +88,7 @@ class ServerConnection(web.RequestHandler):
         "_clock_loop",
         "_clock_started",
         "_limits",
+        "_lingering",
         "request_started",
     )
 
@@ -94,6 +99,7 @@ class ServerConnection(web.RequestHandler):
         self._clock: asyncio.TimerHandle | None = None
         self._clock_started: float | None = None
         self._clock_bytes = False
+        self._lingering = False
         self.request_started = 0.0
         """When the last request whose head is complete started (its clock), in loop time."""
 
@@ -107,6 +113,8 @@ class ServerConnection(web.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         # On the path of every request: a few attribute reads, and the time only when needed.
+        if self._lingering:  # answered 408 already: what still comes is dropped
+            return
         started = self._clock_started
         if started is None:
             waiter = self._waiter
@@ -150,9 +158,19 @@ class ServerConnection(web.RequestHandler):
                 b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
             )
-        else:
-            self._limits.on_cut_off(SILENT)
+            self._linger(transport)
+            return
+        self._limits.on_cut_off(SILENT)
         self.force_close()  # the transport sends what it holds, then closes
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """End our side after the 408 but read on, dropping what the client still sends, for up
+        to LINGER_S: closing with its bytes unread would reset the connection, and the reset can
+        destroy the 408 before the client has read it (Apache's and nginx's lingering close)."""
+        self._lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._clock_loop.call_later(LINGER_S, self.force_close)
 
     def _timed_out_message(self) -> str:
         return str(RequestTimedOut(self._limits.read_timeout))

@@ -118,6 +118,29 @@ async def test_a_head_that_trickles_in_is_cut_off_although_bytes_keep_coming(
     assert served.cut_offs == [HEAD]
 
 
+async def test_a_client_still_sending_after_its_408_reads_the_408_not_a_reset(
+    served: Served,
+) -> None:
+    """A trickling client that sends on while the server answers 408 reads the 408: the server
+    does not close with the client's bytes unread, which would reset the connection and lose
+    the answer (the client gets ECONNRESET instead)."""
+    for _ in range(3):
+        reader, writer = await served.connect()
+        # A head that never ends: one long header, a byte every millisecond until the answer.
+        request = b"POST /echo HTTP/1.1\r\nHost: localhost\r\nX-Pad: " + b"a" * 10_000
+        answer = asyncio.ensure_future(read_response(reader))
+        for byte in request:
+            if answer.done():
+                break
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.001)
+        status, _, body = await answer
+        assert status == 408
+        assert "did not arrive in full" in json.loads(body)["error"]
+        writer.close()
+    assert served.cut_offs == [HEAD] * 3
+
+
 async def test_a_connection_that_sends_nothing_is_closed_without_an_answer(
     served: Served,
 ) -> None:
