@@ -125,17 +125,14 @@ def story(on_cluster: InCluster, request: pytest.FixtureRequest) -> Iterator[InC
 
 
 LIFECYCLE = "test_node_lifecycle.py"
-ROLLOUT = "test_rollout_on_node.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """test_node_lifecycle.py brings nodes of its own up and down, and checks that the host is
     clean before and after: it runs before anything starts the session's ``node_cluster`` (two
-    nodes cannot share one host), whatever the other files are called. The rollout story runs
-    next, on a gateway and operator no other test has used: after all the other files its canary
-    analysis has been seen to stall (two runs of two; never after any one of them alone)."""
-    order = {LIFECYCLE: 0, ROLLOUT: 1}
-    items.sort(key=lambda item: order.get(item.path.name, 2))
+    nodes cannot share one host), whatever the other files are called. The rest share the one
+    installed chart in any order."""
+    items.sort(key=lambda item: item.path.name != LIFECYCLE)
 
 
 @pytest.hookimpl(wrapper=True)

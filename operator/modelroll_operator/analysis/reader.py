@@ -214,15 +214,18 @@ class MetricsReader:
         return targets
 
     async def _get_text(self, url: str) -> str:
+        """The whole body at ``url``, however many reads it arrives in, up to the limit."""
+        body = bytearray()
         try:
             async with self._client().get(url) as response:
                 if response.status != 200:
                     raise MetricsUnavailable(f"{url} answered {response.status}")
-                body = await response.content.read(MAX_METRICS_BYTES + 1)
+                async for chunk in response.content.iter_any():
+                    body += chunk
+                    if len(body) > MAX_METRICS_BYTES:
+                        raise MetricsUnavailable(f"{url} is larger than {MAX_METRICS_BYTES} bytes")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise MetricsUnavailable(f"cannot read {url}: {exc or type(exc).__name__}") from exc
-        if len(body) > MAX_METRICS_BYTES:
-            raise MetricsUnavailable(f"{url} is larger than {MAX_METRICS_BYTES} bytes")
         return body.decode("utf-8", "replace")
 
     async def _prometheus(

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any, cast
 
 import pytest
+from aiohttp import web
+from aiohttp.pytest_plugin import AiohttpServer
 
+from modelroll_operator.analysis import reader as reader_module
 from modelroll_operator.analysis.reader import (
     MetricsReader,
     MetricsUnavailable,
@@ -182,3 +186,65 @@ def test_the_model_calls_behind_the_weighted_requests_are_read() -> None:
     assert canary.calls == {"502": 1.0, "200": 2.5}  # the pinned ones are not judged
     # a series without the routing label counts as routed by weight
     assert canary.call_buckets == ((0.01, 1.25), (math.inf, 3.5))
+
+
+def many_versions(count: int) -> str:
+    """A gateway exposition with ``count`` other models' series besides ``ONE``'s: big enough
+    to reach the reader in many pieces."""
+    lines = [
+        f'modelroll_gateway_requests_total{{model="other-{i}",version="v1",code="200"}} {i}.0'
+        for i in range(count)
+    ]
+    return ONE + "\n".join(lines) + "\n"
+
+
+async def serve_in_pieces(request: web.Request) -> web.StreamResponse:
+    """The exposition written 1000 bytes at a time, each flushed before the next."""
+    text = request.app[TEXT].encode()
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4"})
+    await response.prepare(request)
+    for at in range(0, len(text), 1000):
+        await response.write(text[at : at + 1000])
+        await asyncio.sleep(0)
+    await response.write_eof()
+    return response
+
+
+TEXT = web.AppKey("text", str)
+
+
+async def gateway(aiohttp_server: AiohttpServer, text: str) -> str:
+    app = web.Application()
+    app[TEXT] = text
+    app.router.add_get("/metrics", serve_in_pieces)
+    server = await aiohttp_server(app)
+    return str(server.make_url("/metrics"))
+
+
+async def test_an_exposition_that_arrives_in_pieces_is_read_whole(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    """A gateway that has served many models answers /metrics in many TCP reads: the reading
+    must be the whole text, not its first piece (which ends mid-line and fails to parse)."""
+    url = await gateway(aiohttp_server, many_versions(5000))
+    reading = MetricsReader(cast(Api, Pods()))
+    try:
+        snapshot = await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
+    finally:
+        await reading.close()
+    (tally,) = snapshot.sources.values()
+    assert tally.canary.codes == {"200": 90.0, "422": 10.0}
+    assert tally.baseline.codes == {"200": 900.0}
+
+
+async def test_an_exposition_over_the_limit_is_unavailable(
+    aiohttp_server: AiohttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader_module, "MAX_METRICS_BYTES", 50_000)
+    url = await gateway(aiohttp_server, many_versions(5000))
+    reading = MetricsReader(cast(Api, Pods()))
+    try:
+        with pytest.raises(MetricsUnavailable, match="larger than 50000 bytes"):
+            await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
+    finally:
+        await reading.close()
