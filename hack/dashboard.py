@@ -29,6 +29,31 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from modelroll_common.metric_names import (
+    BATCH_SIZE,
+    BATCH_TOKENS,
+    BATCHES,
+    CLIENT_TIMEOUTS,
+    GATEWAY_LLM_REQUESTS,
+    GATEWAY_LLM_TTFT,
+    GATEWAY_REQUEST_DURATION,
+    GATEWAY_REQUESTS,
+    GATEWAY_UPSTREAM_CONNECTIONS,
+    GATEWAY_UPSTREAM_ERRORS,
+    GATEWAY_UPSTREAM_WAITING,
+    GATEWAY_WEIGHT,
+    LLM_IN_FLIGHT,
+    LLM_OUTPUT_TOKENS,
+    LLM_PROMPT_TOKENS,
+    LLM_REQUESTS,
+    LLM_TPOT,
+    LLM_TTFT,
+    QUEUE_DEPTH,
+    QUEUE_WAIT,
+    REJECTED,
+    REQUEST_DURATION,
+    REQUESTS,
+)
 from modelroll_common.server import PHASES as CUT_OFF_PHASES
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS
 from modelroll_operator.analysis.exporter import DECISIONS, PHASES, PREFIX
@@ -50,32 +75,6 @@ QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
 FULL, HALF, THIRD = 24, 12, 8
 """Panel widths: the whole row, half of it, a third of it."""
 
-# The sidecar's series, as Prometheus stores them: sidecar/modelroll_sidecar/metrics.py names
-# them where it creates them, with no constant to import.
-REQUESTS = "modelroll_requests_total"
-REQUEST_DURATION = "modelroll_request_duration_seconds"
-QUEUE_WAIT = "modelroll_queue_wait_seconds"
-BATCH_SIZE = "modelroll_batch_size"
-BATCHES = "modelroll_batches_total"
-BATCH_TOKENS = "modelroll_batch_tokens_total"
-QUEUE_DEPTH = "modelroll_queue_depth"
-REJECTED = "modelroll_rejected_total"
-CLIENT_TIMEOUTS = "modelroll_client_timeouts_total"
-LLM_TTFT = "modelroll_llm_time_to_first_token_seconds"
-LLM_TPOT = "modelroll_llm_time_per_output_token_seconds"
-LLM_OUTPUT_TOKENS = "modelroll_llm_output_tokens_total"
-LLM_PROMPT_TOKENS = "modelroll_llm_prompt_tokens_total"
-LLM_IN_FLIGHT = "modelroll_llm_requests_in_flight"
-LLM_REQUESTS = "modelroll_llm_requests_total"
-# The gateway's series, named likewise in gateway/modelroll_gateway/metrics.py.
-GATEWAY_REQUESTS = "modelroll_gateway_requests_total"
-GATEWAY_DURATION = "modelroll_gateway_request_duration_seconds"
-GATEWAY_WEIGHT = "modelroll_gateway_weight"
-GATEWAY_UPSTREAM_ERRORS = "modelroll_gateway_upstream_errors_total"
-GATEWAY_CONNECTIONS = "modelroll_gateway_upstream_connections"
-GATEWAY_WAITING = "modelroll_gateway_upstream_waiting"
-GATEWAY_LLM_TTFT = "modelroll_gateway_llm_time_to_first_token_seconds"
-GATEWAY_LLM_REQUESTS = "modelroll_gateway_llm_requests_total"
 # The operator's analysis series (operator/modelroll_operator/analysis/exporter.py).
 ANALYSIS_PHASE = PREFIX + "phase"
 ANALYSIS_INFO = PREFIX + "info"
@@ -385,7 +384,7 @@ def traffic() -> list[Panel]:
             "p99 of the time from a request's arrival at the gateway to its response, per version.",
             "s",
             HALF,
-            Query(quantile("0.99", GATEWAY_DURATION), "{{version}}"),
+            Query(quantile("0.99", GATEWAY_REQUEST_DURATION), "{{version}}"),
         ),
     ]
 
@@ -558,8 +557,8 @@ def saturation() -> list[Panel]:
             "--upstream-max-connections), and requests waiting in line for one.",
             "short",
             HALF,
-            Query(by("version", "sum", series(GATEWAY_CONNECTIONS)), "{{version}} open"),
-            Query(by("version", "sum", series(GATEWAY_WAITING)), "{{version}} waiting"),
+            Query(by("version", "sum", series(GATEWAY_UPSTREAM_CONNECTIONS)), "{{version}} open"),
+            Query(by("version", "sum", series(GATEWAY_UPSTREAM_WAITING)), "{{version}} waiting"),
         ),
         graph(
             20,

@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelroll_common import metric_names as names
+
 
 @dataclass(frozen=True)
 class BatchCounters:
@@ -77,11 +79,11 @@ def parse_sidecar_metrics(text: str) -> BatchCounters:
     reasons: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "modelroll_batch_size_count":
+            if sample.name == names.BATCH_SIZE + "_count":
                 batches += sample.value
-            elif sample.name == "modelroll_batch_size_sum":
+            elif sample.name == names.BATCH_SIZE + "_sum":
                 items += sample.value
-            elif sample.name == "modelroll_batches_total":
+            elif sample.name == names.BATCHES:
                 reason = sample.labels.get("reason", "")
                 reasons[reason] = reasons.get(reason, 0.0) + sample.value
     return BatchCounters(batches, items, reasons)

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from modelroll_common import metric_names as names
 from modelroll_common.server import PHASES
 
 # Sub-millisecond (the gateway's own cost) up to the 30 s default upstream timeout.
@@ -116,14 +117,14 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.requests = Counter(
-            "modelroll_gateway_requests",
+            names.GATEWAY_REQUESTS,
             "Requests the gateway answered, by model, version, routing (weight: picked by the "
             "routes' weights; pin: pinned by the version header) and HTTP status code.",
             ["model", "version", "routing", "code"],
             registry=registry,
         )
         self.duration = Histogram(
-            "modelroll_gateway_request_duration_seconds",
+            names.GATEWAY_REQUEST_DURATION,
             "Time from a request's arrival at the gateway to its response, by model, version and "
             "routing.",
             ["model", "version", "routing"],
@@ -131,7 +132,7 @@ class GatewayMetrics:
             registry=registry,
         )
         self.calls = Counter(
-            "modelroll_gateway_model_calls",
+            names.GATEWAY_MODEL_CALLS,
             "The model calls behind the requests of modelroll_gateway_requests_total (same "
             "labels): each answer adds 1/n, n the requests the version's model call answered "
             "together (its X-Modelroll-Batch-Size header), or 1 without the header. A canary "
@@ -140,7 +141,7 @@ class GatewayMetrics:
             registry=registry,
         )
         self.call_duration = SharedHistogram(
-            "modelroll_gateway_model_call_duration_seconds",
+            names.GATEWAY_MODEL_CALL_DURATION,
             "modelroll_gateway_request_duration_seconds counted per model call: each request adds "
             "1/n of a call, as in modelroll_gateway_model_calls_total.",
             ["model", "version", "routing"],
@@ -148,13 +149,13 @@ class GatewayMetrics:
             registry,
         )
         self.weight = Gauge(
-            "modelroll_gateway_weight",
+            names.GATEWAY_WEIGHT,
             "Routing weight in force for each version, as the gateway sees the routes.",
             ["model", "version"],
             registry=registry,
         )
         self.upstream_errors = Counter(
-            "modelroll_gateway_upstream_errors",
+            names.GATEWAY_UPSTREAM_ERRORS,
             "Requests a version did not answer, by model, version and reason: connect (no "
             "connection could be opened), timeout, protocol (an invalid or ambiguous answer), "
             "closed (the connection ended after the request was sent; never sent again).",
@@ -162,36 +163,36 @@ class GatewayMetrics:
             registry=registry,
         )
         self.upstream_connections = Gauge(
-            "modelroll_gateway_upstream_connections",
+            names.GATEWAY_UPSTREAM_CONNECTIONS,
             "Connections from the gateway to a version, open or being opened "
             "(at most --upstream-max-connections).",
             ["model", "version"],
             registry=registry,
         )
         self.upstream_waiting = Gauge(
-            "modelroll_gateway_upstream_waiting",
+            names.GATEWAY_UPSTREAM_WAITING,
             "Requests waiting for a free connection to a version (all were busy).",
             ["model", "version"],
             registry=registry,
         )
         self.upstream_queued = Counter(
-            "modelroll_gateway_upstream_queued",
+            names.GATEWAY_UPSTREAM_QUEUED,
             "Requests that had to wait for a free connection to a version.",
             ["model", "version"],
             registry=registry,
         )
         self.routes_invalid = Counter(
-            "modelroll_gateway_routes_invalid",
+            names.GATEWAY_ROUTES_INVALID,
             "Routes documents rejected as invalid (the last good routes stayed in force).",
             registry=registry,
         )
         self.routes_updates = Counter(
-            "modelroll_gateway_routes_updates",
+            names.GATEWAY_ROUTES_UPDATES,
             "Routes updates applied (a model's route added, changed or removed).",
             registry=registry,
         )
         self.watch_restarts = Counter(
-            "modelroll_gateway_watch_restarts",
+            names.GATEWAY_WATCH_RESTARTS,
             "Times the routes ConfigMap watch was re-established, by reason.",
             ["reason"],
             registry=registry,
@@ -199,7 +200,7 @@ class GatewayMetrics:
         for reason in ("expired", "error", "closed"):
             self.watch_restarts.labels(reason)
         self.client_timeouts = Counter(
-            "modelroll_gateway_client_timeouts",
+            names.GATEWAY_CLIENT_TIMEOUTS,
             "Clients cut off for not sending their whole request within --read-timeout, by how "
             "far they got: silent (nothing), head, or body.",
             ["phase"],
@@ -208,13 +209,13 @@ class GatewayMetrics:
         for phase in PHASES:
             self.client_timeouts.labels(phase)
         self.pins_ignored = Counter(
-            "modelroll_gateway_pins_ignored",
+            names.GATEWAY_PINS_IGNORED,
             "Requests whose version header was ignored (routed by weight instead): the client "
             "was outside --trusted-networks and --pin-trusted-only is on.",
             registry=registry,
         )
         self.llm_ttft = Histogram(
-            "modelroll_gateway_llm_time_to_first_token_seconds",
+            names.GATEWAY_LLM_TTFT,
             "OpenAI generation streams: time from a request's arrival at the gateway to the first "
             "generated token it passed back, by model and version.",
             ["model", "version"],
@@ -222,7 +223,7 @@ class GatewayMetrics:
             registry=registry,
         )
         self.llm_requests = Counter(
-            "modelroll_gateway_llm_requests",
+            names.GATEWAY_LLM_REQUESTS,
             "OpenAI requests forwarded (generations and embeddings), by model, version and how "
             "they ended: completed, error (the version sent an error event), upstream_error (the "
             "stream broke off: the client got an error event; or a 502 for an answer that cannot "

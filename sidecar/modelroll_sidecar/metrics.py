@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from modelroll_common import metric_names as names
 from modelroll_common.server import PHASES
 from modelroll_common.sse import GenerationWatch
 
@@ -47,7 +48,7 @@ class SidecarMetrics:
         self.registry = registry
         labels = ("model", "version")
         requests = Counter(
-            "modelroll_requests_total",
+            names.REQUESTS,
             "Inference requests answered, by HTTP status code.",
             [*labels, "code"],
             registry=registry,
@@ -61,38 +62,38 @@ class SidecarMetrics:
             return family.labels(model, version)
 
         self.request_duration = histogram(
-            "modelroll_request_duration_seconds",
+            names.REQUEST_DURATION,
             "Time from receiving an inference request to answering it.",
             LATENCY_BUCKETS,
         )
         self.queue_wait = histogram(
-            "modelroll_queue_wait_seconds",
+            names.QUEUE_WAIT,
             "Time a request waited in the queue before its batch was sent to the model.",
             LATENCY_BUCKETS,
         )
         self.batch_size = histogram(
-            "modelroll_batch_size", "Requests per batch sent to the model.", BATCH_SIZE_BUCKETS
+            names.BATCH_SIZE, "Requests per batch sent to the model.", BATCH_SIZE_BUCKETS
         )
         self.batch_duration = histogram(
-            "modelroll_batch_duration_seconds",
+            names.BATCH_DURATION,
             "Time the model took to answer one batch.",
             LATENCY_BUCKETS,
         )
         batches = Counter(
-            "modelroll_batches_total",
+            names.BATCHES,
             "Batches sent to the model, by what closed them: full, timeout, tokens, idle or drain.",
             [*labels, "reason"],
             registry=registry,
         )
         self.batches = {r: batches.labels(model, version, r) for r in CLOSE_REASONS}
         self.padding_efficiency = histogram(
-            "modelroll_batch_padding_efficiency",
+            names.BATCH_PADDING_EFFICIENCY,
             "Per batch: useful tokens (the requests' lengths summed) over padded tokens (batch "
             "size times its longest length).",
             EFFICIENCY_BUCKETS,
         )
         tokens = Counter(
-            "modelroll_batch_tokens_total",
+            names.BATCH_TOKENS,
             "Tokens sent to the model in batches: useful (the requests' own lengths) and padded "
             "(batch size times longest length, what a padding model computes).",
             [*labels, "kind"],
@@ -101,20 +102,20 @@ class SidecarMetrics:
         self._useful_tokens = tokens.labels(model, version, "useful")
         self._padded_tokens = tokens.labels(model, version, "padded")
         self.queue_depth = Gauge(
-            "modelroll_queue_depth",
+            names.QUEUE_DEPTH,
             "Requests waiting for a batch.",
             labels,
             registry=registry,
         ).labels(model, version)
         rejected = Counter(
-            "modelroll_rejected_total",
+            names.REJECTED,
             "Requests refused or dropped before the model answered them, by reason.",
             [*labels, "reason"],
             registry=registry,
         )
         self.rejected = {r: rejected.labels(model, version, r) for r in REJECT_REASONS}
         client_timeouts = Counter(
-            "modelroll_client_timeouts_total",
+            names.CLIENT_TIMEOUTS,
             "Clients cut off for not sending their whole request within the read timeout, by "
             "how far they got: silent (nothing), head, or body.",
             [*labels, "phase"],
@@ -122,14 +123,14 @@ class SidecarMetrics:
         )
         self.client_timeouts = {p: client_timeouts.labels(model, version, p) for p in PHASES}
         self.failed_batches = Counter(
-            "modelroll_failed_batches_total",
+            names.FAILED_BATCHES,
             "Batches that failed whole (the model's 5xx, 408 or 429, a broken answer, no answer "
             "in time, or shutdown): every request still waiting on one got its error.",
             labels,
             registry=registry,
         ).labels(model, version)
         self.failed_batch_requests = Counter(
-            "modelroll_failed_batch_requests_total",
+            names.FAILED_BATCH_REQUESTS,
             "Requests answered with the error of a batch that failed whole.",
             labels,
             registry=registry,
@@ -196,30 +197,30 @@ class LLMMetrics:
             return Counter(name, doc, labels, registry=registry).labels(model, version)
 
         self.ttft = histogram(
-            "modelroll_llm_time_to_first_token_seconds",
+            names.LLM_TTFT,
             "Time from receiving a generation request to the first generated token streamed back.",
             TTFT_BUCKETS,
         )
         self.tpot = histogram(
-            "modelroll_llm_time_per_output_token_seconds",
+            names.LLM_TPOT,
             "Per stream: time from its first token to its last over the tokens after the first.",
             TPOT_BUCKETS,
         )
         self.output_tokens = counter(
-            "modelroll_llm_output_tokens_total",
+            names.LLM_OUTPUT_TOKENS,
             "Tokens generated (usage.completion_tokens, else streamed chunks with text).",
         )
         self.prompt_tokens = counter(
-            "modelroll_llm_prompt_tokens_total", "Prompt tokens (usage.prompt_tokens)."
+            names.LLM_PROMPT_TOKENS, "Prompt tokens (usage.prompt_tokens)."
         )
         self.in_flight = Gauge(
-            "modelroll_llm_requests_in_flight",
+            names.LLM_IN_FLIGHT,
             "Generation requests the engine is working on or streaming now.",
             labels,
             registry=registry,
         ).labels(model, version)
         streams = Counter(
-            "modelroll_llm_requests_total",
+            names.LLM_REQUESTS,
             "Generation requests passed to the engine, by how they ended.",
             [*labels, "outcome"],
             registry=registry,

@@ -23,15 +23,17 @@ from typing import Any, TypeVar
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelroll_common import metric_names as names
+
 from ..api import UNREACHABLE, Api, KubeApiError, core_path
 from .machine import Snapshot, Tally, VersionCounts
 from .spec import MetricsSource
 
-REQUESTS = "modelroll_gateway_requests_total"
-BUCKETS = "modelroll_gateway_request_duration_seconds_bucket"
-OUTCOMES = "modelroll_gateway_llm_requests_total"
-CALLS = "modelroll_gateway_model_calls_total"
-CALL_BUCKETS = "modelroll_gateway_model_call_duration_seconds_bucket"
+REQUESTS = names.GATEWAY_REQUESTS
+BUCKETS = names.GATEWAY_REQUEST_DURATION + "_bucket"
+OUTCOMES = names.GATEWAY_LLM_REQUESTS
+CALLS = names.GATEWAY_MODEL_CALLS
+CALL_BUCKETS = names.GATEWAY_MODEL_CALL_DURATION + "_bucket"
 FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS)
 WEIGHTED = "weight"
 """The ``routing`` of requests routed by weight, the judged ones."""

@@ -1,0 +1,50 @@
+"""The names of the metrics modelroll exports, as Prometheus stores them (a counter's with its
+``_total``; a histogram's without its ``_bucket``, ``_sum`` and ``_count``).
+
+They are a contract: the sidecar and the gateway export these series; the operator's canary
+analysis, the chart's dashboard (hack/dashboard.py) and the benchmarks read them. Each
+exporter declares its series' help and labels where it creates them.
+"""
+
+from __future__ import annotations
+
+# The sidecar's, labelled with the model and the version it serves.
+REQUESTS = "modelroll_requests_total"
+REQUEST_DURATION = "modelroll_request_duration_seconds"
+QUEUE_WAIT = "modelroll_queue_wait_seconds"
+BATCH_SIZE = "modelroll_batch_size"
+BATCH_DURATION = "modelroll_batch_duration_seconds"
+BATCHES = "modelroll_batches_total"
+BATCH_PADDING_EFFICIENCY = "modelroll_batch_padding_efficiency"
+BATCH_TOKENS = "modelroll_batch_tokens_total"
+QUEUE_DEPTH = "modelroll_queue_depth"
+REJECTED = "modelroll_rejected_total"
+CLIENT_TIMEOUTS = "modelroll_client_timeouts_total"
+FAILED_BATCHES = "modelroll_failed_batches_total"
+FAILED_BATCH_REQUESTS = "modelroll_failed_batch_requests_total"
+
+# The sidecar's in front of an OpenAI-compatible engine.
+LLM_TTFT = "modelroll_llm_time_to_first_token_seconds"
+LLM_TPOT = "modelroll_llm_time_per_output_token_seconds"
+LLM_OUTPUT_TOKENS = "modelroll_llm_output_tokens_total"
+LLM_PROMPT_TOKENS = "modelroll_llm_prompt_tokens_total"
+LLM_IN_FLIGHT = "modelroll_llm_requests_in_flight"
+LLM_REQUESTS = "modelroll_llm_requests_total"
+
+# The gateway's.
+GATEWAY_REQUESTS = "modelroll_gateway_requests_total"
+GATEWAY_REQUEST_DURATION = "modelroll_gateway_request_duration_seconds"
+GATEWAY_MODEL_CALLS = "modelroll_gateway_model_calls_total"
+GATEWAY_MODEL_CALL_DURATION = "modelroll_gateway_model_call_duration_seconds"
+GATEWAY_WEIGHT = "modelroll_gateway_weight"
+GATEWAY_UPSTREAM_ERRORS = "modelroll_gateway_upstream_errors_total"
+GATEWAY_UPSTREAM_CONNECTIONS = "modelroll_gateway_upstream_connections"
+GATEWAY_UPSTREAM_WAITING = "modelroll_gateway_upstream_waiting"
+GATEWAY_UPSTREAM_QUEUED = "modelroll_gateway_upstream_queued_total"
+GATEWAY_ROUTES_INVALID = "modelroll_gateway_routes_invalid_total"
+GATEWAY_ROUTES_UPDATES = "modelroll_gateway_routes_updates_total"
+GATEWAY_WATCH_RESTARTS = "modelroll_gateway_watch_restarts_total"
+GATEWAY_CLIENT_TIMEOUTS = "modelroll_gateway_client_timeouts_total"
+GATEWAY_PINS_IGNORED = "modelroll_gateway_pins_ignored_total"
+GATEWAY_LLM_TTFT = "modelroll_gateway_llm_time_to_first_token_seconds"
+GATEWAY_LLM_REQUESTS = "modelroll_gateway_llm_requests_total"
