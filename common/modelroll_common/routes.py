@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "CONFIGMAP_NAME",
     "MAX_WEIGHT",
+    "VERSION_HEADER",
     "ModelRoute",
     "RoutesError",
     "VersionRoute",
@@ -37,6 +38,10 @@ CONFIGMAP_NAME = "modelroll-routes"
 
 MAX_WEIGHT = 1000
 """Weights are integers in 0..MAX_WEIGHT (the ModelVersion CRD's bounds)."""
+
+VERSION_HEADER = "X-Modelroll-Version"
+"""The header that pins a request to a version of its model, and that says which version
+answered it."""
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.errors import error_answer, json_errors
 from modelroll_common.kube import Connection, connect
+from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.server import RequestTimedOut, read_body
 from modelroll_common.tracing import passed_on
 
@@ -44,7 +45,6 @@ from .watch import ConfigMapWatcher
 
 log = logging.getLogger(__name__)
 
-VERSION_HEADER = "X-Modelroll-Version"
 _NO_VERSION = {VERSION_HEADER: ""}
 """The version header of an inference request no version answered."""
 _WARN_EVERY = 10.0  # seconds between two warnings about the same failing version

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from modelroll_common.routes import VERSION_HEADER
 from modelroll_devcluster.llama import GENERATE_ALL, llama_metrics
 from modelroll_devcluster.processes import http_get
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
-from modelroll_devcluster.traffic import VERSION_HEADER
 from tests.e2e.conftest import (
     StartLocal,
     analysis_of,

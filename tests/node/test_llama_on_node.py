@@ -19,8 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from modelroll_common.routes import VERSION_HEADER
 from modelroll_devcluster.llama import GENERATE_ALL
-from modelroll_devcluster.traffic import VERSION_HEADER
 from tests.e2e.conftest import eventually
 from tests.e2e.incluster import InCluster
 from tests.node.test_pods_of_the_examples import (

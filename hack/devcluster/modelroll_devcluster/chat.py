@@ -17,9 +17,10 @@ from typing import Any
 
 import aiohttp
 
+from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.sse import EventScanner, GenerationWatch
 
-from .traffic import VERSION_HEADER, BackgroundLoad, percentile
+from .traffic import BackgroundLoad, percentile
 
 CHAT_PATH = "/v1/chat/completions"
 

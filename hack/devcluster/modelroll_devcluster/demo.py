@@ -34,11 +34,13 @@ from typing import Any, TextIO
 
 import yaml
 
+from modelroll_common.routes import VERSION_HEADER
+
 from .processes import ClusterError
 from .progress import Progress
 from .sentences import NOUNS, VERBS, sentences
 from .stack import ENCODER_ROLLOUT, MISCONFIGURED_MAX_BODY_BYTES, Stack
-from .traffic import VERSION_HEADER, Response, Traffic, by_version
+from .traffic import Response, Traffic, by_version
 
 ROUNDS_PER_SECOND = 4.0
 """Rounds a second: stable-v1 encodes 9 sentences a round, about 100 ms of one core on int8,

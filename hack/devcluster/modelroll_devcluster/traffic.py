@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 import aiohttp
 
-VERSION_HEADER = "X-Modelroll-Version"
+from modelroll_common.routes import VERSION_HEADER
 
 
 @dataclass(frozen=True, slots=True)
