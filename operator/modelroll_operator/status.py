@@ -61,6 +61,7 @@ _UNKNOWN_HEALTH = (
     machine.WARMING_UP,
     machine.INSUFFICIENT_DATA,
     machine.METRICS_UNAVAILABLE,
+    machine.WEIGHTS_NOT_APPLIED,
     machine.NO_BASELINE,
     machine.OTHER_CANARY,
 )

@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,6 +20,7 @@ import yaml
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, StackError, VersionSpec
 from modelroll_devcluster.traffic import Traffic
+from tests.conftest import Spawn, free_port
 from tests.e2e.conftest import StartLocal, analysis_of, eventually, wait_condition_of
 from tests.e2e.conftest import canary_manifest as canary_manifest_of
 
@@ -258,6 +260,54 @@ def test_an_unreadable_metrics_source_holds_then_the_analysis_resumes(
         prometheus.start()
         wait_condition(stack, "Promoted", 60)
     eventually(lambda: weights(stack) == {STABLE: 0, CANARY: 100}, "the promotion's routes", 5)
+
+
+def test_a_gateway_that_has_not_applied_a_step_holds_it_until_it_does(
+    start_stack: StartStack, spawn: Spawn, tmp_path: Path
+) -> None:
+    """The analysis reads a gateway that follows a routes file the test writes, as a replica
+    whose ConfigMap watch has stalled would: while it still routes by the weights from before
+    the step, the analysis holds and names it; once it routes by 20/80, the analysis goes on."""
+    stack = start_stack()
+    routes = tmp_path / "routes.json"
+
+    def route(**weights: int) -> None:
+        versions = [
+            {"name": name, "weight": weight, "endpoint": "http://127.0.0.1:9"}
+            for name, weight in weights.items()
+        ]
+        routes.write_text(json.dumps({MODEL: {"model": MODEL, "versions": versions}}))
+
+    route(**{STABLE: 100})
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    spawn(
+        "modelroll-gateway",
+        f"--routes-file={routes}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        ready=f"{base}/readyz",
+    )
+    manifest = yaml.safe_load(canary_manifest(stack, {**FAST, "steps": [{"weight": 20}]}))
+    manifest["spec"]["analysis"]["metrics"] = {"gateway": {"url": f"{base}/metrics"}}
+    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    held = eventually(
+        lambda: (a := analysis(stack)).get("reason") == "WeightsNotApplied" and a,
+        "Holding on WeightsNotApplied",
+        30,
+    )
+    assert held["phase"] == "Holding"
+    assert "not in force yet" in held["message"]
+    assert f"{base}/metrics routes by none/100" in held["message"], held["message"]
+    assert weights(stack) == {STABLE: 80, CANARY: 20}  # the ConfigMap has the step
+
+    route(**{STABLE: 80, CANARY: 20})  # the replica catches up
+    resumed = eventually(
+        lambda: (a := analysis(stack)).get("reason") != "WeightsNotApplied" and a,
+        "the analysis going on",
+        30,
+    )
+    assert resumed["phase"] == "Progressing", resumed
 
 
 def test_an_operator_killed_mid_step_resumes_without_double_stepping(

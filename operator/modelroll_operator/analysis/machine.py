@@ -56,6 +56,7 @@ HEALTHY = "CanaryHealthy"
 CANARY_WORSE = "CanaryWorse"
 GUARDRAIL = "GuardrailBreached"
 METRICS_UNAVAILABLE = "MetricsUnavailable"
+WEIGHTS_NOT_APPLIED = "WeightsNotApplied"
 STEP_PAUSE = "PausedAtStep"
 MANUAL_WEIGHT = "ManualWeightChange"
 ABORTED = "Aborted"
@@ -70,6 +71,7 @@ REASONS = (
     CANARY_WORSE,
     GUARDRAIL,
     METRICS_UNAVAILABLE,
+    WEIGHTS_NOT_APPLIED,
     STEP_PAUSE,
     MANUAL_WEIGHT,
     ABORTED,
@@ -336,12 +338,32 @@ class Tally:
 
 
 @dataclass(frozen=True)
+class Split:
+    """The weights a source routes the canary and its baseline by (None: it routes none)."""
+
+    canary: float | None
+    baseline: float | None
+
+    def __str__(self) -> str:
+        return "/".join("none" if w is None else f"{w:g}" for w in (self.canary, self.baseline))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One reading of the metrics: each source's cumulative counters, by the source's name (a
-    gateway pod, ``pod/<name>``, or what Prometheus keeps for one)."""
+    gateway pod, ``pod/<name>``, or what Prometheus keeps for one), and the weights each routes
+    by (none known: nothing to verify)."""
 
     at: float
     sources: Mapping[str, Tally]
+    splits: Mapping[str, Split] = field(default_factory=dict)
+
+    def unapplied(self, canary: int, baseline: int) -> list[str]:
+        """The sources that do not route by the weights ``canary`` and ``baseline``."""
+        wanted = Split(canary, baseline)
+        return [
+            f"{name} routes by {split}" for name, split in self.splits.items() if split != wanted
+        ]
 
 
 @dataclass(frozen=True)
@@ -749,7 +771,9 @@ def evaluate(
         )
         first = state.reason != METRICS_UNAVAILABLE
         return Decision(held, event=held.message if first else None, warning=True)
-    if state.reason == METRICS_UNAVAILABLE:
+    if unapplied := snapshot.unapplied(state.canary_weight, state.baseline_step_weight):
+        return _unapplied(state, snapshot, now, unapplied)
+    if state.reason in (METRICS_UNAVAILABLE, WEIGHTS_NOT_APPLIED):
         state = replace(state, phase=PROGRESSING, reason=INCONCLUSIVE)
     # Time counts while the metrics are read (a hold for them leaves it), and by the interval.
     credit = min(max(0.0, now - state.evaluated_at), CREDIT_INTERVALS * spec.interval_seconds)
@@ -765,6 +789,25 @@ def evaluate(
         noted = replace(decision.state, message=f"{decision.state.message}; {note}")
         decision = replace(decision, state=noted)
     return decision
+
+
+def _unapplied(
+    state: AnalysisState, snapshot: Snapshot, now: float, unapplied: list[str]
+) -> Decision:
+    """Hold while a gateway does not split by the step's weights: its requests are not the
+    split being judged, so they count nowhere and the step's time stands still."""
+    wanted = f"{state.canary_weight}/{state.baseline_step_weight}"
+    why = "; ".join(unapplied)
+    held = replace(
+        state,
+        phase=HOLDING,
+        reason=WEIGHTS_NOT_APPLIED,
+        evaluated_at=now,
+        sources=count(state.sources, snapshot).sources,
+        message=f"Holding: the step's weights {wanted} are not in force yet ({why})",
+    )
+    first = state.reason != WEIGHTS_NOT_APPLIED
+    return Decision(held, event=held.message if first else None, warning=first)
 
 
 def _warm_up(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: float) -> Decision:

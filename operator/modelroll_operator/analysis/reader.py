@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from modelroll_common import metric_names as names
 
 from ..api import UNREACHABLE, Api, KubeApiError, core_path
-from .machine import Snapshot, Tally, VersionCounts
+from .machine import Snapshot, Split, Tally, VersionCounts
 from .spec import MetricsSource
 
 REQUESTS = names.GATEWAY_REQUESTS
@@ -34,7 +34,8 @@ BUCKETS = names.GATEWAY_REQUEST_DURATION + "_bucket"
 OUTCOMES = names.GATEWAY_LLM_REQUESTS
 CALLS = names.GATEWAY_MODEL_CALLS
 CALL_BUCKETS = names.GATEWAY_MODEL_CALL_DURATION + "_bucket"
-FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS)
+WEIGHT = names.GATEWAY_WEIGHT
+FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS, WEIGHT)
 WEIGHTED = "weight"
 """The ``routing`` of requests routed by weight, the judged ones."""
 READ_TIMEOUT_S = 2.0
@@ -65,6 +66,8 @@ class _Sums:
         self.buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
         self.calls: defaultdict[str, defaultdict[str, float]] = _by_version()
         self.call_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
+        self.weights: dict[str, float] = {}
+        """The weight in force for each version, as the gateway reports it."""
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         """Add one sample; a counter that is NaN, infinite or negative is a read error."""
@@ -83,6 +86,8 @@ class _Sums:
             self.calls[version][labels.get("code", "")] += value
         elif name == CALL_BUCKETS and weighted:
             self.call_buckets[version][float(labels.get("le", "+Inf"))] += value
+        elif name == WEIGHT:
+            self.weights[version] = value
 
     def counts(self, version: str) -> VersionCounts:
         return VersionCounts(
@@ -96,6 +101,9 @@ class _Sums:
 
     def tally(self, at: float, canary: str, baseline: str) -> Tally:
         return Tally(at, self.counts(canary), self.counts(baseline))
+
+    def split(self, canary: str, baseline: str) -> Split:
+        return Split(self.weights.get(canary), self.weights.get(baseline))
 
 
 def _histogram(buckets: Mapping[float, float]) -> tuple[tuple[float, float], ...]:
@@ -178,7 +186,11 @@ class MetricsReader:
             if not found:
                 errors = sorted({str(e) for e in read if isinstance(e, MetricsUnavailable)})
                 raise MetricsUnavailable("; ".join(errors))
-        return Snapshot(now, {n: sums.tally(now, canary, baseline) for n, sums in found.items()})
+        return Snapshot(
+            now,
+            {n: sums.tally(now, canary, baseline) for n, sums in found.items()},
+            {n: sums.split(canary, baseline) for n, sums in found.items()},
+        )
 
     async def _gateway(
         self, url: str, model: str, versions: tuple[str, str]
@@ -242,6 +254,7 @@ class MetricsReader:
             OUTCOMES: f"sum by (version, outcome, pod, instance) ({OUTCOMES}{{{match}}})",
             CALLS: f"sum by (version, code, pod, instance) ({CALLS}{{{weighted}}})",
             CALL_BUCKETS: f"sum by (version, le, pod, instance) ({CALL_BUCKETS}{{{weighted}}})",
+            WEIGHT: f"max by (version, pod, instance) ({WEIGHT}{{{match}}})",
         }
         url = base.rstrip("/") + "/api/v1/query"
         found: defaultdict[str, _Sums] = defaultdict(_Sums)

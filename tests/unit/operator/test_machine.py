@@ -14,6 +14,7 @@ from modelroll_operator.analysis.machine import (
     AnalysisState,
     Decision,
     Snapshot,
+    Split,
     Tally,
     VersionCounts,
 )
@@ -270,6 +271,50 @@ def test_metrics_that_cannot_be_read_hold_and_never_roll_back() -> None:
         assert story.state.reason == machine.METRICS_UNAVAILABLE
     assert story.weights == weights
     story.tick()  # readable again: the analysis goes on
+    assert story.state.phase == machine.PROGRESSING
+
+
+def splits(**by_letter: tuple[float | None, float | None]) -> Callable[[Snapshot], Snapshot]:
+    """A snapshot edit: replica ``letter`` routes by the given canary/baseline weights."""
+
+    def edit(snapshot: Snapshot) -> Snapshot:
+        given = {f"pod/gateway-{k}": Split(*w) for k, w in by_letter.items()}
+        return replace(snapshot, splits=given)
+
+    return edit
+
+
+def test_a_step_waits_until_every_gateway_routes_by_its_weights() -> None:
+    """Replica b still routes by the weights before the step (it has not seen the routes
+    change): the analysis holds, naming it, and its failing requests under that split are
+    judged nowhere; once b applies 10/90 judging goes on from there."""
+    story = Story(spec(), replicas=2)
+    stale = splits(a=(10, 90), b=(0, 100))
+    for _ in range(10):
+        story.tick(canary=30, canary_errors=30, edit=stale)
+        assert story.state.phase == machine.HOLDING
+        assert story.state.reason == machine.WEIGHTS_NOT_APPLIED
+        assert "pod/gateway-b routes by 0/100" in story.state.message
+        assert "pod/gateway-a" not in story.state.message
+    assert story.state.step_seconds == 0  # the step's clock stood still
+    assert story.weights == [machine.Weights(10, 90)]
+    assert sum("not in force" in (e or "") for e in story.events) == 1  # one event, not ten
+
+    def applied(snapshot: Snapshot) -> Snapshot:  # every replica follows each step at once
+        split = Split(story.state.canary_weight, story.state.baseline_step_weight)
+        return replace(snapshot, splits=dict.fromkeys(snapshot.sources, split))
+
+    story.run(200, canary=30, canary_errors=1, baseline=270, baseline_errors=9, edit=applied)
+    # Promoted, not rolled back: the 300 failures served under the stale split were never judged.
+    assert story.state.phase == machine.PROMOTED
+
+
+def test_a_version_missing_from_a_gateways_route_holds_the_step() -> None:
+    story = Story(spec())
+    story.tick(edit=splits(a=(None, 90)))
+    assert story.state.reason == machine.WEIGHTS_NOT_APPLIED
+    assert "routes by none/90" in story.state.message
+    story.tick(edit=splits(a=(10, 90)))
     assert story.state.phase == machine.PROGRESSING
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.pytest_plugin import AiohttpServer
 
 from modelroll_operator.analysis import reader as reader_module
+from modelroll_operator.analysis.machine import Split
 from modelroll_operator.analysis.reader import (
     MetricsReader,
     MetricsUnavailable,
@@ -105,6 +106,22 @@ async def test_a_reading_fails_only_when_no_gateway_pod_could_be_read() -> None:
     pods = Pods(pod("gw-a", "10.0.0.1"), pod("gw-b", "10.0.0.2"))
     with pytest.raises(MetricsUnavailable, match="TimeoutError"):
         await reader(pods, {}).read(MetricsSource(), "ns", "m", "canary", "stable", 5.0)
+
+
+WEIGHTS = """# TYPE modelroll_gateway_weight gauge
+modelroll_gateway_weight{model="m",version="canary"} 10.0
+modelroll_gateway_weight{model="m",version="stable"} 90.0
+modelroll_gateway_weight{model="other",version="canary"} 1.0
+"""
+
+
+async def test_each_gateway_says_the_weights_it_routes_by() -> None:
+    """gw-b has no route for the two versions (it has not seen them yet): it routes by none."""
+    pods = Pods(pod("gw-a", "10.0.0.1"), pod("gw-b", "10.0.0.2"))
+    texts = {"10.0.0.1": ONE + WEIGHTS, "10.0.0.2": ONE}
+    snapshot = await reader(pods, texts).read(MetricsSource(), "ns", "m", "canary", "stable", 5.0)
+    assert snapshot.splits == {"pod/gw-a": Split(10, 90), "pod/gw-b": Split(None, None)}
+    assert snapshot.unapplied(10, 90) == ["pod/gw-b routes by none/none"]
 
 
 class Answer:
