@@ -386,6 +386,20 @@ def traffic() -> list[Panel]:
             HALF,
             Query(quantile("0.99", GATEWAY_REQUEST_DURATION), "{{version}}"),
         ),
+        graph(
+            41,
+            "Weights each gateway replica routes by",
+            "The weight in force for each version on each gateway replica (by its scrape "
+            "target). A step of a canary analysis is judged only once every replica routes by its "
+            "weights; until then the analysis holds with WeightsNotApplied, naming the replicas "
+            "that lag.",
+            "short",
+            FULL,
+            Query(
+                f"max by (version, instance) ({GATEWAY_WEIGHT}{{{VERSIONS}}})",
+                "{{version}} on {{instance}}",
+            ),
+        ),
     ]
 
 
