@@ -169,6 +169,15 @@ class Relayed:
     outcome: str | None = None
 
     @property
+    def delivered(self) -> str | None:
+        """The outcome the client already has, whatever happens to the connection after: the
+        upstream's error event (``error``) or ``data: [DONE]`` (``completed``) was handed to it.
+        The official openai client closes its connection as soon as it reads [DONE]."""
+        if self.watch.error is not None:
+            return "error"
+        return "completed" if self.watch.done else None
+
+    @property
     def sent_status(self) -> int | None:
         """The status of the client's answer once it has begun (was sent), else None."""
         response = self.response
@@ -181,13 +190,14 @@ async def recorded(
 ) -> web.StreamResponse:
     """``answer(relayed)``, then ``record(outcome, relayed, False)``; or, when the client going
     away cancels the handler, ``record(outcome, relayed, True)`` (the outcome
-    ``client_disconnect``, unless the answer had ended otherwise) before the cancellation goes
-    on. Either way an answer is recorded once, with what was seen of it."""
+    ``client_disconnect``, unless the answer had ended otherwise or the client already had its
+    end) before the cancellation goes on. Either way an answer is recorded once, with what was
+    seen of it."""
     relayed = Relayed()
     try:
         response = await answer(relayed)
     except asyncio.CancelledError:
-        record(relayed.outcome or "client_disconnect", relayed, True)
+        record(relayed.outcome or relayed.delivered or "client_disconnect", relayed, True)
         raise
     assert relayed.outcome is not None, "every answer says how it ended"
     record(relayed.outcome, relayed, False)
@@ -332,7 +342,7 @@ async def relay(
         except (aiohttp.ClientError, TimeoutError, EventTooLong) as exc:
             broke = type(exc).__name__
     except _ClientLost as lost:
-        relayed.outcome = lost.outcome
+        relayed.outcome = relayed.delivered or lost.outcome
         if lost.outcome == "client_stalled":
             _cut_off(request, upstream)
         return response

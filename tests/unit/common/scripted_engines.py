@@ -1,7 +1,8 @@
 """OpenAI-style engines on loopback that misbehave the way a test asks, for the sidecar's and the
 gateway's streams: one breaks its stream off in the middle of an event, one floods its streams
-with large events for as long as its client reads them, one answers 200 in HTML, one answers a
-body of a given size. Each counts the streams it opened and those its client closed."""
+with large events for as long as its client reads them, one holds its stream open after
+``data: [DONE]``, one answers 200 in HTML, one answers a body of a given size. Each counts the
+streams it opened and those its client closed."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from .rawclient import PATIENCE, post_bytes
 CHAT_PATH = "/v1/chat/completions"
 FLOOD_EVENT_BYTES = 16 * 1024
 """The text of each event a flooding engine sends: a few fill a stalled client's buffers."""
+
+LINGER_S = 1.0
+"""How long a lingering engine holds its stream open after ``data: [DONE]``."""
 
 
 def chunk(content: str) -> bytes:
@@ -74,6 +78,18 @@ async def _floods(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def _lingers_after_done(request: web.Request) -> web.StreamResponse:
+    """Two chunks and ``data: [DONE]``, then the stream held open a while before it ends (an
+    engine flushing late): a client that stops at [DONE], as the openai client does, has it all."""
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(chunk("all ") + chunk("there") + b"data: [DONE]\n\n")
+    await asyncio.sleep(LINGER_S)
+    await response.write_eof()
+    return response
+
+
 async def _answers_html(request: web.Request) -> web.StreamResponse:
     await request.read()
     return web.Response(text="<html>a load balancer's page</html>", content_type="text/html")
@@ -102,6 +118,7 @@ ENGINES: dict[str, Handler] = {
     "breaks_mid_event": _breaks_mid_event,
     "floods": _floods,
     "answers_html": _answers_html,
+    "lingers_after_done": _lingers_after_done,
 }
 
 

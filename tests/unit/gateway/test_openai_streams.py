@@ -144,3 +144,26 @@ async def test_a_stream_broken_mid_event_behind_a_sidecar_reaches_the_client_as_
     data = EventScanner().feed(raw)
     assert [json.loads(d).get("error") is not None for d in data] == [False, True]
     assert outcomes(gateway) == {"error": 2}  # the sidecar's error event, passed on
+
+
+async def test_a_stream_the_openai_client_closes_at_done_counts_completed_at_both_hops(
+    aiohttp_server: AiohttpServer, start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    # The official client closes its connection as soon as it reads data: [DONE], while the
+    # engine (here one that holds its stream open after it) may not have ended the stream yet.
+    engine = await serve_engine(aiohttp_server, "lingers_after_done")
+    config = SidecarConfig(upstream=engine.url, protocol="openai", model="chat", version="chat-v1")
+    sidecar_registry = CollectorRegistry()
+    sidecar = await aiohttp_server(create_sidecar_app(config, sidecar_registry), host="127.0.0.1")
+    gateway = await gateway_to(start_gateway, routes_file, str(sidecar.make_url("")).rstrip("/"))
+    received: list[str | None] = []
+    await stream_with_openai(gateway.url("/v1"), "chat", received)
+    assert received == ["all ", "there"]
+    await until(lambda: bool(outcomes(gateway)), "the gateway counting the stream")
+    sidecar_outcomes = "modelroll_llm_requests_total"
+    await until(
+        lambda: bool(counted_outcomes(sidecar_registry, sidecar_outcomes)),
+        "the sidecar counting the stream",
+    )
+    assert outcomes(gateway) == {"completed": 1}
+    assert counted_outcomes(sidecar_registry, sidecar_outcomes) == {"completed": 1}
