@@ -3,13 +3,17 @@
 
 - ``crds/modelversion.yaml``: the fields that ``modelroll_common.settings`` declares
   (spec.batching, spec.protocol and the integer fields of spec.sidecar) are written from it:
-  type, default, bounds, enum and description. The rest of the schema is edited in the file and
-  only laid out again here, so every edit ends in the same layout.
+  type, default, bounds, enum and description. So are the latency checks of
+  spec.analysis.checks (:data:`LATENCY_CHECKS`), which share their fields, and the stream
+  histograms of every counters object in status.analysis (:data:`STREAM_HISTOGRAMS`). The rest
+  of the schema is edited in the file and only laid out again here, so every edit ends in the
+  same layout.
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
 - ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
   ``hack/dashboard.py``.
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
-  (the flags they become), from ``hack/reference.py``.
+  (the flags they become), and the table of ``status.analysis`` in ``docs/design.md``, from
+  ``hack/reference.py``.
 
 Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
 """
@@ -75,10 +79,114 @@ def choice(setting: Choice) -> dict[str, Any]:
     }
 
 
+LATENCY_CHECKS = {
+    "latency": "The share of the canary's requests slower than the baseline's latency quantile, "
+    "against the baseline's own share, in the same window (from the gateway's latency histogram).",
+    "timeToFirstToken": "For generation streams (an OpenAI version's): the share of the canary's "
+    "streams whose first token came later than the baseline's quantile of time to first token, "
+    "against the baseline's own share, in the same window (from the gateway's histogram of the "
+    "streams it routed by weight). A step passes only once both versions have streamed.",
+    "timePerOutputToken": "For generation streams (an OpenAI version's): the share of the "
+    "canary's streams slower per output token (first token to last, over the tokens after the "
+    "first) than the baseline's quantile, against the baseline's own share, in the same window "
+    "(from the gateway's histogram). A step passes only once both versions have streamed.",
+}
+"""The checks of spec.analysis.checks that compare a latency histogram, with what each judges."""
+
+
+def latency_check(name: str, description: str) -> dict[str, Any]:
+    where = f"spec.analysis.checks.{name}"
+    return {
+        "type": "object",
+        "description": description,
+        "properties": {
+            "quantile": {
+                "type": "number",
+                "description": "The baseline's value at this quantile is the bound, read from its "
+                "counts of the step before each judged interval (default 0.95).",
+                "default": 0.95,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self >= 0.5 && self < 1.0",
+                        "message": f"{where}.quantile must be within 0.5..1 (1 excluded)",
+                    }
+                ],
+            },
+            "maxRatio": {
+                "type": "number",
+                "description": "The canary fails when its share of slow requests is, with "
+                "decisive evidence, above maxRatio times the baseline's (default 1.5).",
+                "default": 1.5,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self >= 1.0 && self <= 100.0",
+                        "message": f"{where}.maxRatio must be within 1..100",
+                    }
+                ],
+            },
+            "dryRun": {
+                "type": "boolean",
+                "description": "Report this check's verdict, never act on it.",
+                "default": False,
+            },
+        },
+    }
+
+
+STREAM_HISTOGRAMS = {
+    "ttftBuckets": "modelroll_gateway_llm_time_to_first_token_seconds",
+    "tpotBuckets": "modelroll_gateway_llm_time_per_output_token_seconds",
+}
+"""The histograms of the streams routed by weight that a counters object in status.analysis
+holds while a stream check judges them, by field."""
+
+
+def stream_histogram(metric: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": f"The streams routed by weight ({metric}): cumulative counts by upper "
+        "bound; only while a stream check judges them.",
+        "maxItems": 100,
+        "items": {
+            "type": "object",
+            "description": "One bucket.",
+            "properties": {
+                "le": {
+                    "type": "string",
+                    "description": "The bucket's upper bound in seconds (+Inf for the last).",
+                    "maxLength": 32,
+                },
+                "count": {"type": "number", "description": "Streams at most this slow."},
+            },
+        },
+    }
+
+
+def with_stream_histograms(analysis: dict[str, Any]) -> None:
+    """The stream histograms in each counters object of ``status.analysis``."""
+    tallies = [
+        analysis["sources"]["items"],
+        analysis["stepCounts"],
+        analysis["window"],
+    ]
+    for tally in tallies:
+        for arm in ("canary", "baseline"):
+            counters = tally["properties"][arm]["properties"]
+            for field, metric in STREAM_HISTOGRAMS.items():
+                counters[field] = stream_histogram(metric)
+
+
 def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
     """``crd`` with the declared fields written in place (a new one goes last)."""
     (version,) = crd["spec"]["versions"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    checks = spec["analysis"]["properties"]["checks"]["properties"]
+    guardrail = checks.pop("guardrail")
+    for name, description in LATENCY_CHECKS.items():
+        checks[name] = latency_check(name, description)
+    checks["guardrail"] = guardrail
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    with_stream_histograms(status["analysis"]["properties"])
     batching = spec["batching"]["properties"]
     for setting in BATCHING_SETTINGS:
         batching[setting.key] = integer(setting, defaulted=True)
@@ -122,12 +230,13 @@ def dump(doc: dict[str, Any]) -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and what it should hold."""
-    body = dump(with_settings(yaml.safe_load(CRD.read_text())))
+    crd = with_settings(yaml.safe_load(CRD.read_text()))
+    body = dump(crd)
     return {
         CRD: CRD_HEADER + body,
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
-        **reference.outputs(),
+        **reference.outputs(crd),
     }
 
 

@@ -1,14 +1,18 @@
-"""The reference tables written from ``modelroll_common.settings``: the ModelVersion fields the
-settings declare (docs/design.md) and the sidecar flags they become (sidecar/README.md).
+"""The reference tables written from modelroll's declarations: the ModelVersion fields that
+``modelroll_common.settings`` declares (docs/design.md) and the sidecar flags they become
+(sidecar/README.md), and the fields of ``status.analysis`` as the CRD declares them
+(docs/design.md).
 
-Each table follows the line :data:`MARKER` in its document and runs to the first line that is not
-a table row; ``make generate`` (hack/generate.py) writes it, and the prose around it is edited by
+Each table follows its marker line in its document and runs to the first line that is not a
+table row; ``make generate`` (hack/generate.py) writes it, and the prose around it is edited by
 hand.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from modelroll_common.settings import (
     BATCHING_CHOICES,
@@ -23,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
 SIDECAR_README = ROOT / "sidecar" / "README.md"
 MARKER = "<!-- make generate writes the table below from common/modelroll_common/settings.py -->"
+CRD_MARKER = "<!-- make generate writes the table below from crds/modelversion.yaml -->"
 
 
 def _cell(text: str) -> str:
@@ -85,12 +90,39 @@ def flag_rows() -> list[str]:
     return rows
 
 
-def splice(text: str, rows: list[str], where: Path) -> str:
-    """``text`` with the table after its one marker line replaced by ``rows``."""
+def _type(schema: Mapping[str, Any]) -> str:
+    kind = str(schema.get("type", "object"))
+    return f"{_type(schema['items'])} array" if kind == "array" else kind
+
+
+def _fields(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every field under ``schema`` as (path, its schema); array items as ``path[]``."""
+    for name, child in (schema.get("properties") or {}).items():
+        yield f"{path}.{name}", child
+        yield from _fields(child, f"{path}.{name}")
+    if isinstance(items := schema.get("items"), Mapping):
+        yield from _fields(items, f"{path}[]")
+
+
+def analysis_status_rows(crd: Mapping[str, Any]) -> list[str]:
+    """The design's rows for ``status.analysis``: field, type, meaning (the CRD's description)."""
+    (version,) = crd["spec"]["versions"]
+    analysis = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "analysis"
+    ]
+    rows = ["| field | type | meaning |", "|---|---|---|"]
+    for path, schema in _fields(analysis, "status.analysis"):
+        meaning = _cell(str(schema.get("description", "")))
+        rows.append(f"| `{path}` | {_type(schema)} | {meaning} |")
+    return rows
+
+
+def splice(text: str, rows: list[str], where: Path, marker: str = MARKER) -> str:
+    """``text`` with the table after its one ``marker`` line replaced by ``rows``."""
     lines = text.split("\n")
-    at = [i for i, line in enumerate(lines) if line.strip() == MARKER]
+    at = [i for i, line in enumerate(lines) if line.strip() == marker]
     if len(at) != 1:
-        raise ValueError(f"{where} must hold the line {MARKER!r} once, holds it {len(at)} times")
+        raise ValueError(f"{where} must hold the line {marker!r} once, holds it {len(at)} times")
     start = at[0] + 1
     end = start
     while end < len(lines) and lines[end].startswith("|"):
@@ -98,9 +130,10 @@ def splice(text: str, rows: list[str], where: Path) -> str:
     return "\n".join([*lines[:start], *rows, *lines[end:]])
 
 
-def outputs() -> dict[Path, str]:
-    """The two documents with their generated tables."""
+def outputs(crd: Mapping[str, Any]) -> dict[Path, str]:
+    """The two documents with their generated tables (``crd``: the CRD as generated)."""
+    design = splice(DESIGN.read_text(), field_rows(), DESIGN)
     return {
-        DESIGN: splice(DESIGN.read_text(), field_rows(), DESIGN),
+        DESIGN: splice(design, analysis_status_rows(crd), DESIGN, CRD_MARKER),
         SIDECAR_README: splice(SIDECAR_README.read_text(), flag_rows(), SIDECAR_README),
     }

@@ -3,7 +3,8 @@
 
 They are a contract: the sidecar and the gateway export these series; the operator's canary
 analysis, the chart's dashboard (hack/dashboard.py) and the benchmarks read them. Each
-exporter declares its series' help and labels where it creates them.
+exporter declares its series' help and labels where it creates them; the buckets of the
+histograms both export are here, so that the two hops' quantiles compare.
 """
 
 from __future__ import annotations
@@ -47,4 +48,11 @@ GATEWAY_WATCH_RESTARTS = "modelroll_gateway_watch_restarts_total"
 GATEWAY_CLIENT_TIMEOUTS = "modelroll_gateway_client_timeouts_total"
 GATEWAY_PINS_IGNORED = "modelroll_gateway_pins_ignored_total"
 GATEWAY_LLM_TTFT = "modelroll_gateway_llm_time_to_first_token_seconds"
+GATEWAY_LLM_TPOT = "modelroll_gateway_llm_time_per_output_token_seconds"
 GATEWAY_LLM_REQUESTS = "modelroll_gateway_llm_requests_total"
+
+# The buckets of the generation histograms, at the sidecar and the gateway alike.
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Time to first token: a prefill of milliseconds to a queue of tens of seconds."""
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+"""Time per output token: a decode iteration, milliseconds to a fraction of a second."""

@@ -133,6 +133,14 @@ class GenerationWatch:
                 self.last_token_at = now
 
     @property
+    def time_per_output_token(self) -> float | None:
+        """Seconds from the first token to the last over the tokens after the first: the
+        decode speed a reader of the stream saw (None before a second token)."""
+        if self.first_token_at is None or self.last_token_at is None or self.tokens < 2:
+            return None
+        return (self.last_token_at - self.first_token_at) / (self.tokens - 1)
+
+    @property
     def output_tokens(self) -> int:
         return self.completion_tokens if self.completion_tokens is not None else self.tokens
 

@@ -32,9 +32,6 @@ DURATION_BUCKETS = (
     30.0,
 )
 
-TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-"""Time to first token: a prefill of milliseconds to a queue of tens of seconds."""
-
 PRECREATED_CODES = ("200", "502")
 """Codes whose series exist at 0 for every routed version, so error ratios are never absent."""
 
@@ -217,9 +214,17 @@ class GatewayMetrics:
         self.llm_ttft = Histogram(
             names.GATEWAY_LLM_TTFT,
             "OpenAI generation streams: time from a request's arrival at the gateway to the first "
-            "generated token it passed back, by model and version.",
-            ["model", "version"],
-            buckets=TTFT_BUCKETS,
+            "generated token it passed back, by model, version and routing.",
+            ["model", "version", "routing"],
+            buckets=names.TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.llm_tpot = Histogram(
+            names.GATEWAY_LLM_TPOT,
+            "OpenAI generation streams: time from the first generated token passed back to the "
+            "last, over the tokens after the first, by model, version and routing.",
+            ["model", "version", "routing"],
+            buckets=names.TPOT_BUCKETS,
             registry=registry,
         )
         self.llm_requests = Counter(

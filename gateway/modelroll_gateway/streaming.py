@@ -80,9 +80,11 @@ class StreamingForwarder:
         labels = (target.stats.model, target.name)
 
         def record(outcome: str, relayed: sse.Relayed, abandoned: bool) -> None:
-            watch = relayed.watch
+            watch, stats = relayed.watch, target.stats
             if watch.first_token_at is not None:
-                self._metrics.llm_ttft.labels(*labels).observe(watch.first_token_at - started)
+                stats.time_to_first_token.observe(watch.first_token_at - started)
+            if (tpot := watch.time_per_output_token) is not None:
+                stats.time_per_output_token.observe(tpot)
             self._metrics.llm_requests.labels(*labels, outcome).inc()
             if abandoned and (status := relayed.sent_status) is not None:
                 # Proxy.openai counts every other answer; a cancelled forward never returns.

@@ -50,6 +50,8 @@ class VersionStats:
         "model",
         "requests",
         "routing",
+        "time_per_output_token",
+        "time_to_first_token",
         "version",
     )
 
@@ -67,6 +69,8 @@ class VersionStats:
             self._calls[int(code)] = metrics.calls.labels(model, version, routing, code)
         self.duration: Histogram = metrics.duration.labels(model, version, routing)
         self.call_duration = metrics.call_duration.labels(model, version, routing)
+        self.time_to_first_token = metrics.llm_ttft.labels(model, version, routing)
+        self.time_per_output_token = metrics.llm_tpot.labels(model, version, routing)
         for reason in UPSTREAM_ERROR_REASONS:  # at 0, so the dashboard shows them all
             metrics.upstream_errors.labels(model, version, reason)
         self._connections = metrics.upstream_connections.labels(model, version)

@@ -163,10 +163,6 @@ class SidecarMetrics:
         self.request_duration.observe(seconds)
 
 
-# Time to first token: a prefill of milliseconds to a queue of tens of seconds.
-TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-# Time per output token: a decode iteration, milliseconds to a fraction of a second.
-TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 STREAM_OUTCOMES = (
     "completed",  # ended with data: [DONE]
     "error",  # the engine sent an error event itself
@@ -199,12 +195,12 @@ class LLMMetrics:
         self.ttft = histogram(
             names.LLM_TTFT,
             "Time from receiving a generation request to the first generated token streamed back.",
-            TTFT_BUCKETS,
+            names.TTFT_BUCKETS,
         )
         self.tpot = histogram(
             names.LLM_TPOT,
             "Per stream: time from its first token to its last over the tokens after the first.",
-            TPOT_BUCKETS,
+            names.TPOT_BUCKETS,
         )
         self.output_tokens = counter(
             names.LLM_OUTPUT_TOKENS,
@@ -241,9 +237,8 @@ class LLMMetrics:
         """A stream's figures, once it has ended (however it ended)."""
         if watch.first_token_at is not None:
             self.ttft.observe(watch.first_token_at - started)
-            if watch.last_token_at is not None and watch.tokens > 1:
-                gaps = watch.tokens - 1
-                self.tpot.observe((watch.last_token_at - watch.first_token_at) / gaps)
+        if (tpot := watch.time_per_output_token) is not None:
+            self.tpot.observe(tpot)
         self.output_tokens.inc(watch.output_tokens)
         if watch.prompt_tokens is not None:
             self.prompt_tokens.inc(watch.prompt_tokens)

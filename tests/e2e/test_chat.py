@@ -328,6 +328,42 @@ def test_a_chat_canary_whose_engine_breaks_every_stream_is_rolled_back(
     eventually(lambda: weights(stack) == {STABLE: 100, CANARY: 0}, "the rollback's routes", 5)
 
 
+def test_a_chat_canary_slower_to_its_first_token_is_rolled_back_on_that_check(
+    local_stacks: StartLocal, figures: Figures
+) -> None:
+    """The canary's engine takes 3 ms per prompt token before its first token (the stable's
+    0.02 ms) and decodes as fast: no stream fails in either version, and the time to first
+    token check alone rolls it back."""
+    stack = local_stacks(
+        [
+            chat(STABLE, 100, engine_args=LONG),
+            chat(CANARY, 0, engine_args=(*LONG, "--prefill-ms-per-token=3")),
+        ]
+    )
+    routed(stack, STABLE)
+    steps = {"steps": [{"weight": 50}], "intervalSeconds": 1, "warmupSeconds": 2}
+    checks: dict[str, Any] = {"errors": {}, "timeToFirstToken": {}}
+    analysis = {**steps, "minSeconds": 30, "minRequests": 20, "checks": checks}
+    with ChatLoad(stack.gateway_url, MODEL, concurrency=4, max_tokens=24) as load:
+        applied = time.monotonic()
+        stack.kubectl("apply", "-f", "-", input=canary_manifest(stack, CANARY, analysis))
+        wait_condition_of(stack, CANARY, "RolledBack", 60)
+        took = time.monotonic() - applied
+    state = analysis_of(stack, CANARY)
+    assert state["reason"] == "CanaryWorse", state
+    verdicts = {c["name"]: c["verdict"] for c in state["checks"]}
+    assert verdicts == {"errors": "Pass", "timeToFirstToken": "Fail"}, state["checks"]
+    ttft = next(c for c in state["checks"] if c["name"] == "timeToFirstToken")
+    assert ttft["canary"]["bad"] > ttft["baseline"]["bad"], ttft
+    assert lost(load.records[:]) == []
+    assert {s.version for s in load.records} == {STABLE, CANARY}
+    eventually(lambda: weights(stack) == {STABLE: 100, CANARY: 0}, "the rollback's routes", 5)
+    figures.add(
+        "analysis: canary's first token later, rolled back on timeToFirstToken after",
+        f"{took:.1f} s (errors check: Pass)",
+    )
+
+
 def test_the_chat_story_a_slow_canary_shows_in_prometheus_and_is_rolled_back(
     local_stacks: StartLocal, figures: Figures
 ) -> None:

@@ -180,7 +180,13 @@ class Canaries:
         assert info.spec is not None
         try:
             snapshot = await self.reader.read(
-                spec.metrics, info.namespace, info.model, info.name, state.baseline, now
+                spec.metrics,
+                info.namespace,
+                info.model,
+                info.name,
+                state.baseline,
+                now,
+                streams=spec.judges_streams,
             )
         except MetricsUnavailable as exc:
             self.metrics.source_error(info.namespace, info.model, info.name)

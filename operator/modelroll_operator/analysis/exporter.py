@@ -8,10 +8,10 @@ show what ``status.analysis`` holds (docs/design.md, "Metrics"):
   kube-state-metrics exports a pod's phase), the step (1-based, as the status counts it), the
   weights the analysis last set (``arm``: ``canary`` or ``baseline``), and an info gauge naming
   the baseline and the reason;
-- per check (``check``: ``errors``, ``latency``), the test statistic Λ, the ratio of the bad
-  rates (absent while it is unknown), the verdict (one gauge per verdict, like the phase) and the
-  requests and bad requests judged in this step per arm. A step's checks start afresh: a check
-  that the state no longer holds (a new step's warm-up) loses its series;
+- per check (``check``: its key in ``spec.analysis.checks``), the test statistic Λ, the ratio
+  of the bad rates (absent while it is unknown), the verdict (one gauge per verdict, like the
+  phase) and the requests and bad requests judged in this step per arm. A step's checks start
+  afresh: a check that the state no longer holds (a new step's warm-up) loses its series;
 - counters of the decisions the operator made and of the metrics reads that failed, which exist
   at 0 from the canary's first appearance so that ``increase()`` sees the first one.
 

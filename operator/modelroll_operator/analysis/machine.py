@@ -21,15 +21,18 @@ whatever its status line said (:meth:`VersionCounts.judged`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from . import statistics
 from .spec import (
+    LATENCY,
     PROMOTE,
     ROLLBACK,
     STREAM_ERROR,
+    TPOT,
+    TTFT,
     AnalysisSpec,
     ErrorCheck,
     LatencyCheck,
@@ -125,6 +128,11 @@ class VersionCounts:
     :meth:`judged`, a source that does not export them has one call per request."""
     call_buckets: tuple[tuple[float, float], ...] = ()
     """The latency histogram counted the same way (the model_call_duration histogram)."""
+    ttft_buckets: tuple[tuple[float, float], ...] = ()
+    """The weighted generation streams' time to first token, as a cumulative histogram; read
+    only for a spec with a stream check (AnalysisSpec.judges_streams)."""
+    tpot_buckets: tuple[tuple[float, float], ...] = ()
+    """Their time per output token, likewise."""
 
     @property
     def requests(self) -> float:
@@ -144,7 +152,7 @@ class VersionCounts:
         return (self.codes, self.pinned, self.outcomes, self.calls)
 
     def _histograms(self) -> tuple[tuple[tuple[float, float], ...], ...]:
-        return (self.buckets, self.call_buckets)
+        return (self.buckets, self.call_buckets, self.ttft_buckets, self.tpot_buckets)
 
     def lacks_series_of(self, earlier: VersionCounts) -> bool:
         """Whether a series (a code, an outcome, a bucket) that ``earlier`` has is missing."""
@@ -179,6 +187,8 @@ class VersionCounts:
             outcomes=_increases(self.outcomes, earlier.outcomes),
             calls=_increases(self.calls, earlier.calls),
             call_buckets=_bucket_increases(self.call_buckets, earlier.call_buckets),
+            ttft_buckets=_bucket_increases(self.ttft_buckets, earlier.ttft_buckets),
+            tpot_buckets=_bucket_increases(self.tpot_buckets, earlier.tpot_buckets),
         )
 
     def judged(self) -> VersionCounts:
@@ -201,6 +211,8 @@ class VersionCounts:
             buckets=self.buckets,
             calls=_moved(self.calls or self.codes, moved),
             call_buckets=self.call_buckets or self.buckets,
+            ttft_buckets=self.ttft_buckets,
+            tpot_buckets=self.tpot_buckets,
         )
 
     def plus(self, other: VersionCounts) -> VersionCounts:
@@ -212,6 +224,8 @@ class VersionCounts:
             outcomes=_sum(self.outcomes, other.outcomes),
             calls=_sum(self.calls, other.calls),
             call_buckets=_bucket_sum(self.call_buckets, other.call_buckets),
+            ttft_buckets=_bucket_sum(self.ttft_buckets, other.ttft_buckets),
+            tpot_buckets=_bucket_sum(self.tpot_buckets, other.tpot_buckets),
         )
 
     def to_dict(self, calls: bool = True) -> dict[str, Any]:
@@ -221,7 +235,7 @@ class VersionCounts:
         would keep keys a new map lacks."""
         out: dict[str, Any] = {
             "codes": [{"code": c, "count": _num(n)} for c, n in sorted(self.codes.items())],
-            "buckets": [{"le": _le(le), "count": _num(n)} for le, n in self.buckets],
+            "buckets": _buckets_out(self.buckets),
         }
         # A source's counters only: summed deltas are judged ones, without either.
         if self.pinned:
@@ -233,26 +247,28 @@ class VersionCounts:
         if self.calls and calls:
             out["calls"] = [{"code": c, "count": _num(n)} for c, n in sorted(self.calls.items())]
         if self.call_buckets and calls:
-            out["callBuckets"] = [{"le": _le(le), "count": _num(n)} for le, n in self.call_buckets]
+            out["callBuckets"] = _buckets_out(self.call_buckets)
+        if self.ttft_buckets:
+            out["ttftBuckets"] = _buckets_out(self.ttft_buckets)
+        if self.tpot_buckets:
+            out["tpotBuckets"] = _buckets_out(self.tpot_buckets)
         return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> VersionCounts:
         codes = {str(c["code"]): float(c["count"]) for c in raw.get("codes") or []}
-        buckets = tuple((float(b["le"]), float(b["count"])) for b in raw.get("buckets") or [])
         pinned = {str(c["code"]): float(c["count"]) for c in raw.get("pinned") or []}
         outcomes = {str(o["outcome"]): float(o["count"]) for o in raw.get("outcomes") or []}
         calls = {str(c["code"]): float(c["count"]) for c in raw.get("calls") or []}
-        call_buckets = tuple(
-            (float(b["le"]), float(b["count"])) for b in raw.get("callBuckets") or []
-        )
         return cls(
             codes=codes,
-            buckets=buckets,
+            buckets=_buckets_in(raw.get("buckets")),
             pinned=pinned,
             outcomes=outcomes,
             calls=calls,
-            call_buckets=call_buckets,
+            call_buckets=_buckets_in(raw.get("callBuckets")),
+            ttft_buckets=_buckets_in(raw.get("ttftBuckets")),
+            tpot_buckets=_buckets_in(raw.get("tpotBuckets")),
         )
 
 
@@ -289,6 +305,14 @@ def _moved(codes: Mapping[str, float], streams: float) -> dict[str, float]:
         out["200"] = ok - moved
         out[STREAM_ERROR] = codes.get(STREAM_ERROR, 0.0) + moved
     return out
+
+
+def _buckets_out(buckets: _Histogram) -> list[dict[str, Any]]:
+    return [{"le": _le(le), "count": _num(n)} for le, n in buckets]
+
+
+def _buckets_in(raw: Any) -> _Histogram:
+    return tuple((float(b["le"]), float(b["count"])) for b in raw or [])
 
 
 def _increase(now: float, before: float | None) -> float:
@@ -842,10 +866,18 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
         bound = previous.bound
         if isinstance(check, ErrorCheck):
             c, b = _errors(canary, check), _errors(baseline, check)
-        else:
+        elif name == LATENCY:
             assert isinstance(check, LatencyCheck)
             bound = statistics.slow_bound(earlier_baseline.buckets, check.quantile)
             c, b = _slow(canary, bound), _slow(baseline, bound)
+        else:
+            assert isinstance(check, LatencyCheck)
+            histogram = _STREAM_HISTOGRAMS[name]
+            bound = statistics.slow_bound(histogram(earlier_baseline), check.quantile)
+            c, b = (
+                _slow_streams(histogram(canary), bound),
+                _slow_streams(histogram(baseline), bound),
+            )
         updated = statistics.update(previous.evidence, check.max_ratio, c, b)
         verdict = statistics.verdict(updated, alpha, spec.false_promotion_budget)
         checks[name] = CheckState(updated, verdict, bound)
@@ -883,9 +915,16 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
 
     judged_for = state.step_seconds - state.judging_from
     canary_requests = window.canary.requests
-    # No evidence, no verdict: a baseline that answered nothing in the window is no comparison.
+    # No evidence, no verdict: a baseline that answered nothing in the window is no comparison,
+    # and neither is a stream check before both versions have streamed.
     compared = window.baseline.requests > 0
-    enough = compared and judged_for >= spec.min_seconds and canary_requests >= spec.min_requests
+    unstreamed = [n for n in _STREAM_HISTOGRAMS if n in checks and not _streamed(checks[n])]
+    enough = (
+        compared
+        and not unstreamed
+        and judged_for >= spec.min_seconds
+        and canary_requests >= spec.min_requests
+    )
     passed = all(c.verdict == statistics.PASS or _dry(spec, n) for n, c in checks.items())
     if enough and passed:
         step = spec.steps[state.step]
@@ -905,6 +944,8 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
         )
         if not compared:
             detail = f"{detail}, no baseline requests"
+        if unstreamed:
+            detail = f"{detail}, no streams of both versions yet for {', '.join(unstreamed)}"
     else:
         detail = "the evidence is not yet clear either way"
     if state.step_seconds >= spec.max_seconds:
@@ -946,6 +987,26 @@ def _slow(counts: VersionCounts, bound: float | None) -> statistics.Counts:
         counts.call_count,
         statistics.over(counts.call_buckets, bound),
     )
+
+
+_STREAM_HISTOGRAMS: dict[str, Callable[[VersionCounts], _Histogram]] = {
+    TTFT: lambda counts: counts.ttft_buckets,
+    TPOT: lambda counts: counts.tpot_buckets,
+}
+"""The histogram each stream check judges."""
+
+
+def _slow_streams(buckets: _Histogram, bound: float | None) -> statistics.Counts:
+    """An interval's streams (those the histogram counted) and those slower than ``bound``: a
+    stream is a model call of its own."""
+    total = buckets[-1][1] if buckets else 0.0
+    slow = 0.0 if bound is None or math.isinf(bound) else statistics.over(buckets, bound)
+    return statistics.Counts(round(total), round(slow), total, slow)
+
+
+def _streamed(check: CheckState) -> bool:
+    """Whether both versions' streams have been judged by a stream check."""
+    return check.evidence.canary.requests > 0 and check.evidence.baseline.requests > 0
 
 
 def _dry(spec: AnalysisSpec, name: str) -> bool:

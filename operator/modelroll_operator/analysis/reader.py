@@ -9,7 +9,9 @@ like a reset. A reading fails (and the analysis holds) only when no source could
 
 Requests are read by how the gateway chose their version (``routing``): those routed by weight
 are judged, those pinned by header are kept apart; a series without the label (a gateway that
-does not set it) counts as routed by weight. Stream outcomes are read too (rollout.VersionCounts).
+does not set it) counts as routed by weight. Stream outcomes are read too (machine.VersionCounts),
+and for a spec with a stream check the weighted streams' time to first token and time per output
+token histograms.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ OUTCOMES = names.GATEWAY_LLM_REQUESTS
 CALLS = names.GATEWAY_MODEL_CALLS
 CALL_BUCKETS = names.GATEWAY_MODEL_CALL_DURATION + "_bucket"
 WEIGHT = names.GATEWAY_WEIGHT
+TTFT_BUCKETS = names.GATEWAY_LLM_TTFT + "_bucket"
+TPOT_BUCKETS = names.GATEWAY_LLM_TPOT + "_bucket"
 FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS, WEIGHT)
+STREAM_FAMILIES = (TTFT_BUCKETS, TPOT_BUCKETS)
+"""Read only for a spec with a stream check: every version exports them, at 0 unless it streams."""
 WEIGHTED = "weight"
 """The ``routing`` of requests routed by weight, the judged ones."""
 READ_TIMEOUT_S = 2.0
@@ -66,6 +72,8 @@ class _Sums:
         self.buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
         self.calls: defaultdict[str, defaultdict[str, float]] = _by_version()
         self.call_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
+        self.ttft_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
+        self.tpot_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
         self.weights: dict[str, float] = {}
         """The weight in force for each version, as the gateway reports it."""
 
@@ -86,6 +94,10 @@ class _Sums:
             self.calls[version][labels.get("code", "")] += value
         elif name == CALL_BUCKETS and weighted:
             self.call_buckets[version][float(labels.get("le", "+Inf"))] += value
+        elif name == TTFT_BUCKETS and weighted:
+            self.ttft_buckets[version][float(labels.get("le", "+Inf"))] += value
+        elif name == TPOT_BUCKETS and weighted:
+            self.tpot_buckets[version][float(labels.get("le", "+Inf"))] += value
         elif name == WEIGHT:
             self.weights[version] = value
 
@@ -97,6 +109,8 @@ class _Sums:
             outcomes=dict(self.outcomes.get(version) or {}),
             calls=dict(self.calls.get(version) or {}),
             call_buckets=_histogram(self.call_buckets.get(version) or {}),
+            ttft_buckets=_histogram(self.ttft_buckets.get(version) or {}),
+            tpot_buckets=_histogram(self.tpot_buckets.get(version) or {}),
         )
 
     def tally(self, at: float, canary: str, baseline: str) -> Tally:
@@ -114,14 +128,17 @@ def _histogram(buckets: Mapping[float, float]) -> tuple[tuple[float, float], ...
     return ordered
 
 
-def add_exposition(sums: _Sums, text: str, model: str, versions: Iterable[str]) -> None:
-    """Add one gateway's /metrics (Prometheus text format) for ``versions`` of ``model``."""
-    wanted = set(versions)
+def add_exposition(
+    sums: _Sums, text: str, model: str, versions: Iterable[str], families: Iterable[str] = FAMILIES
+) -> None:
+    """Add one gateway's /metrics (Prometheus text format): ``families`` of ``versions`` of
+    ``model``."""
+    wanted, read = set(versions), set(families)
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if (
-                    sample.name in FAMILIES
+                    sample.name in read
                     and sample.labels.get("model") == model
                     and sample.labels.get("version") in wanted
                 ):
@@ -165,19 +182,25 @@ class MetricsReader:
         canary: str,
         baseline: str,
         now: float,
+        *,
+        streams: bool = False,
     ) -> Snapshot:
-        """Each source's counters of both versions now; raises MetricsUnavailable when no
-        source could be read (a source that could not be read is left out)."""
+        """Each source's counters of both versions now, with the stream histograms if
+        ``streams``; raises MetricsUnavailable when no source could be read (a source that
+        could not be read is left out)."""
         versions = (canary, baseline)
+        families = FAMILIES + STREAM_FAMILIES if streams else FAMILIES
         if source.prometheus_url:
-            found = await self._prometheus(source.prometheus_url, model, versions)
+            found = await self._prometheus(source.prometheus_url, model, versions, families)
         else:
             targets = (
                 [(source.url, source.url)]
                 if source.url
                 else await self._gateway_targets(source, namespace)
             )
-            read = await asyncio.gather(*(self._gateway(u, model, versions) for _, u in targets))
+            read = await asyncio.gather(
+                *(self._gateway(u, model, versions, families) for _, u in targets)
+            )
             found = {
                 name: sums
                 for (name, _), sums in zip(targets, read, strict=True)
@@ -193,12 +216,12 @@ class MetricsReader:
         )
 
     async def _gateway(
-        self, url: str, model: str, versions: tuple[str, str]
+        self, url: str, model: str, versions: tuple[str, str], families: tuple[str, ...]
     ) -> _Sums | MetricsUnavailable:
         """One gateway's counters, or why they could not be read."""
         sums = _Sums()
         try:
-            add_exposition(sums, await self._get_text(url), model, versions)
+            add_exposition(sums, await self._get_text(url), model, versions, families)
         except MetricsUnavailable as exc:
             return exc
         return sums
@@ -243,7 +266,7 @@ class MetricsReader:
         return body.decode("utf-8", "replace")
 
     async def _prometheus(
-        self, base: str, model: str, versions: tuple[str, str]
+        self, base: str, model: str, versions: tuple[str, str], families: tuple[str, ...]
     ) -> dict[str, _Sums]:
         """The counters Prometheus holds, by source (:func:`source_name`)."""
         match = f'model="{model}",version=~"{"|".join(versions)}"'
@@ -255,10 +278,13 @@ class MetricsReader:
             CALLS: f"sum by (version, code, pod, instance) ({CALLS}{{{weighted}}})",
             CALL_BUCKETS: f"sum by (version, le, pod, instance) ({CALL_BUCKETS}{{{weighted}}})",
             WEIGHT: f"max by (version, pod, instance) ({WEIGHT}{{{match}}})",
+            TTFT_BUCKETS: f"sum by (version, le, pod, instance) ({TTFT_BUCKETS}{{{weighted}}})",
+            TPOT_BUCKETS: f"sum by (version, le, pod, instance) ({TPOT_BUCKETS}{{{weighted}}})",
         }
         url = base.rstrip("/") + "/api/v1/query"
         found: defaultdict[str, _Sums] = defaultdict(_Sums)
-        for name, query in queries.items():
+        for name in families:
+            query = queries[name]
             try:
                 async with self._client().get(url, params={"query": query}) as response:
                     doc: Any = await response.json(content_type=None)

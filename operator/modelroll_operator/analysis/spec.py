@@ -73,7 +73,16 @@ class ErrorCheck(RatioCheck):
 class LatencyCheck(RatioCheck):
     quantile: float = 0.95
     """The bound is the baseline's latency at this quantile, from its counts of the step before
-    the interval judged (judge.slow_bound)."""
+    the interval judged (statistics.slow_bound)."""
+
+
+ERRORS = "errors"
+LATENCY = "latency"
+TTFT = "timeToFirstToken"
+TPOT = "timePerOutputToken"
+STREAM_CHECKS = (TTFT, TPOT)
+"""The latency checks of generation streams (OpenAI versions), judged on the gateway's stream
+histograms: each stream that got a first token (or a second) is one request of the check."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,8 @@ class AnalysisSpec:
     max_seconds: int = 600
     errors: ErrorCheck | None = field(default_factory=lambda: ErrorCheck(max_ratio=1.5))
     latency: LatencyCheck | None = field(default_factory=lambda: LatencyCheck(max_ratio=1.5))
+    time_to_first_token: LatencyCheck | None = None
+    time_per_output_token: LatencyCheck | None = None
     guardrail: Guardrail | None = None
     false_rollback_budget: float = 0.01
     """The chance, over the whole analysis, that a canary as good as its baseline is rolled back;
@@ -125,13 +136,19 @@ class AnalysisSpec:
     metrics: MetricsSource = field(default_factory=MetricsSource)
 
     def checks(self) -> dict[str, RatioCheck]:
-        """The comparison checks in use, by name ("errors", "latency")."""
-        found: dict[str, RatioCheck] = {}
-        if self.errors is not None:
-            found["errors"] = self.errors
-        if self.latency is not None:
-            found["latency"] = self.latency
-        return found
+        """The comparison checks in use, by name (their keys in ``spec.analysis.checks``)."""
+        named: dict[str, RatioCheck | None] = {
+            ERRORS: self.errors,
+            LATENCY: self.latency,
+            TTFT: self.time_to_first_token,
+            TPOT: self.time_per_output_token,
+        }
+        return {name: check for name, check in named.items() if check is not None}
+
+    @property
+    def judges_streams(self) -> bool:
+        """Whether a check reads the gateway's stream histograms."""
+        return any(name in STREAM_CHECKS for name in self.checks())
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float) -> float:
@@ -157,10 +174,20 @@ def _block(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | 
     return value
 
 
+def _latency(raw: Mapping[str, Any], name: str, where: str) -> LatencyCheck | None:
+    if (block := _block(raw, name, where)) is None:
+        return None
+    return LatencyCheck(
+        max_ratio=_number(block, "maxRatio", f"{where}.{name}", 1.5),
+        dry_run=bool(block.get("dryRun", False)),
+        quantile=_number(block, "quantile", f"{where}.{name}", 0.95),
+    )
+
+
 def _checks(
     raw: Mapping[str, Any], where: str
 ) -> tuple[ErrorCheck | None, LatencyCheck | None, Guardrail | None]:
-    errors = latency = guardrail = None
+    errors = guardrail = None
     if (e := _block(raw, "errors", where)) is not None:
         codes = e.get("codes") or list(DEFAULT_ERROR_CODES)
         if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
@@ -170,12 +197,7 @@ def _checks(
             dry_run=bool(e.get("dryRun", False)),
             codes=tuple(codes),
         )
-    if (lat := _block(raw, "latency", where)) is not None:
-        latency = LatencyCheck(
-            max_ratio=_number(lat, "maxRatio", f"{where}.latency", 1.5),
-            dry_run=bool(lat.get("dryRun", False)),
-            quantile=_number(lat, "quantile", f"{where}.latency", 0.95),
-        )
+    latency = _latency(raw, LATENCY, where)
     if (g := _block(raw, "guardrail", where)) is not None:
         guardrail = Guardrail(
             max_error_ratio=_number(g, "maxErrorRatio", f"{where}.guardrail", 0.5),
@@ -225,6 +247,7 @@ def parse_analysis(raw: object) -> AnalysisSpec | None:
     guardrail = None
     if checks is not None:
         errors, latency, guardrail = _checks(checks, f"{where}.checks")
+    given = checks or {}
     policy = raw.get("onInconclusive", HOLD)
     if policy not in INCONCLUSIVE_POLICIES:
         raise SpecError(f"{where}.onInconclusive must be one of {', '.join(INCONCLUSIVE_POLICIES)}")
@@ -240,6 +263,8 @@ def parse_analysis(raw: object) -> AnalysisSpec | None:
         max_seconds=_int(raw, "maxSeconds", where, 600),
         errors=errors,
         latency=latency,
+        time_to_first_token=_latency(given, TTFT, f"{where}.checks"),
+        time_per_output_token=_latency(given, TPOT, f"{where}.checks"),
         guardrail=guardrail,
         false_rollback_budget=_number(raw, "falseRollbackBudget", where, 0.01),
         false_promotion_budget=(

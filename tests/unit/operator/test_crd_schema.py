@@ -12,6 +12,8 @@ from modelroll_common.settings import BATCHING_CHOICES, BATCHING_SETTINGS, SIDEC
 from modelroll_operator.spec import Batching, parse_batching
 from modelroll_sidecar.config import SidecarConfig
 
+from .test_machine import Story, spec
+
 CRD = Path(__file__).resolve().parents[3] / "crds" / "modelversion.yaml"
 
 
@@ -143,3 +145,41 @@ def test_the_rule_on_max_wait_and_timeout_is_the_sidecars() -> None:
     assert any("self.maxWaitMs <= self.timeoutMs" in r for r in rules)
     with pytest.raises(ValueError, match=r"--max-wait-ms \(500\) must not exceed --timeout-ms"):
         SidecarConfig(max_wait_ms=500, timeout_ms=100)
+
+
+def pruned(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """The paths in ``value`` that the API server would drop: keys that ``schema`` does not
+    declare where it keeps no unknown fields."""
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in pruned(v, schema["items"], f"{path}[{i}]")]
+    if not isinstance(value, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    declared = schema.get("properties") or {}
+    return [
+        p
+        for key, v in value.items()
+        for p in (
+            pruned(v, declared[key], f"{path}.{key}") if key in declared else [f"{path}.{key}"]
+        )
+    ]
+
+
+def test_status_analysis_keeps_every_field_the_operator_writes() -> None:
+    """A state with every part filled in (each check, the stream histograms of every counters
+    object) is stored whole: a field the schema lacked would be dropped, and the analysis would
+    read cumulative counters as one interval's."""
+    checks: dict[str, Any] = {
+        "errors": {},
+        "latency": {},
+        "timeToFirstToken": {},
+        "timePerOutputToken": {},
+    }
+    story = Story(spec(checks={**checks, "guardrail": {}}))
+    for _ in range(4):
+        story.tick(canary_errors=1, canary_slow=2, canary_streams=30, baseline_streams=270)
+    written = story.state.to_dict()
+    assert written["window"]["canary"]["ttftBuckets"]
+    assert written["sources"][0]["baseline"]["tpotBuckets"]
+    (version,) = load()["spec"]["versions"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert pruned(written, status["analysis"], "status.analysis") == []

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pytest
+
 from modelroll_operator.analysis import machine
 from modelroll_operator.analysis.machine import (
     AnalysisState,
@@ -29,6 +31,7 @@ from modelroll_operator.analysis.spec import (
 )
 
 BOUNDS = (0.01, 0.05, 0.1, math.inf)
+STREAM_BOUNDS = (0.05, 0.25, math.inf)
 
 
 @dataclass
@@ -41,6 +44,8 @@ class Arm:
     medium: float = 0  # at most 50 ms
     slow: float = 0  # at most 100 ms
     codes: dict[str, float] = field(default_factory=dict)
+    prompt_streams: float = 0  # streams at most 50 ms to their first token (and per token)
+    late_streams: float = 0  # at most 250 ms
 
     def add(self, requests: int, errors: int = 0, slow: int = 0, code: str = "500") -> None:
         self.ok += requests - errors
@@ -49,11 +54,23 @@ class Arm:
         self.medium += slow
         self.fast += requests - slow
 
+    def stream(self, streams: int, late: int) -> None:
+        self.prompt_streams += streams - late
+        self.late_streams += late
+
     def counts(self) -> VersionCounts:
         codes = {"200": self.ok, **self.codes}
         cumulative = (self.fast, self.fast + self.medium, self.fast + self.medium + self.slow)
         total = self.ok + self.errors
-        return VersionCounts(codes, tuple(zip(BOUNDS, (*cumulative, total), strict=True)))
+        streamed = self.prompt_streams + self.late_streams
+        streams = (self.prompt_streams, streamed, streamed)
+        histogram = tuple(zip(STREAM_BOUNDS, streams, strict=True)) if streamed else ()
+        return VersionCounts(
+            codes,
+            tuple(zip(BOUNDS, (*cumulative, total), strict=True)),
+            ttft_buckets=histogram,
+            tpot_buckets=histogram,
+        )
 
 
 @dataclass
@@ -133,6 +150,10 @@ class Story:
         baseline_errors: int = 0,
         canary_slow: int = 0,
         baseline_slow: int = 0,
+        canary_streams: int = 0,
+        canary_late: int = 0,
+        baseline_streams: int = 0,
+        baseline_late: int = 0,
         readable: bool = True,
         read: str | None = None,
         edit: Callable[[Snapshot], Snapshot] | None = None,
@@ -149,6 +170,10 @@ class Story:
                 _share(baseline, parts, i),
                 _share(baseline_errors, parts, i),
                 _share(baseline_slow, parts, i),
+            )
+            replica.canary.stream(_share(canary_streams, parts, i), _share(canary_late, parts, i))
+            replica.baseline.stream(
+                _share(baseline_streams, parts, i), _share(baseline_late, parts, i)
             )
         judged = self.state.window is not None
         snapshot = self.snapshot(read) if readable else None
@@ -239,6 +264,34 @@ def test_a_slower_canary_is_rolled_back_on_the_latency_check() -> None:
     assert story.state.checks["latency"].verdict == "Fail"
     assert story.state.checks["latency"].bound == 0.01
     assert story.state.checks["errors"].verdict != "Fail"
+
+
+@pytest.mark.parametrize("check", ["timeToFirstToken", "timePerOutputToken"])
+def test_a_canary_slower_to_stream_is_rolled_back_on_its_stream_check(check: str) -> None:
+    """Every request a stream, errors and request latency alike in both versions: only the
+    stream check sees that 4 in 10 of the canary's streams are late (1 in 50 of the baseline's)."""
+    story = Story(spec(checks={"errors": {}, "latency": {}, check: {}}))
+    started = story.now
+    streams = {"canary_streams": 30, "canary_late": 12, "baseline_streams": 270, "baseline_late": 5}
+    story.run(100, canary=30, canary_errors=1, baseline=270, baseline_errors=9, **streams)
+    assert story.state.phase == machine.ROLLED_BACK
+    assert story.now - started <= 30
+    assert story.weights[-1] == machine.Weights(0, 100)
+    verdicts = {name: c.verdict for name, c in story.state.checks.items()}
+    assert verdicts == {"errors": "Pass", "latency": "Pass", check: "Fail"}
+    assert story.state.checks[check].bound == 0.05
+    assert f"{check}: canary 12/30" in (story.events[-1] or ""), story.events[-1]
+
+
+def test_a_stream_check_holds_until_both_versions_stream() -> None:
+    """A stream check with no streams to judge (a canary that never streams, say) is no pass:
+    the step holds, saying so, and goes on once both versions stream."""
+    story = Story(spec(steps=[{"weight": 10}], checks={"timeToFirstToken": {}}, maxSeconds=60))
+    story.run(40, canary=30, baseline=270, baseline_streams=270)
+    assert story.state.phase == machine.HOLDING
+    assert "no streams of both versions yet for timeToFirstToken" in story.state.message
+    story.run(40, canary=30, baseline=270, canary_streams=30, baseline_streams=270)
+    assert story.state.phase == machine.PROMOTED
 
 
 def test_a_dry_run_check_reports_but_never_acts() -> None:

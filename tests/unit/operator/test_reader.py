@@ -10,10 +10,14 @@ from typing import Any, cast
 import pytest
 from aiohttp import web
 from aiohttp.pytest_plugin import AiohttpServer
+from prometheus_client import CollectorRegistry, generate_latest
 
+from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_operator.analysis import reader as reader_module
 from modelroll_operator.analysis.machine import Split
 from modelroll_operator.analysis.reader import (
+    FAMILIES,
+    STREAM_FAMILIES,
     MetricsReader,
     MetricsUnavailable,
     _Sums,
@@ -265,3 +269,23 @@ async def test_an_exposition_over_the_limit_is_unavailable(
             await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
     finally:
         await reading.close()
+
+
+def test_the_weighted_streams_histograms_are_read_from_the_gateways_own_metrics() -> None:
+    """What the gateway exports for streams, read as the stream checks judge it: the streams it
+    routed by weight only, and only when a stream check asks for them."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    for routing, first_token in (("weight", 0.02), ("weight", 0.4), ("pin", 0.4)):
+        metrics.llm_ttft.labels("m", "canary", routing).observe(first_token)
+        metrics.llm_tpot.labels("m", "canary", routing).observe(first_token / 10)
+    text = generate_latest(registry).decode()
+    plain, streams = _Sums(), _Sums()
+    add_exposition(plain, text, "m", ("canary", "stable"))
+    add_exposition(streams, text, "m", ("canary", "stable"), FAMILIES + STREAM_FAMILIES)
+    assert plain.tally(1.0, "canary", "stable").canary.ttft_buckets == ()
+    canary = streams.tally(1.0, "canary", "stable").canary
+    ttft = dict(canary.ttft_buckets)
+    assert (ttft[0.025], ttft[0.5], ttft[math.inf]) == (1.0, 2.0, 2.0)
+    tpot = dict(canary.tpot_buckets)
+    assert (tpot[0.0025], tpot[0.05], tpot[math.inf]) == (1.0, 2.0, 2.0)
