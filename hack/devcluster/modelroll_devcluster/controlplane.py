@@ -23,7 +23,7 @@ from typing import Any, Self
 import yaml
 
 from .pki import Pki, create_pki
-from .processes import STOP_TIMEOUT, ClusterError, Component, free_port, tail
+from .processes import STOP_TIMEOUT, ClusterError, Component, PortTaken, free_port
 
 #: The binaries `make cluster-bins` builds into ``.bin/``.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
@@ -130,10 +130,6 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-class _AddressInUseError(ClusterError):
-    """A component lost the race for its port to another process; retried on new ports."""
-
-
 class ControlPlane:
     """etcd, kube-apiserver and kube-controller-manager, started and stopped together.
 
@@ -197,7 +193,7 @@ class ControlPlane:
                 try:
                     self._start_all(binaries)
                     return self
-                except _AddressInUseError:
+                except PortTaken:
                     self.stop()
                     if attempt == 2:
                         raise
@@ -276,10 +272,7 @@ class ControlPlane:
         deadline = time.monotonic() + self.start_timeout
         while True:
             if not component.running():
-                code = component.process.returncode if component.process else None
-                if "address already in use" in tail(component.log_path, 200):
-                    raise _AddressInUseError(f"{component.name}: a port was taken")
-                raise component.failure(f"exited with code {code} during start-up")
+                raise component.exited()
             if ready():
                 return
             if time.monotonic() > deadline:

@@ -42,7 +42,7 @@ from .controlplane import (
     repo_root,
 )
 from .pki import issue_client_cert
-from .processes import ClusterError, Component, free_port
+from .processes import ClusterError, Component, PortTaken, free_port
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-scheduler")
 NODE_NAME = "modelroll-node"
@@ -126,8 +126,19 @@ class Node:
 
     def start(self) -> Self:
         """Start containerd, kubelet, kube-proxy and kube-scheduler, import the images, run
-        CoreDNS, and wait until the node is Ready and DNS answers; on failure nothing is left."""
+        CoreDNS, and wait until the node is Ready and DNS answers; on failure nothing is left.
+        A component that loses a port picked for it to another process is started again, with
+        the others, on new ports (up to three times)."""
         binaries = preflight(self.plane.bin_dir, self.images_dir)
+        for attempt in range(3):
+            try:
+                return self._start(binaries)
+            except PortTaken:
+                if attempt == 2:
+                    raise
+        return self  # pragma: no cover - the loop returns or raises
+
+    def _start(self, binaries: dict[str, Path]) -> Self:
         self.stop()  # a crashed run's leftovers
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
@@ -155,13 +166,13 @@ class Node:
             containerd = self.components["containerd"]
             self.containerd_socket.parent.mkdir(parents=True, exist_ok=True)
             containerd.start(die_with_parent=self.plane.die_with_parent)
-            self._wait(containerd, self.containerd_socket.exists)
+            self._wait(self.containerd_socket.exists, "containerd")
             self.import_images()
             for name in ("kubelet", "kube-proxy", "kube-scheduler"):
                 self.components[name].start(die_with_parent=self.plane.die_with_parent)
-            self._wait(self.components["kubelet"], self._node_ready)
+            self._wait(self._node_ready, "kubelet")
             self._kubectl("apply", "-f", "-", input=yaml.safe_dump_all(coredns_manifests()))
-            self._wait(self.components["kubelet"], self._dns_ready)
+            self._wait(self._dns_ready, "kubelet")
         except BaseException:
             self.stop()
             raise
@@ -200,12 +211,16 @@ class Node:
 
     # -- readiness --------------------------------------------------------------------------
 
-    def _wait(self, component: Component, ready: Callable[[], bool]) -> None:
+    def _wait(self, ready: Callable[[], bool], waiting_on: str) -> None:
+        """Poll ``ready`` until it holds; fail as soon as a started component exits, or with
+        the log of ``waiting_on`` (the component it depends on most) when time runs out."""
         deadline = time.monotonic() + self.start_timeout
         while not ready():
-            if not component.running():
-                raise component.failure("exited during start-up")
+            for component in self.components.values():
+                if component.process is not None and not component.running():
+                    raise component.exited()
             if time.monotonic() > deadline:
+                component = self.components[waiting_on]
                 raise component.failure(f"was not ready after {self.start_timeout:.0f}s")
             time.sleep(0.2)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ClusterError", "Component", "free_port", "http_get", "serve", "tail"]
+__all__ = ["ClusterError", "Component", "PortTaken", "free_port", "http_get", "serve", "tail"]
 
 STOP_TIMEOUT = 10.0
 """Seconds between SIGTERM and SIGKILL when a component is stopped."""
@@ -30,6 +30,11 @@ _PR_SET_PDEATHSIG = 1
 
 class ClusterError(RuntimeError):
     """The local cluster or one of its processes could not be started, reached or stopped."""
+
+
+class PortTaken(ClusterError):
+    """A component lost the race for a port picked with :func:`free_port` to another process;
+    starting again on new ports gets past it."""
 
 
 def free_port() -> int:
@@ -137,6 +142,14 @@ class Component:
         return ClusterError(
             f"{self.name} {reason}; log {self.log_path} ends with:\n{tail(self.log_path)}"
         )
+
+    def exited(self) -> ClusterError:
+        """Why this component exited during start-up: :class:`PortTaken` when another process
+        took a port picked for it (worth a retry on new ports), else its failure."""
+        if "address already in use" in tail(self.log_path, 200).lower():
+            return PortTaken(f"{self.name}: a port picked for it was taken first")
+        code = self.process.returncode if self.process else None
+        return self.failure(f"exited with code {code} during start-up")
 
     def wait_ready(
         self,
