@@ -4,7 +4,11 @@ The contract between the operator, which writes it, and the gateway, which follo
 strict (unknown fields are errors) because both sides ship from this one module.
 
     {"model": "sentiment",
-     "versions": [{"name": "stable-v1", "weight": 9, "endpoint": "http://stable-v1:8000"}, ...]}
+     "versions": [{"name": "stable-v1", "weight": 9, "endpoint": "http://stable-v1:8000"}, ...],
+     "cohortHeader": "X-User-Id"}
+
+``cohortHeader`` is optional: with it, a request that carries that header goes to the version
+its value hashes to (sticky cohorts, weighted by the same weights).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "format_share",
     "parse_configmap_data",
     "parse_model_route",
+    "validate_cohort_header",
     "validate_model_name",
     "validate_version_name",
 ]
@@ -45,7 +50,9 @@ answered it."""
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_ROUTE_FIELDS = frozenset({"model", "versions"})
+_ROUTE_FIELDS = frozenset({"model", "versions", "cohortHeader"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+"""An HTTP header name (RFC 9110's token), at most 64 characters."""
 _VERSION_FIELDS = frozenset({"name", "weight", "endpoint"})
 
 
@@ -64,6 +71,15 @@ def validate_version_name(name: object) -> str:
     """A version name is a ModelVersion's metadata.name: a DNS subdomain."""
     if not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
         raise RoutesError(f"version name {name!r} is not a DNS subdomain name")
+    return name
+
+
+def validate_cohort_header(name: object) -> str:
+    """A header that may key sticky cohorts: a header name, not the version header."""
+    if not isinstance(name, str) or not _HEADER_NAME.match(name):
+        raise RoutesError(f"cohort header {name!r} is not an HTTP header name of 1-64 characters")
+    if name.lower() == VERSION_HEADER.lower():
+        raise RoutesError(f"cohort header {name!r} is the version header, which pins requests")
     return name
 
 
@@ -119,9 +135,13 @@ class ModelRoute:
 
     model: str
     versions: tuple[VersionRoute, ...] = field(default=())
+    cohort_header: str | None = None
+    """The header whose value keys a request's sticky cohort (None: every request by weight)."""
 
     def __post_init__(self) -> None:
         validate_model_name(self.model)
+        if self.cohort_header is not None:
+            validate_cohort_header(self.cohort_header)
         object.__setattr__(self, "versions", tuple(self.versions))
         seen: set[str] = set()
         for version in self.versions:
@@ -147,7 +167,13 @@ class ModelRoute:
         return {v.name: (v.weight / total if total else 0.0) for v in self.versions}
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "versions": [v.to_json() for v in self.versions]}
+        doc: dict[str, Any] = {
+            "model": self.model,
+            "versions": [v.to_json() for v in self.versions],
+        }
+        if self.cohort_header is not None:
+            doc["cohortHeader"] = self.cohort_header
+        return doc
 
 
 def format_share(share: float) -> str:
@@ -195,7 +221,11 @@ def parse_model_route(key: str, value: str | bytes | Mapping[str, Any]) -> Model
     if not isinstance(versions, list):
         raise RoutesError(f"model {key!r}: 'versions' must be a list")
     parsed = tuple(_parse_version(v, key, i) for i, v in enumerate(versions))
-    return ModelRoute(model=key, versions=parsed)
+    header = raw.get("cohortHeader")
+    try:
+        return ModelRoute(model=key, versions=parsed, cohort_header=header)
+    except RoutesError as exc:
+        raise RoutesError(f"model {key!r}: {exc}") from None
 
 
 def parse_configmap_data(
@@ -219,7 +249,7 @@ def dump_model_route(route: ModelRoute) -> str:
     recomputes it from cluster state makes no spurious ConfigMap updates.
     """
     versions = sorted(route.versions, key=lambda v: v.name)
-    doc = {"model": route.model, "versions": [v.to_json() for v in versions]}
+    doc = ModelRoute(route.model, tuple(versions), route.cohort_header).to_json()
     return json.dumps(doc, separators=(",", ":"))
 
 

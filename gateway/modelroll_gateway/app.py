@@ -133,7 +133,7 @@ class Proxy:
         target = self._select(model, self._pin(request))
         body = await self._read(request, model)
         if isinstance(target, _Pick):
-            target = self.table.models[model].picker.pick()
+            target = self.table.models[model].pick(request.headers)
         forwarded = passed_on(request.headers)
         if (kind := request.headers.get("Content-Type")) is not None:
             forwarded["Content-Type"] = kind
@@ -216,7 +216,7 @@ class Proxy:
         except Refused as exc:
             return _refusal(exc, openai=True, headers=_NO_VERSION)
         if isinstance(target, _Pick):
-            target = self.table.models[model].picker.pick()
+            target = self.table.models[model].pick(request.headers)
         assert self.llm is not None, "the streaming client opens with the app"
         response = await self.llm.forward(request, target, body)
         if self.stopping.is_set() and not response.prepared:  # a stream's headers are gone

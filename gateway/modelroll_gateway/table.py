@@ -19,6 +19,7 @@ from prometheus_client import Counter, Histogram
 
 from modelroll_common.routes import ModelRoute, VersionRoute, parse_model_route
 
+from .cohorts import CohortPicker
 from .metrics import (
     PIN,
     PRECREATED_CODES,
@@ -126,6 +127,17 @@ class ModelEntry:
     pinned: dict[str, Target]
     """By version: the targets of requests pinned to it by header."""
     picker: SmoothWeightedPicker[Target]
+    cohorts: CohortPicker[Target] | None = None
+    """With the route's cohort header: picks by the header's value (sticky cohorts)."""
+
+    def pick(self, headers: Mapping[str, str]) -> Target:
+        """The version of a request routed by weight: its cohort's, when the route names a
+        cohort header and the request carries it; else the next in weighted round robin."""
+        if self.cohorts is not None and self.route.cohort_header is not None:
+            key = headers.get(self.route.cohort_header)
+            if key:
+                return self.cohorts.pick(key)
+        return self.picker.pick()
 
 
 @dataclass(slots=True)
@@ -209,7 +221,12 @@ class RouteTable:
     def _install(self, route: ModelRoute, previous: ModelEntry | None) -> None:
         targets = self._targets(route, WEIGHT)
         picker = SmoothWeightedPicker((t, t.route.weight) for t in targets.values())
-        self.models[route.model] = ModelEntry(route, targets, self._targets(route, PIN), picker)
+        cohorts = None
+        if route.cohort_header is not None:
+            cohorts = CohortPicker((t.name, t, t.route.weight) for t in targets.values())
+        self.models[route.model] = ModelEntry(
+            route, targets, self._targets(route, PIN), picker, cohorts
+        )
         self._created.setdefault(route.model, int(time.time()))
         for v in route.versions:
             self.metrics.weight.labels(route.model, v.name).set(v.weight)
@@ -278,6 +295,8 @@ class RouteTable:
                 "totalWeight": total,
                 "versions": versions,
             }
+            if entry is not None and entry.route.cohort_header is not None:
+                item["cohortHeader"] = entry.route.cohort_header
             rejected = self._rejected.get(name)
             if rejected is not None:
                 item["invalid"] = rejected.error

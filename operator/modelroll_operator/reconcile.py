@@ -209,9 +209,8 @@ class Reconciler:
         candidates = []
         for v in live:
             r = readiness[v.name]
-            candidates.append(
-                Candidate(v.name, v.spec.weight if v.spec else 0, r.endpoint, r.ready)
-            )
+            weight, header = (v.spec.weight, v.spec.cohort_header) if v.spec else (0, None)
+            candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header))
         written = await self.routes.write(namespace, model, compute_route(model, candidates))
         if written.problem is not None:
             problems.append(written.problem)

@@ -21,20 +21,24 @@ class Candidate:
     weight: int
     endpoint: str | None
     ready: bool
+    cohort_header: str | None = None
 
 
 def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | None:
-    """The model's route from its versions: Ready ones only, ordered by name.
+    """The model's route from its versions: Ready ones only, ordered by name; its cohort
+    header, the one named by the highest-weight routed version that names one (ties: the
+    first by name), so that a canary that leaves it out changes nothing while it is smaller.
 
     None means the model has no versions at all, so its ConfigMap key should go.
     """
     versions = sorted(candidates, key=lambda c: c.name)
     if not versions:
         return None
-    routed = tuple(
-        VersionRoute(c.name, c.weight, c.endpoint) for c in versions if c.ready and c.endpoint
-    )
-    return ModelRoute(model, routed)
+    ready = [c for c in versions if c.ready and c.endpoint]
+    routed = tuple(VersionRoute(c.name, c.weight, c.endpoint) for c in ready if c.endpoint)
+    keyed = [c for c in ready if c.cohort_header]
+    header = max(keyed, key=lambda c: c.weight).cohort_header if keyed else None
+    return ModelRoute(model, routed, header)
 
 
 @dataclass(frozen=True)

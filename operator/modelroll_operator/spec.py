@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelroll_common.routes import RoutesError, validate_cohort_header
 from modelroll_common.settings import (
     BATCHING_CHOICES,
     BATCHING_SETTINGS,
@@ -192,6 +193,8 @@ class ModelVersionSpec:
     batching: Batching = field(default_factory=Batching)
     sidecar: SidecarSettings = field(default_factory=SidecarSettings)
     protocol: str = PROTOCOL.default
+    cohort_header: str | None = None
+    """The header keying the model's sticky cohorts, if this version names one."""
 
     @property
     def managed(self) -> bool:
@@ -394,6 +397,12 @@ def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
     server = parse_server(raw["server"]) if raw.get("server") is not None else None
     if (server is None) == (endpoint is None):
         raise SpecError("exactly one of spec.server and spec.endpoint must be set")
+    cohort_header = raw.get("cohortHeader") or None
+    if cohort_header is not None:
+        try:
+            validate_cohort_header(cohort_header)
+        except RoutesError as exc:
+            raise SpecError(f"spec.cohortHeader: {exc}") from None
     return ModelVersionSpec(
         model=model,
         weight=_int(raw, "weight", "spec", 0, 0, 1000),
@@ -403,4 +412,5 @@ def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
         batching=parse_batching(raw.get("batching")),
         sidecar=parse_sidecar(raw.get("sidecar")),
         protocol=_choice(raw, PROTOCOL, "spec"),
+        cohort_header=cohort_header,
     )

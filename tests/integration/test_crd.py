@@ -201,6 +201,21 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             id="analysis-prometheus-not-a-url",
         ),
         pytest.param(
+            canary({"steps": [{"weight": 10}], "checks": {"timeToFirstToken": {"quantile": 1}}}),
+            "spec.analysis.checks.timeToFirstToken.quantile must be within 0.5..1 (1 excluded)",
+            id="analysis-ttft-quantile-1",
+        ),
+        pytest.param(
+            model_version("v1", "chat", endpoint="http://s", cohortHeader="x-modelroll-version"),
+            "spec.cohortHeader cannot be X-Modelroll-Version",
+            id="cohort-header-pins",
+        ),
+        pytest.param(
+            model_version("v1", "chat", endpoint="http://s", cohortHeader="X User"),
+            "spec.cohortHeader in body should match",
+            id="cohort-header-not-a-header",
+        ),
+        pytest.param(
             canary({"steps": [{"weight": 10}], "falseRollbackBudget": 0.6}),
             "spec.analysis.falseRollbackBudget must be above 0 and below 0.5",
             id="analysis-budget-too-large",

@@ -128,6 +128,15 @@ def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
     assert not any(
         m.startswith("Routing changed") for _, m in events(cluster, namespace, "stable-v1")
     )
+
+    # Sticky cohorts: the header a version names goes into its model's route.
+    patch = '{"spec":{"cohortHeader":"X-User-Id"}}'
+    cluster.kubectl("patch", "mv", "stable-v1", "--type=merge", "-p", patch, namespace=namespace)
+
+    def cohort_header() -> object:
+        return json.loads(routes.data()["sentiment"]).get("cohortHeader")
+
+    eventually(lambda: cohort_header() == "X-User-Id", "the cohort header in the route")
     assert operator.errors() == []
 
 

@@ -56,6 +56,16 @@ def test_serialisation_is_canonical_so_the_same_state_writes_the_same_configmap(
     assert configmap_delete_patch("m") == {"data": {"m": None}}
 
 
+def test_a_cohort_header_round_trips_and_a_route_without_one_writes_none() -> None:
+    keyed = parse_model_route("sentiment", {**GOOD, "cohortHeader": "X-User-Id"})
+    assert keyed.cohort_header == "X-User-Id"
+    again = parse_model_route("sentiment", dump_model_route(keyed))
+    assert (again.cohort_header, dump_model_route(again)) == ("X-User-Id", dump_model_route(keyed))
+    plain = parse_model_route("sentiment", GOOD)
+    assert plain.cohort_header is None
+    assert "cohortHeader" not in json.loads(dump_model_route(plain))
+
+
 def test_shares_follow_the_weights() -> None:
     route = parse_model_route("sentiment", GOOD)
     assert route.shares() == {"stable-v1": 0.9, "canary-v2": 0.1}
@@ -83,6 +93,10 @@ def test_shares_follow_the_weights() -> None:
         (_one({"name": "a", "weight": 1, "endpoint": "a:8000"}), "must be an http(s) URL"),
         (_one({"name": "a", "weight": 1, "endpoint": "http://a:x"}), "is not a URL"),
         (_one({"name": "a", "weight": 1, "endpoint": "http://u:p@a"}), "must not carry"),
+        (json.dumps({**GOOD, "cohortHeader": "X User"}), "is not an HTTP header name"),
+        (json.dumps({**GOOD, "cohortHeader": ""}), "is not an HTTP header name"),
+        (json.dumps({**GOOD, "cohortHeader": 7}), "is not an HTTP header name"),
+        (json.dumps({**GOOD, "cohortHeader": "x-modelroll-version"}), "is the version header"),
         (
             json.dumps(
                 {

@@ -101,12 +101,17 @@ def start_engine(aiohttp_server: AiohttpServer) -> StartEngine:
     return start
 
 
-def route(model: str, *versions: tuple[str, int, str]) -> dict[str, Any]:
+def route(
+    model: str, *versions: tuple[str, int, str], cohort_header: str | None = None
+) -> dict[str, Any]:
     """A routes document for one model: route("m", ("v1", 9, url), ...)."""
-    return {
+    doc: dict[str, Any] = {
         "model": model,
         "versions": [{"name": n, "weight": w, "endpoint": e} for n, w, e in versions],
     }
+    if cohort_header is not None:
+        doc["cohortHeader"] = cohort_header
+    return doc
 
 
 class RoutesFile:
@@ -144,10 +149,17 @@ class Gateway:
         return str(self.server.make_url(path))
 
     async def infer(
-        self, model: str, payload: Any = "hello", version: str | None = None
+        self,
+        model: str,
+        payload: Any = "hello",
+        version: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, str, dict[str, Any]]:
-        """POST an inference; returns (status, X-Modelroll-Version, JSON body)."""
-        headers = {"X-Modelroll-Version": version} if version is not None else {}
+        """POST an inference (with ``headers`` besides); returns (status, X-Modelroll-Version,
+        JSON body)."""
+        headers = dict(headers or {})
+        if version is not None:
+            headers["X-Modelroll-Version"] = version
         async with self.session.post(
             self.url(f"/v1/models/{model}/infer"), json={"payload": payload}, headers=headers
         ) as resp:

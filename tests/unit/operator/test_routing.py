@@ -94,3 +94,22 @@ def test_changes_name_each_version_whose_share_moved() -> None:
 def test_an_unchanged_route_reports_no_changes() -> None:
     route = compute_route("m", [Candidate("a", 1, "http://a:8000", ready=True)])
     assert route_changes(route, route) == []
+
+
+def test_the_cohort_header_is_the_heaviest_routed_version_that_names_one() -> None:
+    def header(*candidates: Candidate) -> str | None:
+        route = compute_route("chat", candidates)
+        assert route is not None
+        return route.cohort_header
+
+    stable = Candidate("stable-v1", 80, "http://s:8000", ready=True, cohort_header="X-User")
+    canary = Candidate("canary-v2", 20, "http://c:8000", ready=True)
+    assert header(stable, canary) == "X-User"  # a canary that leaves it out changes nothing
+    renamed = Candidate("canary-v2", 20, "http://c:8000", ready=True, cohort_header="X-Key")
+    assert header(stable, renamed) == "X-User"
+    promoted = Candidate("canary-v2", 100, "http://c:8000", ready=True, cohort_header="X-Key")
+    assert header(stable, promoted) == "X-Key"
+    unready = Candidate("stable-v1", 80, "http://s:8000", ready=False, cohort_header="X-User")
+    assert header(unready, canary) is None
+    tie = Candidate("a-v0", 80, "http://a:8000", ready=True, cohort_header="X-A")
+    assert header(stable, tie) == "X-A"  # the first by name

@@ -50,6 +50,10 @@ def test_an_empty_endpoint_next_to_a_server_means_managed_mode() -> None:
             {"model": "m", "server": {"image": "x"}, "batching": {"batchBy": 1}},
             "spec.batching.batchBy must be one of Arrival, Length, got 1",
         ),
+        (
+            {"model": "m", "endpoint": "http://s", "cohortHeader": "X-Modelroll-Version"},
+            "spec.cohortHeader: cohort header 'X-Modelroll-Version' is the version header",
+        ),
     ],
 )
 def test_a_spec_the_operator_cannot_use_is_reported_by_field(
