@@ -53,14 +53,18 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from modelroll_common.metric_names import TTFT_BUCKETS
 from modelroll_gateway.metrics import DURATION_BUCKETS
 from modelroll_operator.analysis import machine, statistics
-from modelroll_operator.analysis.spec import AnalysisSpec, Step
+from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
+from modelroll_operator.analysis.spec import AnalysisSpec, LatencyCheck, Step
 
 from .servers import Check, finish
 
 LES: tuple[float, ...] = (*DURATION_BUCKETS, math.inf)
 """The gateway's histogram bucket bounds, +Inf last."""
+TTFT_LES: tuple[float, ...] = (*TTFT_BUCKETS, math.inf)
+"""The bounds of the gateway's time-to-first-token histogram, +Inf last."""
 
 ROLLED_BACK = "rolled back"
 PROMOTED = "promoted"
@@ -174,12 +178,20 @@ class Version:
     """Requests per model call; they share its duration (one draw, one bucket for all)."""
     batch_failure_rate: float = 0.0
     """The probability that a model call fails whole (every request in it answered 5xx)."""
+    histogram: str = "duration"
+    """The histogram its times are counted in: the request ``duration``'s, or for a generation
+    stream the time to first token's (``ttft``)."""
+
+    @property
+    def les(self) -> tuple[float, ...]:
+        """That histogram's bucket bounds, +Inf last."""
+        return TTFT_LES if self.histogram == "ttft" else LES
 
     def bucket_probabilities(self) -> tuple[float, ...]:
-        """The probability of each bucket of LES (not cumulative), +Inf last."""
+        """The probability of each bucket of ``les`` (not cumulative), +Inf last."""
         below = [
             _normal_cdf(math.log(le / self.median_s) / self.sigma) if math.isfinite(le) else 1.0
-            for le in LES
+            for le in self.les
         ]
         return tuple(hi - lo for lo, hi in zip([0.0, *below[:-1]], below, strict=True))
 
@@ -242,7 +254,7 @@ class _Sampler:
 
     def _buckets(self, rng: random.Random, n: int) -> list[int]:
         """``n`` durations as per-bucket counts (a multinomial, by conditional binomials)."""
-        counts = [0] * len(LES)
+        counts = [0] * len(self.version.les)
         left = n
         last = len(self.live) - 1
         for j, i in enumerate(self.live):
@@ -294,14 +306,15 @@ class Traffic:
         """The counts of [start_s, end_s) since the step was reached, summed."""
         first, last = start_s // self.chunk_s, end_s // self.chunk_s
         parts = [self.chunk(step, i) for i in range(first, last)]
-        return Chunk(_sum([c.canary for c in parts]), _sum([c.baseline for c in parts]))
+        les = self.scenario.canary.les
+        return Chunk(_sum([c.canary for c in parts], les), _sum([c.baseline for c in parts], les))
 
 
-def _sum(samples: Sequence[Sample]) -> Sample:
+def _sum(samples: Sequence[Sample], les: tuple[float, ...]) -> Sample:
     if len(samples) == 1:
         return samples[0]
     if not samples:
-        return Sample(0, 0, (0,) * len(LES), 0.0, 0.0, (0.0,) * len(LES))
+        return Sample(0, 0, (0,) * len(les), 0.0, 0.0, (0.0,) * len(les))
     return Sample(
         sum(s.requests for s in samples),
         sum(s.errors for s in samples),
@@ -312,10 +325,10 @@ def _sum(samples: Sequence[Sample]) -> Sample:
     )
 
 
-def _cumulative(counts: Sequence[float]) -> list[tuple[float, float]]:
+def _cumulative(counts: Sequence[float], les: tuple[float, ...] = LES) -> list[tuple[float, float]]:
     out = []
     total = 0.0
-    for le, n in zip(LES, counts, strict=True):
+    for le, n in zip(les, counts, strict=True):
         total += n
         out.append((le, float(total)))
     return out
@@ -346,7 +359,8 @@ def modelroll(spec: AnalysisSpec, traffic: Traffic, calls: bool = True) -> Outco
     interval = spec.interval_seconds
     now = 0.0
     decision = machine.start(spec, "baseline", 100, now, "sim")
-    canary, baseline = _Counters(), _Counters()
+    les, streams = traffic.scenario.canary.les, spec.judges_streams
+    canary, baseline = _Counters(les, streams), _Counters(les, streams)
     step, step_reached, in_step = 0, now, 0
     while True:
         data = traffic.window(step, in_step, in_step + interval)
@@ -370,15 +384,18 @@ def modelroll(spec: AnalysisSpec, traffic: Traffic, calls: bool = True) -> Outco
 
 
 class _Counters:
-    """One version's cumulative counters, as the gateway exports them."""
+    """One version's cumulative counters, as the gateway exports them; with ``streams``, each
+    request is a generation stream whose drawn time is its time to first token."""
 
-    def __init__(self) -> None:
+    def __init__(self, les: tuple[float, ...] = LES, streams: bool = False) -> None:
+        self.les = les
+        self.streams = streams
         self.ok = 0
         self.errors = 0
-        self.buckets = [0] * len(LES)
+        self.buckets = [0] * len(les)
         self.ok_calls = 0.0
         self.bad_calls = 0.0
-        self.call_buckets = [0.0] * len(LES)
+        self.call_buckets = [0.0] * len(les)
 
     def add(self, sample: Sample) -> None:
         self.ok += sample.requests - sample.errors
@@ -391,16 +408,17 @@ class _Counters:
         ]
 
     def counts(self, calls: bool = True) -> machine.VersionCounts:
-        requests = machine.VersionCounts(
-            codes={"200": float(self.ok), "500": float(self.errors)},
-            buckets=tuple(_cumulative(self.buckets)),
-        )
+        codes = {"200": float(self.ok), "500": float(self.errors)}
+        buckets = tuple(_cumulative(self.buckets, self.les))
+        if self.streams:
+            return machine.VersionCounts(codes, ttft_buckets=buckets)
+        requests = machine.VersionCounts(codes, buckets=buckets)
         if not calls:
             return requests
         return replace(
             requests,
             calls={"200": self.ok_calls, "500": self.bad_calls},
-            call_buckets=tuple(_cumulative(self.call_buckets)),
+            call_buckets=tuple(_cumulative(self.call_buckets, self.les)),
         )
 
 
@@ -514,6 +532,18 @@ class Setup:
     def spec(self, steps: Sequence[int]) -> AnalysisSpec:
         return AnalysisSpec(steps=tuple(Step(w) for w in steps))
 
+    def stream_spec(self, steps: Sequence[int]) -> AnalysisSpec:
+        """The errors check and the time-to-first-token check, as a chat version would list
+        them (the request latency check left out: a stream's duration is its length)."""
+        ttft = LatencyCheck(max_ratio=1.5)
+        return replace(self.spec(steps), latency=None, time_to_first_token=ttft)
+
+    @property
+    def stream(self) -> Version:
+        """The healthy version as generation streams: its drawn time is the time to first
+        token, counted in the gateway's TTFT buckets."""
+        return replace(self.healthy, histogram="ttft")
+
     def flagger_rule(self) -> FlaggerRule:
         healthy_p95 = histogram_quantile_of(0.95, self.healthy.bucket_probabilities())
         return FlaggerRule(
@@ -585,10 +615,15 @@ def _detection(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def _run_all(
-    setup: Setup, scenario: Scenario, runs: int, judges: Sequence[str] = JUDGES
+    setup: Setup,
+    scenario: Scenario,
+    runs: int,
+    judges: Sequence[str] = JUDGES,
+    spec: AnalysisSpec | None = None,
 ) -> dict[str, list[Outcome]]:
-    """Each of ``judges`` on the same ``runs`` draws of the scenario's traffic."""
-    spec = setup.spec(scenario.steps)
+    """Each of ``judges`` on the same ``runs`` draws of the scenario's traffic, modelroll with
+    ``spec`` (default: the setup's)."""
+    spec = spec or setup.spec(scenario.steps)
     rule = setup.flagger_rule()
     chunk_s = math.gcd(spec.interval_seconds, rule.interval_s)
     strict = replace(spec, false_promotion_budget=setup.beta)
@@ -629,6 +664,8 @@ def batched_aa(
 
 REGRESSIONS: tuple[str, ...] = ("errors 2x", "errors 10x", "latency 1.5x")
 """Errors twice and ten times the baseline's; latency 1.5x the baseline's (its p95 too)."""
+TTFT_REGRESSION = "TTFT 1.5x"
+"""A chat canary whose time to first token is 1.5x the baseline's (its p95 too)."""
 
 
 def regressed(healthy: Version, name: str) -> Version:
@@ -646,10 +683,10 @@ def bad_fraction(version: Version, check: str, baseline: Version, quantile: floa
     bad, the latency bound taken from ``baseline`` with unlimited data, as the judge takes it."""
     if check == "errors":
         return version.error_rate
-    cumulative = tuple(_cumulative(baseline.bucket_probabilities()))
+    cumulative = tuple(_cumulative(baseline.bucket_probabilities(), baseline.les))
     bound = statistics.slow_bound(cumulative, quantile)
     assert bound is not None
-    probabilities = zip(LES, version.bucket_probabilities(), strict=True)
+    probabilities = zip(version.les, version.bucket_probabilities(), strict=True)
     return max(0.0, 1.0 - math.fsum(p for le, p in probabilities if le <= bound))
 
 
@@ -678,6 +715,35 @@ def fixed_sample_s(
     interval = spec.interval_seconds
     judging_from = math.ceil(spec.warmup_seconds / interval) * interval
     return judging_from + math.ceil(seconds / interval) * interval
+
+
+def streams(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The time-to-first-token check, one step at each detection weight: A/A rollouts (false
+    rollbacks) and a canary whose first token comes 1.5x later, judged by modelroll alone."""
+    healthy = setup.stream
+    slower = replace(healthy, median_s=1.5 * healthy.median_s)
+    out: dict[str, Any] = {}
+    for weight in setup.detect_weights:
+        started = time.monotonic()
+        spec = setup.stream_spec((weight,))
+        rate = setup.detect_rate
+        aa = Scenario(f"streams-aa-w{weight}", rate, (weight,), healthy, healthy)
+        later = Scenario(f"streams-ttft-w{weight}", rate, (weight,), slower, healthy)
+        aa_runs = _run_all(setup, aa, setup.detect_seeds, (MODELROLL,), spec)[MODELROLL]
+        caught = _run_all(setup, later, setup.detect_seeds, (MODELROLL,), spec)[MODELROLL]
+        fixed = fixed_sample_s(spec, slower, healthy, TTFT_CHECK, weight, rate)
+        out[f"{weight}%"] = {
+            "weight": weight,
+            "rate": rate,
+            "aa": _rollouts(aa_runs),
+            "regression": TTFT_REGRESSION,
+            "detection": _detection(caught),
+            "fixed_sample_s": _finite(fixed),
+            "max_s": spec.max_seconds,
+        }
+        took = time.monotonic() - started
+        log(f"streams at {weight}%: {2 * setup.detect_seeds} runs in {took:.1f} s")
+    return out
 
 
 def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -747,6 +813,7 @@ def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[
                 f"{name} at {weight}%: {setup.detect_seeds} runs in "
                 f"{time.monotonic() - started:.1f} s"
             )
+    report["streams"] = streams(setup, log)
     report["batched"] = batched_aa(setup, log=log)
     weight = setup.steps[0]
     fast = Scenario(
@@ -809,21 +876,7 @@ def targets(report: dict[str, Any]) -> list[Check]:
         )
     for cell, row in report["detection"].items():
         ours, theirs = row[MODELROLL]["median_s"], row[FLAGGER]["median_s"]
-        fixed = row["fixed_sample_s"]
-        if fixed is None or 2 * fixed > row["max_s"]:
-            # No test with this budget detects it in half of maxSeconds: nothing to compare.
-            met, seen = True, f"fixed-sample {_seconds(fixed)}: beyond maxSeconds/2"
-        else:
-            met = ours is not None and ours <= 2 * fixed
-            seen = f"modelroll {_seconds(ours)}, fixed-sample {_seconds(fixed)}"
-        checks.append(
-            (
-                f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= 2x a "
-                "fixed-sample test's with the same budget",
-                met,
-                seen,
-            )
-        )
+        checks.append(_against_fixed_sample(cell, row, ours))
         if theirs is not None:
             checks.append(
                 (
@@ -833,7 +886,36 @@ def targets(report: dict[str, Any]) -> list[Check]:
                     f"modelroll {_seconds(ours)}, Flagger {_seconds(theirs)}",
                 )
             )
+    for cell, row in report.get("streams", {}).items():
+        aa = row["aa"]
+        checks.append(
+            (
+                f"timeToFirstToken check, A/A at {cell}, {row['rate']:g} req/s: false "
+                "rollbacks <= 1%",
+                aa["rollback_rate"] <= 0.01,
+                f"{aa['rolled_back']}/{aa['runs']} ({aa['rollback_rate']:.2%})",
+            )
+        )
+        name = f"{row['regression']} @ {cell}"
+        checks.append(_against_fixed_sample(name, row, row["detection"]["median_s"]))
     return checks
+
+
+def _against_fixed_sample(cell: str, row: dict[str, Any], ours: float | None) -> Check:
+    """modelroll's median time to detect a regression against a fixed-sample test's."""
+    fixed = row["fixed_sample_s"]
+    if fixed is None or 2 * fixed > row["max_s"]:
+        # No test with this budget detects it in half of maxSeconds: nothing to compare.
+        met, seen = True, f"fixed-sample {_seconds(fixed)}: beyond maxSeconds/2"
+    else:
+        met = ours is not None and ours <= 2 * fixed
+        seen = f"modelroll {_seconds(ours)}, fixed-sample {_seconds(fixed)}"
+    return (
+        f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= 2x a "
+        "fixed-sample test's with the same budget",
+        met,
+        seen,
+    )
 
 
 def _seconds(value: float | None) -> str:
@@ -915,6 +997,23 @@ def table(report: dict[str, Any]) -> str:
                     f"{b['rolled_back']:>6} ({b['rollback_rate']:>5.1%}) {b['promoted']:>9} "
                     f"{b['held']:>6}"
                 )
+    if report.get("streams"):
+        lines += [
+            "",
+            f"Generation streams, judged on errors and timeToFirstToken (maxRatio 1.5), one step "
+            f"at the weight, {setup['detect_rate']:g} req/s in all, {setup['detect_seeds']} runs "
+            f"each; time to first token lognormal, median {h['median_s'] * 1000:g} ms sigma "
+            f"{h['sigma']:g}, in the gateway's TTFT buckets:",
+            f"  {'weight':>6}  {'A/A rolled back':>16} {'promoted':>9}  "
+            f"{'TTFT 1.5x: caught':>18} {'median':>7} {'p95':>7} {'fixed-sample':>13}",
+        ]
+        for cell, row in report["streams"].items():
+            a, d = row["aa"], row["detection"]
+            lines.append(
+                f"  {cell:>6}  {a['rolled_back']:>7} ({a['rollback_rate']:>5.1%}) "
+                f"{a['promoted']:>9}  {d['detected']:>18} {_seconds(d['median_s']):>7} "
+                f"{_seconds(d['p95_s']):>7} {_seconds(row['fixed_sample_s']):>13}"
+            )
     fast = report["fast"]
     lines += [
         "",

@@ -2,7 +2,9 @@
 
 1. Added latency at moderate load: Poisson arrivals at a fixed rate, alternating between calling a
    sidecar directly and calling it through the gateway (zero-cost demo model behind the sidecar).
-   Added p50/p99 = through-gateway minus direct, per round; the median round is reported.
+   Added p50/p99 = through-gateway minus direct, per round; the median round is reported. One
+   more gateway routes by sticky cohorts (two versions, requests keyed by 1000 users in turn):
+   its p50/p99 less the round robin gateway's, paired by round, is what sticky routing costs.
    Nothing is pinned here: under contention a pinned process waits for its CPU.
 2. Request rate of one gateway process at saturation (wrk), against a bare aiohttp echo server in
    the same run, alternating in short rounds; the target is judged on the median of the paired
@@ -45,6 +47,11 @@ MODEL = "bench"
 BASELINE = "baseline"
 """The label of the other checkout's gateway (``--baseline-python``)."""
 PAYLOAD = "a short review of a good film"
+COHORT_HEADER = "X-User-Id"
+STICKY = "sticky"
+"""The label suffix of the arm whose gateway routes by sticky cohorts (a key per user)."""
+USERS = 1000
+"""The keys the sticky arm's requests carry, in turn."""
 
 
 @dataclass(frozen=True)
@@ -72,16 +79,27 @@ def _cpu(cpu: int | None, setup: Setup) -> int | None:
 
 @contextlib.asynccontextmanager
 async def gateway_to(
-    upstream: str, setup: Setup, event_loop: str, cpu: int | None, python: str = sys.executable
+    upstream: str,
+    setup: Setup,
+    event_loop: str,
+    cpu: int | None,
+    python: str = sys.executable,
+    *,
+    sticky: bool = False,
 ) -> AsyncIterator[Server]:
     """A gateway on `event_loop` whose one model routes every request to `upstream`; `python`
-    runs it (another checkout's, for the baseline)."""
+    runs it (another checkout's, for the baseline). With `sticky`, the model has two versions
+    at 50/50, both at `upstream`, and sticky cohorts keyed by COHORT_HEADER."""
     with tempfile.TemporaryDirectory(prefix="modelroll-bench-") as tmp:
         routes = Path(tmp, "routes.json")
-        version = {"name": "v1", "weight": 1, "endpoint": upstream}
-        await asyncio.to_thread(
-            routes.write_text, json.dumps({MODEL: {"model": MODEL, "versions": [version]}})
-        )
+        route: dict[str, Any] = {
+            "model": MODEL,
+            "versions": [{"name": "v1", "weight": 1, "endpoint": upstream}],
+        }
+        if sticky:
+            route["versions"].append({"name": "v2", "weight": 1, "endpoint": upstream})
+            route["cohortHeader"] = COHORT_HEADER
+        await asyncio.to_thread(routes.write_text, json.dumps({MODEL: route}))
         port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(port), "--routes-file", str(routes)]
         args += ["--event-loop", event_loop, "--log-level", "WARNING"]
@@ -123,13 +141,28 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
                 gateway_to(sidecar.url, setup, loop, None, python)
             )
             arms[label] = gateway.url + f"/v1/models/{MODEL}/infer"
-        for url in arms.values():
-            await open_loop(url, bodies, setup.rate, 2, label="warm-up")
+        sticky_label = f"gateway/{setup.event_loops[0]} {STICKY}"
+        sticky = await stack.enter_async_context(
+            gateway_to(sidecar.url, setup, setup.event_loops[0], None, sticky=True)
+        )
+        arms[sticky_label] = sticky.url + f"/v1/models/{MODEL}/infer"
+        users = [
+            {"Content-Type": "application/json", COHORT_HEADER: f"user-{i}"} for i in range(USERS)
+        ]
+        headers = {sticky_label: lambda i: users[i % USERS]}
+        for label, url in arms.items():
+            await open_loop(url, bodies, setup.rate, 2, label="warm-up", headers=headers.get(label))
         for r in range(setup.rounds):
             row: dict[str, Any] = {}
             for label, url in arms.items():
                 result = await open_loop(
-                    url, bodies, setup.rate, setup.latency_s, seed=r, label=label
+                    url,
+                    bodies,
+                    setup.rate,
+                    setup.latency_s,
+                    seed=r,
+                    label=label,
+                    headers=headers.get(label),
                 )
                 row[label] = result.summary()
             direct = row["direct"]
@@ -137,7 +170,7 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
                 f"  latency round {r + 1}: direct p50 {direct['p50_ms']:.2f} "
                 f"p99 {direct['p99_ms']:.2f} ms"
             ]
-            for label, _, _ in _gateways(setup):
+            for label in (*(g[0] for g in _gateways(setup)), sticky_label):
                 through = row[label]
                 through["added_p50_ms"] = round(through["p50_ms"] - direct["p50_ms"], 3)
                 through["added_p99_ms"] = round(through["p99_ms"] - direct["p99_ms"], 3)
@@ -152,9 +185,19 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             "added_p50_ms": _spread([row[label]["added_p50_ms"] for row in rounds]),
             "added_p99_ms": _spread([row[label]["added_p99_ms"] for row in rounds]),
         }
-        for label, _, _ in _gateways(setup)
+        for label in (*(g[0] for g in _gateways(setup)), sticky_label)
     }
-    return {"rate_rps": setup.rate, "rounds": rounds, "added": added}
+    plain = f"gateway/{setup.event_loops[0]}"
+    sticky_over_plain = {
+        f"{q}_ms": _spread([row[sticky_label][f"{q}_ms"] - row[plain][f"{q}_ms"] for row in rounds])
+        for q in ("p50", "p99")
+    }
+    return {
+        "rate_rps": setup.rate,
+        "rounds": rounds,
+        "added": added,
+        "sticky_over_plain": sticky_over_plain,
+    }
 
 
 async def rate_comparison(setup: Setup) -> dict[str, Any]:
@@ -275,8 +318,21 @@ def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]
             f"({rate['median_cpu_us_per_request'][echo]:.0f} against "
             f"{rate['median_cpu_us_per_request'][label]:.0f} us)",
         ),
+        _sticky(lat),
         *_baseline(rate),
     ]
+
+
+def _sticky(lat: dict[str, Any]) -> tuple[str, bool, str]:
+    """What sticky cohorts cost over the weighted round robin, paired by round."""
+    p50, p99 = lat["sticky_over_plain"]["p50_ms"], lat["sticky_over_plain"]["p99_ms"]
+    return (
+        "sticky cohorts add <= 0.25 ms p50 over the weighted round robin (same rounds)",
+        p50["median"] <= 0.25,
+        f"{p50['median']:+.3f} ms (rounds {p50['min']:+.3f}..{p50['max']:+.3f}); p99 "
+        f"{p99['median']:+.3f} ms (rounds {p99['min']:+.3f}..{p99['max']:+.3f}); "
+        f"{USERS} keys over two versions",
+    )
 
 
 def _baseline(rate: dict[str, Any]) -> list[tuple[str, bool, str]]:

@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,10 +100,12 @@ def session(limit: int = 0) -> aiohttp.ClientSession:
     )
 
 
-async def _send(http: aiohttp.ClientSession, url: str, body: bytes) -> int:
+async def _send(
+    http: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str] = HEADERS
+) -> int:
     """POST one request; its HTTP status, or 599 when no HTTP answer came at all."""
     try:
-        async with http.post(url, data=body, headers=HEADERS) as resp:
+        async with http.post(url, data=body, headers=headers) as resp:
             await resp.read()
             return resp.status
     except (aiohttp.ClientError, TimeoutError):
@@ -138,16 +140,19 @@ async def open_loop(
     label: str = "",
     progress: Callable[[float], None] | None = None,
     length: Length | None = None,
+    headers: Callable[[int], Mapping[str, str]] | None = None,
 ) -> LoadResult:
     """Poisson arrivals at ``rate`` per second for ``duration_s``; waits for every answer.
-    ``length``: the ``i``-th body's length, recorded with its latency."""
+    ``length``: the ``i``-th body's length, recorded with its latency; ``headers``: the
+    ``i``-th request's headers (default: JSON's content type)."""
     rng = random.Random(seed)
     result = LoadResult(label, duration_s, offered_rps=rate)
     tasks: set[asyncio.Task[None]] = set()
     async with session() as http:
 
         async def record(i: int, since: float) -> None:
-            status = await _send(http, url, body(i))
+            sent = HEADERS if headers is None else headers(i)
+            status = await _send(http, url, body(i), sent)
             latency = time.perf_counter() - since
             result.record(status, latency, None if length is None else length(i))
 

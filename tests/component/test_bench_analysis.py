@@ -69,7 +69,16 @@ def report() -> dict[str, Any]:
 
 
 def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> None:
-    assert set(report) >= {"setup", "modelroll", "flagger", "aa", "batched", "detection", "fast"}
+    assert set(report) >= {
+        "setup",
+        "modelroll",
+        "flagger",
+        "aa",
+        "batched",
+        "detection",
+        "fast",
+        "streams",
+    }
     aa = report["aa"]
     assert set(aa) == {"low", "high"}
     for row in aa.values():
@@ -83,8 +92,9 @@ def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> Non
     assert analysis.table(report)
     names = [name for name, _, _ in analysis.targets(report)]
     assert len(names) == len(set(names))
-    assert sum("A/A" in name for name in names) == 2 * 2 + 1
-    assert sum("fixed-sample" in name for name in names) == 3
+    assert sum("A/A" in name for name in names) == 2 * 2 + 1 + 1
+    assert sum("fixed-sample" in name for name in names) == 3 + 1
+    assert set(report["streams"]) == {"25%"}
 
 
 def test_bigger_regressions_are_caught_sooner(report: dict[str, Any]) -> None:
@@ -109,6 +119,16 @@ def test_identical_versions_are_not_rolled_back_by_modelroll(report: dict[str, A
     assert aa["high"]["modelroll"]["rolled_back"] == 0
     assert aa["high"]["modelroll"]["promoted"] == TINY.rollouts
     assert aa["low"]["modelroll"]["held"] == TINY.rollouts  # 0.05 req/s: never 100 requests
+
+
+def test_a_chat_canary_slower_to_its_first_token_is_caught_and_an_identical_one_is_not(
+    report: dict[str, Any],
+) -> None:
+    row = report["streams"]["25%"]
+    assert row["aa"]["rolled_back"] == 0
+    assert row["aa"]["promoted"] == TINY.detect_seeds
+    assert row["detection"]["detected"] == TINY.detect_seeds
+    assert row["detection"]["median_s"] <= 2 * row["fixed_sample_s"]
 
 
 def test_the_simulation_is_deterministic_given_its_seed() -> None:
