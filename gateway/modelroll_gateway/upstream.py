@@ -404,14 +404,15 @@ class Endpoint:
             if handed is not None:
                 return handed
         self._connecting += 1
-        opened = False
         try:
             conn = await self._connect_retrying(deadline)
-            opened = True
         finally:
             self._connecting -= 1
             self.usage.connections(self.open)
-            if not opened:
+            # Until here a connection made counts twice (connection_made adopted it while it
+            # still counted as opening): a request that came meanwhile may have joined the line
+            # at the cap. Below the cap, the first in line may connect.
+            if self.open < self.pool.max_connections:
                 self._hand_over(None)
         return conn
 

@@ -15,6 +15,8 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from modelroll_gateway.upstream import UpstreamPool
+
 from .conftest import RoutesFile, StartGateway, route
 from .rawupstream import Reply, answer, raw_upstream
 
@@ -217,6 +219,43 @@ async def test_connections_per_version_are_capped_and_requests_wait_in_line(
     assert gw.sample("modelroll_gateway_upstream_queued_total", **labels) == 4
     assert gw.sample("modelroll_gateway_upstream_waiting", **labels) == 0
     assert gw.sample("modelroll_gateway_upstream_connections", **labels) == 2
+
+
+async def test_requests_up_to_the_cap_all_reach_a_version_that_holds_them(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    """Eight requests sent together, a cap of eight connections, a version that answers none
+    until it has all eight: none may wait in line while a place is free (a connection just made
+    must not count twice), or the version waits until every request's deadline."""
+    arrived = 0
+    everyone = asyncio.Event()
+
+    async def held(request: web.Request) -> web.Response:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 8:
+            everyone.set()
+        await everyone.wait()
+        return web.json_response({"output": (await request.json())["payload"]})
+
+    app = web.Application()
+    app.router.add_post("/v1/infer", held)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    pool = UpstreamPool(connect_timeout=2.0, max_connections=8)
+    endpoint = pool.endpoint(str(server.make_url("/v1/infer")))
+    headers = b"Content-Type: application/json\r\n"
+    try:
+        deadline = pool.loop.time() + 5
+        sent = []
+        for i in range(8):  # one a loop iteration apart: each finds the others connecting
+            body = b'{"payload": %d}' % i
+            sent.append(asyncio.ensure_future(endpoint.post(body, headers, deadline)))
+            await asyncio.sleep(0)
+        answers = await asyncio.gather(*sent)
+    finally:
+        await pool.close()
+    assert [a.status for a in answers] == [200] * 8
+    assert [json.loads(a.body)["output"] for a in answers] == list(range(8))
 
 
 async def test_a_request_waiting_for_a_connection_keeps_its_deadline(
