@@ -50,6 +50,9 @@ GATEWAY_PINS_IGNORED = "modelroll_gateway_pins_ignored_total"
 GATEWAY_LLM_TTFT = "modelroll_gateway_llm_time_to_first_token_seconds"
 GATEWAY_LLM_TPOT = "modelroll_gateway_llm_time_per_output_token_seconds"
 GATEWAY_LLM_REQUESTS = "modelroll_gateway_llm_requests_total"
+GATEWAY_SHADOW_REQUESTS = "modelroll_gateway_shadow_requests_total"
+GATEWAY_SHADOW_AGREEMENT = "modelroll_gateway_shadow_agreement"
+GATEWAY_SHADOW_DURATION = "modelroll_gateway_shadow_duration_seconds"
 
 # The buckets of the generation histograms, at the sidecar and the gateway alike.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

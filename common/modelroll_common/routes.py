@@ -8,7 +8,8 @@ strict (unknown fields are errors) because both sides ship from this one module.
      "cohortHeader": "X-User-Id"}
 
 ``cohortHeader`` is optional: with it, a request that carries that header goes to the version
-its value hashes to (sticky cohorts, weighted by the same weights).
+its value hashes to (sticky cohorts, weighted by the same weights). A version's ``shadow`` is
+optional too: the percentage of the model's requests the gateway copies to it (shadow traffic).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ _ROUTE_FIELDS = frozenset({"model", "versions", "cohortHeader"})
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 """An HTTP header name (RFC 9110's token), at most 64 characters."""
 _VERSION_FIELDS = frozenset({"name", "weight", "endpoint"})
+_OPTIONAL_VERSION_FIELDS = frozenset({"shadow"})
 
 
 class RoutesError(ValueError):
@@ -113,12 +115,17 @@ class VersionRoute:
     name: str
     weight: int
     endpoint: str
+    shadow: int = 0
+    """The percentage of the model's requests copied to this version (0: none)."""
 
     def __post_init__(self) -> None:
         where = f"version {self.name!r}"
         validate_version_name(self.name)
         _validate_weight(self.weight, where)
         object.__setattr__(self, "endpoint", _validate_endpoint(self.endpoint, where))
+        shadow = self.shadow
+        if isinstance(shadow, bool) or not isinstance(shadow, int) or not 0 <= shadow <= 100:
+            raise RoutesError(f"{where}: shadow must be an integer percentage, got {shadow!r}")
 
     @property
     def infer_url(self) -> str:
@@ -126,7 +133,10 @@ class VersionRoute:
         return f"{self.endpoint}/v1/infer"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "weight": self.weight, "endpoint": self.endpoint}
+        doc: dict[str, Any] = {"name": self.name, "weight": self.weight, "endpoint": self.endpoint}
+        if self.shadow:
+            doc["shadow"] = self.shadow
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,14 +195,19 @@ def _parse_version(raw: object, model: str, index: int) -> VersionRoute:
     where = f"model {model!r} versions[{index}]"
     if not isinstance(raw, dict):
         raise RoutesError(f"{where}: must be an object, got {type(raw).__name__}")
-    unknown = set(raw) - _VERSION_FIELDS
+    unknown = set(raw) - _VERSION_FIELDS - _OPTIONAL_VERSION_FIELDS
     if unknown:
         raise RoutesError(f"{where}: unknown field(s) {sorted(unknown)}")
     missing = _VERSION_FIELDS - set(raw)
     if missing:
         raise RoutesError(f"{where}: missing field(s) {sorted(missing)}")
     try:
-        return VersionRoute(name=raw["name"], weight=raw["weight"], endpoint=raw["endpoint"])
+        return VersionRoute(
+            name=raw["name"],
+            weight=raw["weight"],
+            endpoint=raw["endpoint"],
+            shadow=raw.get("shadow", 0),
+        )
     except RoutesError as exc:
         raise RoutesError(f"{where}: {exc}") from None
 

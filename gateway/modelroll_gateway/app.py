@@ -33,6 +33,7 @@ from modelroll_common.tracing import passed_on
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
 from .routesfile import RoutesFileWatcher
+from .shadow import ShadowSender
 from .streaming import OPENAI_PATHS, StreamingForwarder
 from .table import RouteTable, Target
 from .upstream import (
@@ -114,6 +115,7 @@ class Proxy:
         self.stopping = stopping
         self.pool: UpstreamPool | None = None
         self.llm: StreamingForwarder | None = None
+        self.shadows: ShadowSender | None = None
         self._warned: dict[tuple[str, str], float] = {}
         self._pin_ignored_logged = False
 
@@ -142,7 +144,22 @@ class Proxy:
         response = await self._forward(target, body, headers)
         share = call_share(response.headers.get(CALL_SIZE_HEADER))
         target.stats.record(response.status, time.perf_counter() - started, share)
+        if response.status == 200:
+            self._mirror(model, target, body, headers, response)
         return response
+
+    def _mirror(
+        self, model: str, target: Target, body: bytes, headers: bytes, response: web.Response
+    ) -> None:
+        """Copy a request another version answered to each shadow version due a copy."""
+        entry = self.table.models.get(model)
+        if entry is None or not entry.mirrors or self.shadows is None:
+            return
+        answer = response.body
+        assert isinstance(answer, bytes), "the gateway answers with the version's bytes"
+        for mirror in entry.mirrors:
+            if mirror.name != target.name and mirror.take():
+                self.shadows.send(model, mirror, target.name, body, headers, answer)
 
     def _pin(self, request: web.Request) -> str | None:
         """The version the request pins, if any. With --pin-trusted-only, a client outside
@@ -356,7 +373,16 @@ async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
     proxy.llm = StreamingForwarder(
         app[METRICS_KEY], config.upstream_timeout, VERSION_HEADER, config.generation_timeout
     )
+    shadow_pool = UpstreamPool(
+        connect_timeout=config.connect_timeout,
+        max_age=config.upstream_connection_max_age,
+        max_connections=config.shadow_max_in_flight,
+    )
+    proxy.shadows = ShadowSender(
+        app[METRICS_KEY], shadow_pool, config.upstream_timeout, config.shadow_max_in_flight
+    )
     yield
+    await proxy.shadows.close()
     await proxy.llm.close()
     await pool.close()
 

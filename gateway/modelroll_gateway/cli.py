@@ -129,6 +129,13 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "--upstream-timeout",
     )
     p.add_argument(
+        "--shadow-max-in-flight",
+        type=positive_int,
+        default=64,
+        help="shadow copies open at once at most (on connections of their own); a copy beyond "
+        "it is dropped and counted, never queued",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=1024 * 1024,
@@ -184,6 +191,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         connect_timeout=args.connect_timeout,
         upstream_connection_max_age=args.upstream_connection_max_age,
         upstream_max_connections=args.upstream_max_connections,
+        shadow_max_in_flight=args.shadow_max_in_flight,
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
         trusted_networks=args.trusted_networks,

@@ -50,6 +50,8 @@ class GatewayConfig:
     connections, not requests, so new replicas get their share only from new connections."""
     upstream_max_connections: int = 100
     """Connections per version at most; further requests wait for one (until their deadline)."""
+    shadow_max_in_flight: int = 64
+    """Shadow copies open at once at most; a copy beyond it is dropped (and counted)."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
     read_timeout: float = 30.0
@@ -87,6 +89,8 @@ class GatewayConfig:
             raise ValueError("upstream_connection_max_age must be positive")
         if self.upstream_max_connections <= 0:
             raise ValueError("upstream_max_connections must be positive")
+        if self.shadow_max_in_flight <= 0:
+            raise ValueError("shadow_max_in_flight must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         if self.routes_poll_seconds <= 0:

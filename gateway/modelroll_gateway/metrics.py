@@ -32,6 +32,10 @@ DURATION_BUCKETS = (
     30.0,
 )
 
+AGREEMENT_BUCKETS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
+"""Agreement of shadow answers: 1 for equal outputs (or identical vectors), 0 for different
+ones, a cosine similarity in between (at most 0 for opposite vectors)."""
+
 PRECREATED_CODES = ("200", "502")
 """Codes whose series exist at 0 for every routed version, so error ratios are never absent."""
 
@@ -236,6 +240,32 @@ class GatewayMetrics:
             "--upstream-timeout: cut off), cut (still open when the shutdown drain ran out), "
             "whole (not streamed), unreachable, timeout.",
             ["model", "version", "outcome"],
+            registry=registry,
+        )
+
+        self.shadow_requests = Counter(
+            names.GATEWAY_SHADOW_REQUESTS,
+            "Shadow copies of requests, by model, shadow version and how they ended: compared "
+            "(with the answer the client got), incomparable (a 200 in a shape that cannot be "
+            "compared), failed (another status, no answer, too slow), dropped (too many open).",
+            ["model", "version", "outcome"],
+            registry=registry,
+        )
+        self.shadow_agreement = Histogram(
+            names.GATEWAY_SHADOW_AGREEMENT,
+            "Per compared shadow copy, how far its answer agreed with the one the client got "
+            "from the primary version: 1 or 0 for equal or different outputs, the cosine "
+            "similarity for vectors; by model, shadow version and primary version.",
+            ["model", "version", "primary"],
+            buckets=AGREEMENT_BUCKETS,
+            registry=registry,
+        )
+        self.shadow_duration = Histogram(
+            names.GATEWAY_SHADOW_DURATION,
+            "Shadow copies: time from sending a copy to its whole answer, by model and shadow "
+            "version.",
+            ["model", "version"],
+            buckets=DURATION_BUCKETS,
             registry=registry,
         )
 

@@ -29,6 +29,7 @@ from .metrics import (
     WEIGHT,
     GatewayMetrics,
 )
+from .shadow import SHADOW_OUTCOMES, Mirror
 from .wrr import SmoothWeightedPicker
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,8 @@ class ModelEntry:
     picker: SmoothWeightedPicker[Target]
     cohorts: CohortPicker[Target] | None = None
     """With the route's cohort header: picks by the header's value (sticky cohorts)."""
+    mirrors: tuple[Mirror, ...] = ()
+    """The versions that get shadow copies of the model's requests."""
 
     def pick(self, headers: Mapping[str, str]) -> Target:
         """The version of a request routed by weight: its cohort's, when the route names a
@@ -224,8 +227,14 @@ class RouteTable:
         cohorts = None
         if route.cohort_header is not None:
             cohorts = CohortPicker((t.name, t, t.route.weight) for t in targets.values())
+        mirrors = tuple(
+            Mirror(v.name, v.infer_url, v.shadow) for v in route.versions if v.shadow > 0
+        )
+        for mirror in mirrors:  # at 0 from the start, so the dashboard shows each outcome
+            for outcome in SHADOW_OUTCOMES:
+                self.metrics.shadow_requests.labels(route.model, mirror.name, outcome)
         self.models[route.model] = ModelEntry(
-            route, targets, self._targets(route, PIN), picker, cohorts
+            route, targets, self._targets(route, PIN), picker, cohorts, mirrors
         )
         self._created.setdefault(route.model, int(time.time()))
         for v in route.versions:

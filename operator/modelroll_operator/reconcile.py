@@ -209,8 +209,10 @@ class Reconciler:
         candidates = []
         for v in live:
             r = readiness[v.name]
-            weight, header = (v.spec.weight, v.spec.cohort_header) if v.spec else (0, None)
-            candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header))
+            spec = v.spec
+            weight, header = (spec.weight, spec.cohort_header) if spec else (0, None)
+            shadow = spec.shadow_percent if spec else 0
+            candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header, shadow))
         written = await self.routes.write(namespace, model, compute_route(model, candidates))
         if written.problem is not None:
             problems.append(written.problem)

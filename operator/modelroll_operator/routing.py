@@ -22,6 +22,8 @@ class Candidate:
     endpoint: str | None
     ready: bool
     cohort_header: str | None = None
+    shadow: int = 0
+    """The percentage of the model's requests copied to it (spec.shadow.percent)."""
 
 
 def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | None:
@@ -35,7 +37,9 @@ def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | N
     if not versions:
         return None
     ready = [c for c in versions if c.ready and c.endpoint]
-    routed = tuple(VersionRoute(c.name, c.weight, c.endpoint) for c in ready if c.endpoint)
+    routed = tuple(
+        VersionRoute(c.name, c.weight, c.endpoint, c.shadow) for c in ready if c.endpoint
+    )
     keyed = [c for c in ready if c.cohort_header]
     header = max(keyed, key=lambda c: c.weight).cohort_header if keyed else None
     return ModelRoute(model, routed, header)

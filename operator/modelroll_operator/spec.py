@@ -195,6 +195,8 @@ class ModelVersionSpec:
     protocol: str = PROTOCOL.default
     cohort_header: str | None = None
     """The header keying the model's sticky cohorts, if this version names one."""
+    shadow_percent: int = 0
+    """The percentage of the model's requests copied to this version (spec.shadow)."""
 
     @property
     def managed(self) -> bool:
@@ -413,4 +415,14 @@ def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
         sidecar=parse_sidecar(raw.get("sidecar")),
         protocol=_choice(raw, PROTOCOL, "spec"),
         cohort_header=cohort_header,
+        shadow_percent=_shadow(raw.get("shadow")),
     )
+
+
+def _shadow(raw: object) -> int:
+    """spec.shadow's percentage (0 without it)."""
+    if raw is None:
+        return 0
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.shadow must be an object")
+    return _int(raw, "percent", "spec.shadow", 0, 1, 100)

@@ -137,6 +137,16 @@ def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
         return json.loads(routes.data()["sentiment"]).get("cohortHeader")
 
     eventually(lambda: cohort_header() == "X-User-Id", "the cohort header in the route")
+
+    # Shadow traffic: the percentage a version asks for goes into its entry.
+    patch = '{"spec":{"shadow":{"percent":10}}}'
+    cluster.kubectl("patch", "mv", "canary-v2", "--type=merge", "-p", patch, namespace=namespace)
+
+    def shadows() -> dict[str, int]:
+        versions = json.loads(routes.data()["sentiment"])["versions"]
+        return {v["name"]: v["shadow"] for v in versions if "shadow" in v}
+
+    eventually(lambda: shadows() == {"canary-v2": 10}, "the shadow percentage in the route")
     assert operator.errors() == []
 
 

@@ -93,6 +93,8 @@ def test_shares_follow_the_weights() -> None:
         (_one({"name": "a", "weight": 1, "endpoint": "a:8000"}), "must be an http(s) URL"),
         (_one({"name": "a", "weight": 1, "endpoint": "http://a:x"}), "is not a URL"),
         (_one({"name": "a", "weight": 1, "endpoint": "http://u:p@a"}), "must not carry"),
+        (_one({"name": "a", "weight": 0, "endpoint": "http://a", "shadow": 101}), "percentage"),
+        (_one({"name": "a", "weight": 0, "endpoint": "http://a", "shadow": "10"}), "percentage"),
         (json.dumps({**GOOD, "cohortHeader": "X User"}), "is not an HTTP header name"),
         (json.dumps({**GOOD, "cohortHeader": ""}), "is not an HTTP header name"),
         (json.dumps({**GOOD, "cohortHeader": 7}), "is not an HTTP header name"),

@@ -96,6 +96,19 @@ def test_an_unchanged_route_reports_no_changes() -> None:
     assert route_changes(route, route) == []
 
 
+def test_a_shadow_version_carries_its_percentage_into_the_route() -> None:
+    route = compute_route(
+        "sentiment",
+        [
+            Candidate("stable-v1", 1, "http://s:8000", ready=True),
+            Candidate("shadow-v2", 0, "http://d:8000", ready=True, shadow=10),
+        ],
+    )
+    assert route is not None
+    versions = json.loads(dump_model_route(route))["versions"]
+    assert [v.get("shadow") for v in versions] == [10, None]  # shadow-v2, then stable-v1
+
+
 def test_the_cohort_header_is_the_heaviest_routed_version_that_names_one() -> None:
     def header(*candidates: Candidate) -> str | None:
         route = compute_route("chat", candidates)

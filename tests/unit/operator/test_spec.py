@@ -51,6 +51,10 @@ def test_an_empty_endpoint_next_to_a_server_means_managed_mode() -> None:
             "spec.batching.batchBy must be one of Arrival, Length, got 1",
         ),
         (
+            {"model": "m", "endpoint": "http://s", "shadow": {"percent": 0}},
+            "spec.shadow.percent must be within 1..100, got 0",
+        ),
+        (
             {"model": "m", "endpoint": "http://s", "cohortHeader": "X-Modelroll-Version"},
             "spec.cohortHeader: cohort header 'X-Modelroll-Version' is the version header",
         ),

@@ -1,0 +1,163 @@
+"""Shadow traffic: copies of a share of a model's requests, sent to a shadow version once the
+client has its answer, and how far the two answers agree.
+
+A version whose route names a ``shadow`` percentage gets a copy of that share of the model's
+requests that other versions answered with a 200 (every n-th, by a credit that adds up the
+percentage, so 10% is exactly one in ten). The copy is sent after the client's answer is
+complete, on a connection pool of its own, and at most ``max_in_flight`` copies are open at
+once: a copy beyond it is dropped and counted, never queued. So a shadow that is slow, fails or
+sheds load changes nothing a client sees. Each copy answered with a 200 is compared with the
+answer the client got (:func:`agreement`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import GatewayMetrics
+from .upstream import UpstreamError, UpstreamPool
+
+log = logging.getLogger(__name__)
+
+COMPARED, INCOMPARABLE, FAILED, DROPPED = "compared", "incomparable", "failed", "dropped"
+SHADOW_OUTCOMES = (COMPARED, INCOMPARABLE, FAILED, DROPPED)
+"""How a copy ended: compared with the client's answer; answered 200 but in a shape that cannot
+be compared (not JSON with an ``output``); failed (another status, no answer, too slow);
+dropped (``max_in_flight`` copies were open)."""
+
+
+@dataclass
+class Mirror:
+    """A shadow version of a model: where its copies go, and the share of requests they are."""
+
+    name: str
+    url: str
+    percent: int
+    _credit: int = field(default=0, repr=False)
+    """Percent points owed; a copy pays 100 (integers: 10% is exactly 10 of 100)."""
+
+    def take(self) -> bool:
+        """Whether this request is one to copy: exactly ``percent`` of 100 in a row."""
+        self._credit += self.percent
+        if self._credit >= 100:
+            self._credit -= 100
+            return True
+        return False
+
+
+def _output(body: bytes) -> Any:
+    """The ``output`` of a model protocol answer; raises ValueError for anything else."""
+    doc = json.loads(body)
+    if not isinstance(doc, dict) or "output" not in doc:
+        raise ValueError("no output")
+    return doc["output"]
+
+
+def _is_vector(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+    )
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = math.fsum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
+    if norms == 0.0:
+        return 1.0 if a == b else 0.0
+    return max(-1.0, min(1.0, dot / norms))
+
+
+def agreement(primary: bytes, shadow: bytes) -> float:
+    """How far two answers to the same request agree, from -1 to 1: for vectors of the same
+    length (an embedding), their cosine similarity; for a list of such vectors (a batch of
+    items), the mean of theirs; for anything else (a label, a score, text), 1 when equal and 0
+    when not. Raises ValueError when either is not a model protocol answer."""
+    a, b = _output(primary), _output(shadow)
+    if _is_vector(a) and _is_vector(b) and len(a) == len(b):
+        return _cosine(a, b)
+    if (
+        isinstance(a, list)
+        and isinstance(b, list)
+        and a
+        and len(a) == len(b)
+        and all(
+            _is_vector(x) and _is_vector(y) and len(x) == len(y) for x, y in zip(a, b, strict=True)
+        )
+    ):
+        return math.fsum(_cosine(x, y) for x, y in zip(a, b, strict=True)) / len(a)
+    return 1.0 if a == b else 0.0
+
+
+class ShadowSender:
+    """Sends the copies and records how they went; its own pool, at most ``max_in_flight``."""
+
+    def __init__(
+        self, metrics: GatewayMetrics, pool: UpstreamPool, timeout: float, max_in_flight: int
+    ) -> None:
+        self.metrics = metrics
+        self.pool = pool
+        self.timeout = timeout
+        self.max_in_flight = max_in_flight
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def send(
+        self,
+        model: str,
+        mirror: Mirror,
+        primary: str,
+        body: bytes,
+        headers: bytes,
+        answer: bytes,
+    ) -> None:
+        """Copy a request that ``primary`` answered with ``answer`` to ``mirror``, in the
+        background (or drop it, counted, when ``max_in_flight`` copies are open)."""
+        if len(self._tasks) >= self.max_in_flight:
+            self.metrics.shadow_requests.labels(model, mirror.name, DROPPED).inc()
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._copy(model, mirror, primary, body, headers, answer)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _copy(
+        self, model: str, mirror: Mirror, primary: str, body: bytes, headers: bytes, answer: bytes
+    ) -> None:
+        metrics, loop = self.metrics, self.pool.loop
+        started = loop.time()
+        try:
+            reply = await self.pool.endpoint(mirror.url).post(body, headers, started + self.timeout)
+        except UpstreamError as exc:
+            log.debug("A shadow copy to %s of model %s failed: %s", mirror.name, model, exc)
+            metrics.shadow_requests.labels(model, mirror.name, FAILED).inc()
+            return
+        metrics.shadow_duration.labels(model, mirror.name).observe(loop.time() - started)
+        if reply.status != 200:
+            metrics.shadow_requests.labels(model, mirror.name, FAILED).inc()
+            return
+        try:
+            score = agreement(answer, reply.body)
+        except ValueError:
+            metrics.shadow_requests.labels(model, mirror.name, INCOMPARABLE).inc()
+            return
+        metrics.shadow_requests.labels(model, mirror.name, COMPARED).inc()
+        metrics.shadow_agreement.labels(model, mirror.name, primary).observe(score)
+
+    async def close(self) -> None:
+        """Cancel the copies still open (the gateway is stopping) and close the pool."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.pool.close()
