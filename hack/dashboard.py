@@ -38,6 +38,8 @@ from modelroll_common.metric_names import (
     GATEWAY_LLM_TTFT,
     GATEWAY_REQUEST_DURATION,
     GATEWAY_REQUESTS,
+    GATEWAY_SHADOW_AGREEMENT,
+    GATEWAY_SHADOW_REQUESTS,
     GATEWAY_UPSTREAM_CONNECTIONS,
     GATEWAY_UPSTREAM_ERRORS,
     GATEWAY_UPSTREAM_WAITING,
@@ -906,6 +908,40 @@ def variables() -> list[Builder[model.VariableModel]]:
     return chosen
 
 
+def shadow() -> list[Panel]:
+    def mean(labels: str) -> str:
+        total = by(labels, "sum", rate(GATEWAY_SHADOW_AGREEMENT + "_sum"))
+        return f"{total} / {by(labels, 'sum', rate(GATEWAY_SHADOW_AGREEMENT + '_count'))}"
+
+    return [
+        graph(
+            43,
+            "Shadow agreement by version",
+            "Versions with spec.shadow get copies of a share of the model's requests; each copy "
+            "answered is compared with the answer the client got from the primary version: 1 "
+            "for equal outputs, 0 for different ones, the cosine similarity for vectors. The mean "
+            "per shadow version and primary.",
+            "none",
+            HALF,
+            Query(mean("version, primary"), "{{version}} vs {{primary}}"),
+            floor=None,
+        ).decimals(4),
+        graph(
+            44,
+            "Shadow copies by outcome",
+            "Copies per second by how they ended: compared, incomparable (a 200 that cannot be "
+            "compared), failed (another status, no answer, too slow), dropped (the gateway's "
+            "--shadow-max-in-flight copies were open). No copy is ever queued.",
+            "reqps",
+            HALF,
+            Query(
+                by("version, outcome", "sum", rate(GATEWAY_SHADOW_REQUESTS)),
+                "{{version}} {{outcome}}",
+            ),
+        ),
+    ]
+
+
 ROWS = (
     (1, "Traffic per version", traffic),
     (7, "Latency per version", latency),
@@ -913,6 +949,7 @@ ROWS = (
     (15, "Saturation per version", saturation),
     (33, "LLM versions", llm),
     (21, "Canary analyses", canary_analyses),
+    (42, "Shadow traffic", shadow),
 )
 
 

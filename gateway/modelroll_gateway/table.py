@@ -288,16 +288,17 @@ class RouteTable:
                     for routing in ROUTINGS:
                         for c, n in self._stats_for(name, v.name, routing).codes.items():
                             responses[c] = responses.get(c, 0) + n
-                    versions.append(
-                        {
-                            "name": v.name,
-                            "weight": v.weight,
-                            "share": round(shares[v.name], 6),
-                            "endpoint": v.endpoint,
-                            "requests": sum(responses.values()),
-                            "responses": {str(c): n for c, n in sorted(responses.items())},
-                        }
-                    )
+                    listed: dict[str, Any] = {
+                        "name": v.name,
+                        "weight": v.weight,
+                        "share": round(shares[v.name], 6),
+                        "endpoint": v.endpoint,
+                        "requests": sum(responses.values()),
+                        "responses": {str(c): n for c, n in sorted(responses.items())},
+                    }
+                    if v.shadow:
+                        listed["shadow"] = v.shadow
+                    versions.append(listed)
             item: dict[str, Any] = {
                 "model": name,
                 "routable": total > 0,

@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from modelroll_gateway.shadow import SHADOW_OUTCOMES
 from modelroll_operator.analysis.exporter import PHASES, AnalysisMetrics
 from modelroll_sidecar.metrics import CLOSE_REASONS, STREAM_OUTCOMES, LLMMetrics, SidecarMetrics
 from tests.chart.conftest import CHART, Helm, one
@@ -161,15 +162,38 @@ def analysis_metric_names() -> list[str]:
     return [m.name + ("_total" if m.type == "counter" else "") for m in registry.collect()]
 
 
+def row_panels(board: dict[str, Any], row: int) -> list[dict[str, Any]]:
+    """The panels of the row at index ``row``: up to the next row, or to the end."""
+    panels: list[dict[str, Any]] = board["panels"][row + 1 :]
+    rows = [i for i, p in enumerate(panels) if p["type"] == "row"]
+    return panels[: rows[0]] if rows else panels
+
+
+def test_the_shadow_row_shows_agreement_and_copies_per_shadow_version() -> None:
+    board = dashboard()
+    titles = [p["title"] for p in board["panels"]]
+    below = row_panels(board, titles.index("Shadow traffic"))
+    assert [p["title"] for p in below] == [
+        "Shadow agreement by version",
+        "Shadow copies by outcome",
+    ]
+    for panel in below:
+        [target] = panel["targets"]
+        assert "modelroll_gateway_shadow_" in target["expr"], panel["title"]
+        assert target["legendFormat"].startswith("{{version}}"), panel["title"]
+    # The copies panel says what each outcome the gateway counts means.
+    for outcome in SHADOW_OUTCOMES:
+        assert re.search(rf"\b{outcome}\b", below[1]["description"]), outcome
+
+
 def test_the_canary_analyses_row_shows_each_canary_apart() -> None:
     board = dashboard()
     titles = [p["title"] for p in board["panels"]]
     assert "Canary analyses" in titles
     row = titles.index("Canary analyses")
     assert board["panels"][row]["type"] == "row"
-    below = board["panels"][row + 1 :]
+    below = row_panels(board, row)
     assert below, "the row is empty"
-    assert all(p["type"] != "row" for p in below), "the canary row is not the last one"
     exprs = [t["expr"] for p in below for t in p["targets"]]
     assert all("modelroll_operator_analysis_" in e for e in exprs)
     for panel in below:

@@ -9,9 +9,10 @@ the canary's analysis (analysis/exporter.py, fed a judged state) are served next
 Prometheus (built by `make prometheus`) scrapes them all on loopback every second and evaluates
 the chart's PrometheusRule. Then every query of the Grafana dashboard, with its template
 variables substituted the way Grafana does, and every rule expression must parse and return
-series for both versions (the LLM row's: the chat model's; the analysis queries: the canary
-alone); the canary's error ratio must show and the stable's must be zero, and the chat canary's
-time to first token must show above the chat stable's.
+series for both versions (the LLM row's: the chat model's; the analysis and shadow queries:
+the canary alone, which also shadows the stable); the canary's error ratio must show and the
+stable's must be zero, and the chat canary's time to first token must show above the chat
+stable's.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ LLM_METRICS = re.compile(r"\bmodelroll_(gateway_)?llm_")
 """The series of chat LLM versions: their queries select the chat model."""
 ANALYSED = {"canary"}
 """The versions with an analysis: the operator exports series for them alone."""
+SHADOW_PERCENT = 50
+"""The canary also shadows: half the requests the stable answers are copied to it."""
+SHADOWS = {"canary"}
+"""The versions with shadow series (copies of the stable's requests)."""
+SHADOW_PREFIX = "modelroll_gateway_shadow_"
 SCRAPE_INTERVAL = "1s"
 # What Grafana substitutes: $__rate_interval is at least four scrape intervals; a multi-value
 # variable with several values selected becomes a regex group.
@@ -247,9 +253,11 @@ def variables_for(expr: str) -> dict[str, str]:
 
 def expected_versions(expr: str) -> set[str]:
     """Whose series a dashboard query shows: the analysed versions' for the operator's metrics,
-    the chat versions' for the LLM metrics."""
+    the shadows' for the shadow metrics, the chat versions' for the LLM metrics."""
     if ANALYSIS_PREFIX in expr:
         return ANALYSED
+    if SHADOW_PREFIX in expr:
+        return SHADOWS
     return set(CHAT_VERSIONS) if is_llm(expr) else set(VERSIONS)
 
 
@@ -341,6 +349,7 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
                 "name": name.rsplit("-", 1)[-1],
                 "weight": weight,
                 "endpoint": f"http://127.0.0.1:{sidecar_port}",
+                **({"shadow": SHADOW_PERCENT} if name == f"{MODEL}-canary" else {}),
             }
 
         routes = [

@@ -19,8 +19,10 @@ from typing import Any, Protocol, TypeVar
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from modelroll_devcluster import Cluster
+from modelroll_devcluster.processes import http_get
 from modelroll_devcluster.prometheus import PrometheusAPI
 from modelroll_devcluster.stack import Stack, VersionSpec
 from tests.e2e.incluster import InCluster
@@ -56,6 +58,23 @@ class Rollout(Protocol):
     def prometheus_api(self) -> PrometheusAPI: ...
 
     def log_tails(self) -> str: ...
+
+
+def metric(url: str, sample: str, **labels: str) -> float:
+    """The sum of the samples named ``sample`` with those labels at ``url`` (Prometheus text)."""
+    status, body = http_get(url)
+    assert status == 200, body
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+        if s.name == sample and labels.items() <= s.labels.items()
+    )
+
+
+def gateway_metric(stack: Stack, sample: str, **labels: str) -> float:
+    """A sample of the stack's gateway's /metrics (summed over the labels not given)."""
+    return metric(f"{stack.gateway_url}/metrics", sample, **labels)
 
 
 def eventually(check: Callable[[], T | None], what: str, within: float) -> T:

@@ -16,11 +16,9 @@ from typing import Any
 import openai
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from modelroll_common.routes import VERSION_HEADER
 from modelroll_devcluster.llama import GENERATE_ALL, llama_metrics
-from modelroll_devcluster.processes import http_get
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
 from tests.e2e.conftest import (
@@ -28,6 +26,8 @@ from tests.e2e.conftest import (
     analysis_of,
     canary_manifest,
     eventually,
+    gateway_metric,
+    metric,
     wait_condition_of,
 )
 
@@ -58,22 +58,6 @@ def routed(stack: Stack, *names: str) -> None:
 def weights(stack: Stack) -> dict[str, int]:
     model = stack.routes().get(MODEL) or {"versions": []}
     return {v["name"]: v["weight"] for v in model["versions"]}
-
-
-def metric(url: str, sample: str, **labels: str) -> float:
-    """The sum of the samples named ``sample`` with those labels at ``url`` (Prometheus text)."""
-    status, body = http_get(url)
-    assert status == 200, body
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(body.decode())
-        for s in family.samples
-        if s.name == sample and labels.items() <= s.labels.items()
-    )
-
-
-def gateway_metric(stack: Stack, sample: str, **labels: str) -> float:
-    return metric(f"{stack.gateway_url}/metrics", sample, **labels)
 
 
 def sidecar_metric(stack: Stack, name: str, sample: str, **labels: str) -> float:
