@@ -5,7 +5,7 @@
   (spec.batching, spec.protocol and the integer fields of spec.sidecar) are written from it:
   type, default, bounds, enum and description. So are the latency checks of
   spec.analysis.checks (:data:`LATENCY_CHECKS`), which share their fields, and the stream
-  histograms of every counters object in status.analysis (:data:`STREAM_HISTOGRAMS`). The rest
+  histograms and the shadow agreement of every counters object in status.analysis. The rest
   of the schema is edited in the file and only laid out again here, so every edit ends in the
   same layout.
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
@@ -162,8 +162,22 @@ def stream_histogram(metric: str) -> dict[str, Any]:
     }
 
 
+def agreement() -> dict[str, Any]:
+    """The agreement in each counters object of status.analysis (the canary's, in practice)."""
+    return {
+        "type": "object",
+        "description": "The canary's shadow copies compared with the baseline's answers "
+        "(modelroll_gateway_shadow_agreement): only while a shadow gate judges them.",
+        "properties": {
+            "sum": {"type": "number", "description": "The agreement of the copies, summed."},
+            "count": {"type": "number", "description": "The copies compared."},
+        },
+    }
+
+
 def with_stream_histograms(analysis: dict[str, Any]) -> None:
-    """The stream histograms in each counters object of ``status.analysis``."""
+    """The stream histograms and the shadow agreement in each counters object of
+    ``status.analysis``."""
     tallies = [
         analysis["sources"]["items"],
         analysis["stepCounts"],
@@ -174,6 +188,7 @@ def with_stream_histograms(analysis: dict[str, Any]) -> None:
             counters = tally["properties"][arm]["properties"]
             for field, metric in STREAM_HISTOGRAMS.items():
                 counters[field] = stream_histogram(metric)
+            counters["agreement"] = agreement()
 
 
 def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
@@ -200,10 +215,14 @@ def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block lists indented under their key, as kubectl and Helm users write them."""
+    """Block lists indented under their key, as kubectl and Helm users write them; a schema
+    used in several places written out in each (no YAML anchors)."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:

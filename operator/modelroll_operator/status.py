@@ -56,9 +56,10 @@ REASON_MAX = 1024
 MESSAGE_MAX = 32768
 """metav1.Condition's maximum length of a message, in characters; longer ones are cut."""
 
-_UNHEALTHY = (machine.CANARY_WORSE, machine.GUARDRAIL)
+_UNHEALTHY = (machine.CANARY_WORSE, machine.GUARDRAIL, machine.SHADOW_DISAGREES)
 _UNKNOWN_HEALTH = (
     machine.WARMING_UP,
+    machine.SHADOWING,
     machine.INSUFFICIENT_DATA,
     machine.METRICS_UNAVAILABLE,
     machine.WEIGHTS_NOT_APPLIED,

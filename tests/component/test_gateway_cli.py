@@ -136,6 +136,7 @@ DEFAULTS = {
     "--connect-timeout": "2.0",
     "--upstream-connection-max-age": "10.0",
     "--upstream-max-connections": "100",
+    "--shadow-max-in-flight": "64",
     "--max-body-bytes": "1048576",
     "--read-timeout": "30.0",
     "--trusted-networks": "127.0.0.0/8,::1/128",

@@ -1,23 +1,41 @@
 """Shadow traffic on real models: the sentence encoder's int8 ONNX export serves, its fp32
 weights shadow it, and the gateway reports how far their vectors agree, while every client is
-answered by the int8 version."""
+answered by the int8 version. A canary analysis with a shadow gate lets the fp32 version on to
+its first step on that agreement, and rolls back a version whose answers are of another kind
+(the demo model's labels) before it ever has live traffic."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 import yaml
 
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
-from tests.e2e.conftest import StartLocal, eventually, gateway_metric
+from tests.e2e.conftest import (
+    StartLocal,
+    analysis_of,
+    canary_manifest,
+    eventually,
+    gateway_metric,
+    wait_condition_of,
+)
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "sentiment"
-INT8, FP32 = "int8-v1", "fp32-v2"
+INT8, FP32, DEMO = "int8-v1", "fp32-v2", "demo-v3"
+GATE = {
+    "steps": [{"weight": 50}],
+    "intervalSeconds": 1,
+    "warmupSeconds": 1,
+    "shadow": {"minAgreement": 0.99, "minCopies": 30},
+}
 REVIEWS = [f"review {i}: the film was {'good' if i % 2 else 'slow'} and long" for i in range(40)]
 
 
@@ -72,3 +90,79 @@ def test_the_fp32_encoder_shadowing_the_int8_one_reports_their_agreement(
         "shadow: all-MiniLM-L6-v2 fp32 shadowing int8, cosine agreement",
         f"mean {mean:.4f} over {count:.0f} copies; {count - at_least_099:.0f} above 0.99",
     )
+
+
+@contextlib.contextmanager
+def reviews_sent(stack: Stack) -> Iterator[list[str]]:
+    """Reviews sent to the gateway one after another until the block ends; the versions that
+    answered, in order."""
+    answered: list[str] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        i = 0
+        while not stop.is_set():
+            answered.append(infer(stack, REVIEWS[i % len(REVIEWS)])[0])
+            i += 1
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    try:
+        yield answered
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def shadow_canary(stack: Stack, name: str) -> str:
+    """The version's ModelVersion at weight 0, shadowing every request, analysed with a gate."""
+    manifest = yaml.safe_load(canary_manifest(stack, name, GATE))
+    manifest["spec"]["shadow"] = {"percent": 100}
+    return str(yaml.safe_dump(manifest))
+
+
+def weights(stack: Stack) -> dict[str, int]:
+    model = stack.routes().get(MODEL) or {"versions": []}
+    return {v["name"]: v["weight"] for v in model["versions"]}
+
+
+def test_a_shadow_gate_lets_the_agreeing_fp32_encoder_on_to_its_first_step(
+    local_stacks: StartLocal,
+) -> None:
+    stack = local_stacks(
+        [
+            VersionSpec(INT8, 1, engine="encoder", variant="int8"),
+            VersionSpec(FP32, 0, engine="encoder", variant="fp32"),
+        ]
+    )
+    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(stack.manifest(INT8)))
+    eventually(lambda: weights(stack) == {INT8: 1}, "the gateway routing int8-v1", 30)
+    with reviews_sent(stack):
+        stack.kubectl("apply", "-f", "-", input=shadow_canary(stack, FP32))
+        eventually(lambda: weights(stack).get(FP32) == 50, "the fp32 version at step 1", 60)
+    state = analysis_of(stack, FP32)
+    assert not state["shadowing"]
+    assert state["step"] == 1
+    events = stack.kubectl("get", "events", "--field-selector", f"involvedObject.name={FP32}")
+    assert "shadow copies agree with int8-v1's 0.99" in events.stdout, events.stdout
+
+
+def test_a_shadow_gate_rolls_back_a_version_whose_answers_disagree_before_live_traffic(
+    local_stacks: StartLocal,
+) -> None:
+    stack = local_stacks(
+        [VersionSpec(INT8, 1, engine="encoder", variant="int8"), VersionSpec(DEMO, 0)]
+    )
+    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(stack.manifest(INT8)))
+    eventually(lambda: weights(stack) == {INT8: 1}, "the gateway routing int8-v1", 30)
+    with reviews_sent(stack) as answered:
+        stack.kubectl("apply", "-f", "-", input=shadow_canary(stack, DEMO))
+        wait_condition_of(stack, DEMO, "RolledBack", 60)
+    state = analysis_of(stack, DEMO)
+    assert state["reason"] == "ShadowDisagrees", state
+    assert "below 0.99" in state["message"]
+    assert set(answered) == {INT8}  # no client was ever answered by it
+    assert weights(stack)[DEMO] == 0
+    shown = stack.plugin("analysis", "status", DEMO).stdout
+    assert "RolledBack (ShadowDisagrees)" in shown, shown
+    assert "compared, mean agreement 0.0000" in shown, shown

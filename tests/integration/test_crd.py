@@ -206,6 +206,11 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             id="analysis-ttft-quantile-1",
         ),
         pytest.param(
+            canary({"steps": [{"weight": 10}], "shadow": {"minCopies": 10}}),
+            "spec.analysis.shadow needs spec.shadow",
+            id="shadow-gate-without-shadow",
+        ),
+        pytest.param(
             model_version("v1", "chat", endpoint="http://s", cohortHeader="x-modelroll-version"),
             "spec.cohortHeader cannot be X-Modelroll-Version",
             id="cohort-header-pins",

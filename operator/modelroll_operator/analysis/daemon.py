@@ -187,6 +187,7 @@ class Canaries:
                 state.baseline,
                 now,
                 streams=spec.judges_streams,
+                agreement=state.shadowing,
             )
         except MetricsUnavailable as exc:
             self.metrics.source_error(info.namespace, info.model, info.name)

@@ -60,6 +60,9 @@ CANARY_WORSE = "CanaryWorse"
 GUARDRAIL = "GuardrailBreached"
 METRICS_UNAVAILABLE = "MetricsUnavailable"
 WEIGHTS_NOT_APPLIED = "WeightsNotApplied"
+SHADOWING = "Shadowing"
+"""Before step 1: the canary is judged on shadow copies alone (spec.analysis.shadow)."""
+SHADOW_DISAGREES = "ShadowDisagrees"
 STEP_PAUSE = "PausedAtStep"
 MANUAL_WEIGHT = "ManualWeightChange"
 ABORTED = "Aborted"
@@ -75,6 +78,8 @@ REASONS = (
     GUARDRAIL,
     METRICS_UNAVAILABLE,
     WEIGHTS_NOT_APPLIED,
+    SHADOWING,
+    SHADOW_DISAGREES,
     STEP_PAUSE,
     MANUAL_WEIGHT,
     ABORTED,
@@ -133,6 +138,14 @@ class VersionCounts:
     only for a spec with a stream check (AnalysisSpec.judges_streams)."""
     tpot_buckets: tuple[tuple[float, float], ...] = ()
     """Their time per output token, likewise."""
+    agreement: Mapping[str, float] = field(default_factory=dict)
+    """The canary's shadow copies compared with the baseline's answers: the agreement
+    histogram's ``sum`` and ``count``; read only for a spec with a shadow gate."""
+
+    @property
+    def mean_agreement(self) -> float | None:
+        count = self.agreement.get("count", 0.0)
+        return self.agreement.get("sum", 0.0) / count if count else None
 
     @property
     def requests(self) -> float:
@@ -149,7 +162,7 @@ class VersionCounts:
         return sum(n for code, n in self.calls.items() if check.is_error(code))
 
     def _maps(self) -> tuple[Mapping[str, float], ...]:
-        return (self.codes, self.pinned, self.outcomes, self.calls)
+        return (self.codes, self.pinned, self.outcomes, self.calls, self.agreement)
 
     def _histograms(self) -> tuple[tuple[tuple[float, float], ...], ...]:
         return (self.buckets, self.call_buckets, self.ttft_buckets, self.tpot_buckets)
@@ -189,6 +202,7 @@ class VersionCounts:
             call_buckets=_bucket_increases(self.call_buckets, earlier.call_buckets),
             ttft_buckets=_bucket_increases(self.ttft_buckets, earlier.ttft_buckets),
             tpot_buckets=_bucket_increases(self.tpot_buckets, earlier.tpot_buckets),
+            agreement=_increases(self.agreement, earlier.agreement),
         )
 
     def judged(self) -> VersionCounts:
@@ -213,6 +227,7 @@ class VersionCounts:
             call_buckets=self.call_buckets or self.buckets,
             ttft_buckets=self.ttft_buckets,
             tpot_buckets=self.tpot_buckets,
+            agreement=self.agreement,
         )
 
     def plus(self, other: VersionCounts) -> VersionCounts:
@@ -226,6 +241,7 @@ class VersionCounts:
             call_buckets=_bucket_sum(self.call_buckets, other.call_buckets),
             ttft_buckets=_bucket_sum(self.ttft_buckets, other.ttft_buckets),
             tpot_buckets=_bucket_sum(self.tpot_buckets, other.tpot_buckets),
+            agreement=_sum(self.agreement, other.agreement),
         )
 
     def to_dict(self, calls: bool = True) -> dict[str, Any]:
@@ -252,6 +268,8 @@ class VersionCounts:
             out["ttftBuckets"] = _buckets_out(self.ttft_buckets)
         if self.tpot_buckets:
             out["tpotBuckets"] = _buckets_out(self.tpot_buckets)
+        if self.agreement:
+            out["agreement"] = {k: _num(n) for k, n in sorted(self.agreement.items())}
         return out
 
     @classmethod
@@ -269,6 +287,7 @@ class VersionCounts:
             call_buckets=_buckets_in(raw.get("callBuckets")),
             ttft_buckets=_buckets_in(raw.get("ttftBuckets")),
             tpot_buckets=_buckets_in(raw.get("tpotBuckets")),
+            agreement={str(k): float(n) for k, n in (raw.get("agreement") or {}).items()},
         )
 
 
@@ -529,6 +548,9 @@ class AnalysisState:
     warm-up, ``minSeconds`` and ``maxSeconds`` are measured in these, not on the wall clock."""
     judging_from: float = 0.0
     """The ``step_seconds`` at which judging started."""
+    shadowing: bool = False
+    """Before step 1, judged on shadow copies alone (spec.analysis.shadow): ``step`` is 0 and
+    the canary's weight 0 until the gate passes."""
 
     @property
     def finished(self) -> bool:
@@ -553,6 +575,7 @@ class AnalysisState:
             "specHash": self.spec_hash,
             "applied": self.applied,
             "lastCommand": self.last_command,
+            "shadowing": self.shadowing,
         }
         out["sources"] = [{"name": n, **t.to_dict()} for n, t in sorted(self.sources.items())]
         # Every key, null when unset: a merge patch removes what a null names.
@@ -607,6 +630,7 @@ class AnalysisState:
                 spec_hash=str(raw.get("specHash") or ""),
                 applied=bool(raw.get("applied", True)),
                 last_command=str(raw.get("lastCommand") or ""),
+                shadowing=bool(raw.get("shadowing", False)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -647,8 +671,21 @@ def promoted_weights(state: AnalysisState) -> Weights:
 def start(
     spec: AnalysisSpec, baseline: str, baseline_weight: int, now: float, spec_hash: str
 ) -> Decision:
-    """A new analysis: the first step's weights."""
-    weights = step_weights(spec, 0, baseline_weight)
+    """A new analysis: the first step's weights, or with a shadow gate, the canary at 0 while
+    its shadow copies are judged."""
+    shadowing = spec.shadow is not None
+    if spec.shadow is not None:
+        weights = Weights(0, baseline_weight)
+        message = (
+            f"Shadowing: the canary's answers to copies of {baseline}'s requests are compared "
+            f"before step 1 (at least {spec.shadow.min_copies} copies)"
+        )
+    else:
+        weights = step_weights(spec, 0, baseline_weight)
+        message = (
+            f"Step 1 of {len(spec.steps)}: canary weight {weights.canary}, baseline "
+            f"{baseline} {weights.baseline}"
+        )
     state = AnalysisState(
         phase=PROGRESSING,
         step=0,
@@ -658,10 +695,10 @@ def start(
         baseline_weight=baseline_weight,
         canary_weight=weights.canary,
         baseline_step_weight=weights.baseline,
-        reason=WARMING_UP,
-        message=f"Step 1 of {len(spec.steps)}: canary weight {weights.canary}, baseline "
-        f"{baseline} {weights.baseline}",
+        reason=SHADOWING if shadowing else WARMING_UP,
+        message=message,
         spec_hash=spec_hash,
+        shadowing=shadowing,
     )
     started = f"Analysis started against baseline {baseline}. {state.message}"
     return Decision(state, weights, event=started)
@@ -798,13 +835,16 @@ def evaluate(
     if unapplied := snapshot.unapplied(state.canary_weight, state.baseline_step_weight):
         return _unapplied(state, snapshot, now, unapplied)
     if state.reason in (METRICS_UNAVAILABLE, WEIGHTS_NOT_APPLIED):
-        state = replace(state, phase=PROGRESSING, reason=INCONCLUSIVE)
+        resumed = SHADOWING if state.shadowing else INCONCLUSIVE
+        state = replace(state, phase=PROGRESSING, reason=resumed)
     # Time counts while the metrics are read (a hold for them leaves it), and by the interval.
     credit = min(max(0.0, now - state.evaluated_at), CREDIT_INTERVALS * spec.interval_seconds)
     state = replace(state, evaluated_at=now, step_seconds=state.step_seconds + credit)
     interval = count(state.sources, snapshot)
     state = replace(state, sources=interval.sources)
-    if state.window is None:
+    if state.shadowing:
+        decision = _shadow_gate(spec, state, interval, now)
+    elif state.window is None:
         decision = _warm_up(spec, state, interval, now)
     else:
         decision = _judge(spec, state, interval, now)
@@ -813,6 +853,35 @@ def evaluate(
         noted = replace(decision.state, message=f"{decision.state.message}; {note}")
         decision = replace(decision, state=noted)
     return decision
+
+
+def _shadow_gate(
+    spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: float
+) -> Decision:
+    """Before step 1: go on once enough shadow copies agree, roll back once they do not."""
+    gate = spec.shadow
+    assert gate is not None, "a shadowing state has a shadow gate"
+    counted = (state.step_counts or Tally(now)).plus(interval.canary, interval.baseline)
+    state = replace(state, step_counts=counted)
+    copies = counted.canary.agreement.get("count", 0.0)
+    mean = counted.canary.mean_agreement
+    seen = f"{copies:.0f} copies compared" + (f", mean agreement {mean:.4f}" if mean else "")
+    if mean is not None and copies >= gate.min_copies:
+        verdict = (
+            f"The canary's answers to {copies:.0f} shadow copies agree with {state.baseline}'s "
+            f"{mean:.4f} on average"
+        )
+        if mean >= gate.min_agreement:
+            passed = replace(state, shadowing=False)
+            return _to_step(spec, passed, 0, now, f"{verdict}, at least {gate.min_agreement:g}.")
+        return rollback(state, SHADOW_DISAGREES, f"{verdict}, below {gate.min_agreement:g}.")
+    if state.step_seconds >= spec.max_seconds:
+        message = (
+            f"Holding before step 1: {seen} after {spec.max_seconds} s, {gate.min_copies} needed"
+        )
+        return _hold(state, INSUFFICIENT_DATA, message)
+    message = f"Shadowing: {seen} of {gate.min_copies} needed before step 1"
+    return Decision(replace(state, phase=PROGRESSING, reason=SHADOWING, message=message))
 
 
 def _unapplied(
@@ -959,11 +1028,16 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
             f"Holding at step {state.step + 1}: no verdict after {spec.max_seconds} s "
             f"({detail}; {evidence})"
         )
-        first = state.phase != HOLDING
-        held = replace(judged, phase=HOLDING, reason=reason, message=message)
-        return Decision(held, event=message if first else None, warning=first)
+        return _hold(judged, reason, message)
     message = f"Step {state.step + 1}: {detail} ({evidence})"
     return Decision(replace(judged, phase=PROGRESSING, reason=reason, message=message))
+
+
+def _hold(state: AnalysisState, reason: str, message: str) -> Decision:
+    """Hold at ``maxSeconds`` without a verdict: a warning Event the first time only."""
+    first = state.phase != HOLDING
+    held = replace(state, phase=HOLDING, reason=reason, message=message)
+    return Decision(held, event=message if first else None, warning=first)
 
 
 def _errors(counts: VersionCounts, check: ErrorCheck) -> statistics.Counts:

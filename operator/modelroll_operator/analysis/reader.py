@@ -20,6 +20,7 @@ import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import aiohttp
@@ -37,6 +38,10 @@ OUTCOMES = names.GATEWAY_LLM_REQUESTS
 CALLS = names.GATEWAY_MODEL_CALLS
 CALL_BUCKETS = names.GATEWAY_MODEL_CALL_DURATION + "_bucket"
 WEIGHT = names.GATEWAY_WEIGHT
+AGREEMENT_SUM = names.GATEWAY_SHADOW_AGREEMENT + "_sum"
+AGREEMENT_COUNT = names.GATEWAY_SHADOW_AGREEMENT + "_count"
+AGREEMENT_FAMILIES = (AGREEMENT_SUM, AGREEMENT_COUNT)
+"""Read only for a spec with a shadow gate: the canary's copies compared with the baseline's."""
 TTFT_BUCKETS = names.GATEWAY_LLM_TTFT + "_bucket"
 TPOT_BUCKETS = names.GATEWAY_LLM_TPOT + "_bucket"
 FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS, WEIGHT)
@@ -74,6 +79,10 @@ class _Sums:
         self.call_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
         self.ttft_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
         self.tpot_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
+        self.agreement: defaultdict[tuple[str, str], defaultdict[str, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        """By (shadow version, primary version): the agreement histogram's sum and count."""
         self.weights: dict[str, float] = {}
         """The weight in force for each version, as the gateway reports it."""
 
@@ -100,6 +109,9 @@ class _Sums:
             self.tpot_buckets[version][float(labels.get("le", "+Inf"))] += value
         elif name == WEIGHT:
             self.weights[version] = value
+        elif name in AGREEMENT_FAMILIES:
+            stat = "sum" if name == AGREEMENT_SUM else "count"
+            self.agreement[version, labels.get("primary", "")][stat] += value
 
     def counts(self, version: str) -> VersionCounts:
         return VersionCounts(
@@ -114,7 +126,9 @@ class _Sums:
         )
 
     def tally(self, at: float, canary: str, baseline: str) -> Tally:
-        return Tally(at, self.counts(canary), self.counts(baseline))
+        compared = dict(self.agreement.get((canary, baseline)) or {})
+        canary_counts = replace(self.counts(canary), agreement=compared)
+        return Tally(at, canary_counts, self.counts(baseline))
 
     def split(self, canary: str, baseline: str) -> Split:
         return Split(self.weights.get(canary), self.weights.get(baseline))
@@ -184,12 +198,17 @@ class MetricsReader:
         now: float,
         *,
         streams: bool = False,
+        agreement: bool = False,
     ) -> Snapshot:
         """Each source's counters of both versions now, with the stream histograms if
         ``streams``; raises MetricsUnavailable when no source could be read (a source that
         could not be read is left out)."""
         versions = (canary, baseline)
-        families = FAMILIES + STREAM_FAMILIES if streams else FAMILIES
+        families = (
+            FAMILIES
+            + (STREAM_FAMILIES if streams else ())
+            + (AGREEMENT_FAMILIES if agreement else ())
+        )
         if source.prometheus_url:
             found = await self._prometheus(source.prometheus_url, model, versions, families)
         else:
@@ -278,6 +297,10 @@ class MetricsReader:
             CALLS: f"sum by (version, code, pod, instance) ({CALLS}{{{weighted}}})",
             CALL_BUCKETS: f"sum by (version, le, pod, instance) ({CALL_BUCKETS}{{{weighted}}})",
             WEIGHT: f"max by (version, pod, instance) ({WEIGHT}{{{match}}})",
+            AGREEMENT_SUM: f"sum by (version, primary, pod, instance) ({AGREEMENT_SUM}{{{match}}})",
+            AGREEMENT_COUNT: (
+                f"sum by (version, primary, pod, instance) ({AGREEMENT_COUNT}{{{match}}})"
+            ),
             TTFT_BUCKETS: f"sum by (version, le, pod, instance) ({TTFT_BUCKETS}{{{weighted}}})",
             TPOT_BUCKETS: f"sum by (version, le, pod, instance) ({TPOT_BUCKETS}{{{weighted}}})",
         }

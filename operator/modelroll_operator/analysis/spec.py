@@ -96,6 +96,17 @@ class Guardrail:
 
 
 @dataclass(frozen=True)
+class ShadowGate:
+    """Before its first step, the canary (a version with spec.shadow, at weight 0) is judged
+    on shadow copies alone: once ``min_copies`` of its answers were compared with the
+    baseline's, it goes on to step 1 if their mean agreement is at least ``min_agreement``,
+    and is rolled back (never having had live traffic) if not."""
+
+    min_agreement: float = 0.99
+    min_copies: int = 100
+
+
+@dataclass(frozen=True)
 class MetricsSource:
     """Where the per-version counters come from: the gateway pods' /metrics (default, found by
     label selector, or a fixed URL), or a Prometheus server."""
@@ -125,6 +136,7 @@ class AnalysisSpec:
     time_to_first_token: LatencyCheck | None = None
     time_per_output_token: LatencyCheck | None = None
     guardrail: Guardrail | None = None
+    shadow: ShadowGate | None = None
     false_rollback_budget: float = 0.01
     """The chance, over the whole analysis, that a canary as good as its baseline is rolled back;
     split evenly over the checks and the steps (docs/analysis.md)."""
@@ -224,6 +236,15 @@ def _metrics(raw: Mapping[str, Any] | None, where: str) -> MetricsSource:
     )
 
 
+def _shadow_gate(raw: Mapping[str, Any] | None, where: str) -> ShadowGate | None:
+    if raw is None:
+        return None
+    return ShadowGate(
+        min_agreement=_number(raw, "minAgreement", where, 0.99),
+        min_copies=max(1, _int(raw, "minCopies", where, 100)),
+    )
+
+
 def parse_analysis(raw: object) -> AnalysisSpec | None:
     """spec.analysis, or None when the version is no canary."""
     if raw is None:
@@ -266,6 +287,7 @@ def parse_analysis(raw: object) -> AnalysisSpec | None:
         time_to_first_token=_latency(given, TTFT, f"{where}.checks"),
         time_per_output_token=_latency(given, TPOT, f"{where}.checks"),
         guardrail=guardrail,
+        shadow=_shadow_gate(_block(raw, "shadow", where), f"{where}.shadow"),
         false_rollback_budget=_number(raw, "falseRollbackBudget", where, 0.01),
         false_promotion_budget=(
             _number(raw, "falsePromotionBudget", where, 0.0)

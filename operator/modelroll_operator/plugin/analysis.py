@@ -34,10 +34,12 @@ def render(body: Mapping[str, Any]) -> str:
     if not analysis:
         return f"{name}: the operator has not started its analysis yet."
     steps = len((spec.get("analysis") or {}).get("steps") or [])
-    lines = [
-        f"{name}: {analysis.get('phase', '?')} ({analysis.get('reason', '')}), "
-        f"step {analysis.get('step', '?')} of {steps}",
-    ]
+    where = (
+        "before step 1 (shadow gate)"
+        if analysis.get("shadowing")
+        else f"step {analysis.get('step', '?')} of {steps}"
+    )
+    lines = [f"{name}: {analysis.get('phase', '?')} ({analysis.get('reason', '')}), {where}"]
     if "baseline" in analysis:
         lines.append(
             f"  weights: {name} {analysis.get('canaryWeight')}, baseline "
@@ -46,16 +48,21 @@ def render(body: Mapping[str, Any]) -> str:
         )
     if message := analysis.get("message"):
         lines.append(f"  {message}")
+    compared = ((analysis.get("stepCounts") or {}).get("canary") or {}).get("agreement") or {}
+    if copies := compared.get("count"):
+        mean = compared.get("sum", 0) / copies
+        lines.append(f"  shadow copies: {copies:g} compared, mean agreement {mean:.4f}")
     checks = analysis.get("checks") or []
     if checks:
         lines.append(
-            f"  {'CHECK':<9} {'CANARY':>14} {'BASELINE':>14} {'RATIO':>7} {'STATISTIC':>10} VERDICT"
+            f"  {'CHECK':<18} {'CANARY':>14} {'BASELINE':>14} {'RATIO':>7} {'STATISTIC':>10} "
+            "VERDICT"
         )
     for check in checks:
         c, b = check.get("canary") or {}, check.get("baseline") or {}
         ratio = check.get("ratio")
         lines.append(
-            f"  {check.get('name', ''):<9} {_arm(c):>14} {_arm(b):>14} "
+            f"  {check.get('name', ''):<18} {_arm(c):>14} {_arm(b):>14} "
             f"{'-' if ratio is None else f'{ratio:.3g}':>7} "
             f"{check.get('statistic', 0):>10.3g} {check.get('verdict', '')}"
         )

@@ -180,6 +180,13 @@ def test_status_analysis_keeps_every_field_the_operator_writes() -> None:
     written = story.state.to_dict()
     assert written["window"]["canary"]["ttftBuckets"]
     assert written["sources"][0]["baseline"]["tpotBuckets"]
+    gated = Story(spec(shadow={"minCopies": 1000}))
+    for _ in range(3):
+        gated.tick(canary=0, copies=20)
+    shadowing = gated.state.to_dict()
+    assert shadowing["shadowing"]
+    assert shadowing["stepCounts"]["canary"]["agreement"] == {"count": 40, "sum": 40}
     (version,) = load()["spec"]["versions"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert pruned(written, status["analysis"], "status.analysis") == []
+    assert pruned(shadowing, status["analysis"], "status.analysis") == []

@@ -46,6 +46,8 @@ class Arm:
     codes: dict[str, float] = field(default_factory=dict)
     prompt_streams: float = 0  # streams at most 50 ms to their first token (and per token)
     late_streams: float = 0  # at most 250 ms
+    compared: float = 0  # shadow copies compared with the baseline's answers
+    agreement: float = 0  # their agreement, summed
 
     def add(self, requests: int, errors: int = 0, slow: int = 0, code: str = "500") -> None:
         self.ok += requests - errors
@@ -70,6 +72,7 @@ class Arm:
             tuple(zip(BOUNDS, (*cumulative, total), strict=True)),
             ttft_buckets=histogram,
             tpot_buckets=histogram,
+            agreement={"sum": self.agreement, "count": self.compared} if self.compared else {},
         )
 
 
@@ -154,6 +157,8 @@ class Story:
         canary_late: int = 0,
         baseline_streams: int = 0,
         baseline_late: int = 0,
+        copies: int = 0,
+        agreeing: float = 1.0,
         readable: bool = True,
         read: str | None = None,
         edit: Callable[[Snapshot], Snapshot] | None = None,
@@ -172,6 +177,8 @@ class Story:
                 _share(baseline_slow, parts, i),
             )
             replica.canary.stream(_share(canary_streams, parts, i), _share(canary_late, parts, i))
+            replica.canary.compared += _share(copies, parts, i)
+            replica.canary.agreement += _share(copies, parts, i) * agreeing
             replica.baseline.stream(
                 _share(baseline_streams, parts, i), _share(baseline_late, parts, i)
             )
@@ -292,6 +299,44 @@ def test_a_stream_check_holds_until_both_versions_stream() -> None:
     assert "no streams of both versions yet for timeToFirstToken" in story.state.message
     story.run(40, canary=30, baseline=270, canary_streams=30, baseline_streams=270)
     assert story.state.phase == machine.PROMOTED
+
+
+SHADOW_GATE = {"minAgreement": 0.99, "minCopies": 100}
+
+
+def test_a_shadow_gate_lets_an_agreeing_canary_on_to_step_1() -> None:
+    story = Story(spec(shadow=SHADOW_GATE))
+    assert story.weights == [machine.Weights(0, 100)]
+    assert story.state.shadowing
+    assert story.state.reason == machine.SHADOWING
+    story.tick(canary=0, baseline=300, copies=60)  # the first reading: where deltas start
+    story.tick(canary=0, baseline=300, copies=60, agreeing=0.999)
+    assert story.state.shadowing
+    assert "60 copies compared, mean agreement 0.9990 of 100 needed" in story.state.message
+    decision = story.tick(canary=0, baseline=300, copies=60, agreeing=0.995)
+    assert not decision.state.shadowing
+    assert story.weights[-1] == machine.Weights(10, 90)
+    assert "agree with stable's 0.9970 on average, at least 0.99" in (story.events[-1] or "")
+    story.run(200, canary=30, baseline=270)
+    assert story.state.phase == machine.PROMOTED
+
+
+def test_a_shadow_gate_rolls_back_a_disagreeing_canary_before_any_live_traffic() -> None:
+    story = Story(spec(shadow=SHADOW_GATE))
+    story.run(10, canary=0, baseline=300, copies=30, agreeing=0.9)
+    assert story.state.phase == machine.ROLLED_BACK
+    assert story.state.reason == machine.SHADOW_DISAGREES
+    assert {w.canary for w in story.weights if w} == {0}  # it never had a weight above 0
+    assert "0.9000 on average, below 0.99" in (story.events[-1] or "")
+
+
+def test_a_shadow_gate_without_copies_holds_at_max_seconds() -> None:
+    story = Story(spec(shadow=SHADOW_GATE, maxSeconds=30))
+    story.run(20, canary=0, baseline=300)
+    assert story.state.phase == machine.HOLDING
+    assert story.state.shadowing
+    assert story.state.message.startswith("Holding before step 1: 0 copies compared after 30 s")
+    assert story.weights == [machine.Weights(0, 100)]
 
 
 def test_a_dry_run_check_reports_but_never_acts() -> None:

@@ -16,6 +16,7 @@ from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_operator.analysis import reader as reader_module
 from modelroll_operator.analysis.machine import Split
 from modelroll_operator.analysis.reader import (
+    AGREEMENT_FAMILIES,
     FAMILIES,
     STREAM_FAMILIES,
     MetricsReader,
@@ -289,3 +290,19 @@ def test_the_weighted_streams_histograms_are_read_from_the_gateways_own_metrics(
     assert (ttft[0.025], ttft[0.5], ttft[math.inf]) == (1.0, 2.0, 2.0)
     tpot = dict(canary.tpot_buckets)
     assert (tpot[0.0025], tpot[0.05], tpot[math.inf]) == (1.0, 2.0, 2.0)
+
+
+def test_the_canarys_agreement_with_its_baseline_is_read_from_the_gateways_own_metrics() -> None:
+    """Only the copies compared with the baseline's answers count, and only when asked for."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    for primary, score in (("stable", 1.0), ("stable", 0.5), ("other", 0.0)):
+        metrics.shadow_agreement.labels("m", "canary", primary).observe(score)
+    text = generate_latest(registry).decode()
+    plain, gated = _Sums(), _Sums()
+    add_exposition(plain, text, "m", ("canary", "stable"))
+    add_exposition(gated, text, "m", ("canary", "stable"), FAMILIES + AGREEMENT_FAMILIES)
+    assert plain.tally(1.0, "canary", "stable").canary.agreement == {}
+    canary = gated.tally(1.0, "canary", "stable").canary
+    assert canary.agreement == {"sum": 1.5, "count": 2.0}
+    assert canary.mean_agreement == 0.75
