@@ -156,6 +156,9 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
         # Decided, and saved, but the weights are not written yet: not Promoted (or RolledBack)
         # until they are, so that `kubectl wait --for=condition=Promoted` means it.
         phase, reason = machine.PROGRESSING, phase
+    elif phase == PROMOTED and analysis.get("routed") is False:
+        # Written, but a gateway does not route by them yet: not Promoted until every one does.
+        phase, reason = machine.PROGRESSING, machine.WEIGHTS_NOT_APPLIED
     phase = phase if valid_reason(phase) else UNKNOWN_REASON
     reason = reason if valid_reason(reason) else phase
     finished = phase in machine.FINISHED

@@ -90,6 +90,10 @@ REASONS = (
 """Every ``status.analysis.reason``; the canary's conditions take theirs from these and
 :data:`PHASES` (status.py), so each must be a valid metav1.Condition reason."""
 
+PROMOTING = "Promoting:"
+"""How a promotion's message starts until every gateway routes by it."""
+WAITING = " Waiting for every gateway to route by it: "
+
 _DEFAULT_ERRORS = ErrorCheck(max_ratio=1.5)
 """What counts as an error for the guardrail when the spec has no error check."""
 
@@ -551,10 +555,14 @@ class AnalysisState:
     shadowing: bool = False
     """Before step 1, judged on shadow copies alone (spec.analysis.shadow): ``step`` is 0 and
     the canary's weight 0 until the gate passes."""
+    routed: bool = True
+    """Whether every gateway read routes by these weights; False from a promotion until they
+    do (a promotion is complete only then)."""
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED
+        """Over: rolled back, or promoted with every gateway routing by the promoted weights."""
+        return self.phase in FINISHED and self.routed
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -576,6 +584,7 @@ class AnalysisState:
             "applied": self.applied,
             "lastCommand": self.last_command,
             "shadowing": self.shadowing,
+            "routed": self.routed,
         }
         out["sources"] = [{"name": n, **t.to_dict()} for n, t in sorted(self.sources.items())]
         # Every key, null when unset: a merge patch removes what a null names.
@@ -631,6 +640,7 @@ class AnalysisState:
                 applied=bool(raw.get("applied", True)),
                 last_command=str(raw.get("lastCommand") or ""),
                 shadowing=bool(raw.get("shadowing", False)),
+                routed=bool(raw.get("routed", True)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -715,8 +725,9 @@ def _to_step(spec: AnalysisSpec, state: AnalysisState, step: int, now: float, wh
             canary_weight=weights.canary,
             baseline_step_weight=weights.baseline,
             reason=PROMOTED,
-            message=f"Promoted: canary weight {weights.canary}, baseline {state.baseline} 0. "
+            message=f"{PROMOTING} canary weight {weights.canary}, baseline {state.baseline} 0. "
             + why,
+            routed=False,
         )
         return Decision(done, weights, event=done.message)
     weights = step_weights(spec, step, state.baseline_weight)
@@ -823,6 +834,8 @@ def evaluate(
     ``source_error``, when it could not be read)."""
     if state.finished or state.phase == PAUSED:
         return Decision(state)
+    if state.phase == PROMOTED:
+        return _promotion(state, snapshot, source_error)
     if snapshot is None:
         held = replace(
             state,
@@ -853,6 +866,21 @@ def evaluate(
         noted = replace(decision.state, message=f"{decision.state.message}; {note}")
         decision = replace(decision, state=noted)
     return decision
+
+
+def _promotion(
+    state: AnalysisState, snapshot: Snapshot | None, source_error: str | None
+) -> Decision:
+    """A promotion is complete once every gateway read routes by the promoted weights."""
+    decided = state.message.split(WAITING, 1)[0]
+    if snapshot is None:
+        waiting = f"the metrics cannot be read ({source_error or 'no data'})"
+    elif unapplied := snapshot.unapplied(state.canary_weight, state.baseline_step_weight):
+        waiting = "; ".join(unapplied)
+    else:
+        done = "Promoted:" + decided.removeprefix(PROMOTING)
+        return Decision(replace(state, routed=True, message=done), event=done)
+    return Decision(replace(state, message=f"{decided}{WAITING}{waiting}"))
 
 
 def _shadow_gate(

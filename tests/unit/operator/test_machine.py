@@ -29,6 +29,7 @@ from modelroll_operator.analysis.spec import (
     Step,
     parse_analysis,
 )
+from modelroll_operator.status import analysis_conditions
 
 BOUNDS = (0.01, 0.05, 0.1, math.inf)
 STREAM_BOUNDS = (0.05, 0.25, math.inf)
@@ -405,6 +406,31 @@ def test_a_step_waits_until_every_gateway_routes_by_its_weights() -> None:
     story.run(200, canary=30, canary_errors=1, baseline=270, baseline_errors=9, edit=applied)
     # Promoted, not rolled back: the 300 failures served under the stale split were never judged.
     assert story.state.phase == machine.PROMOTED
+
+
+def test_a_promotion_is_complete_only_once_every_gateway_routes_by_it() -> None:
+    story = Story(spec(steps=[{"weight": 50}], minSeconds=9), replicas=2)
+    lagging = splits(a=(100, 0), b=(50, 50))
+    for _ in range(40):
+        story.tick(edit=splits(a=(50, 50), b=(50, 50)))
+        if story.state.phase == machine.PROMOTED:
+            break
+    assert story.weights[-1] == machine.Weights(100, 0)
+    assert not story.state.finished
+    story.tick(edit=lagging)
+    assert not story.state.finished
+    assert story.state.message.endswith(
+        "Waiting for every gateway to route by it: pod/gateway-b routes by 50/50"
+    )
+    conditions = {c["type"]: c for c in analysis_conditions(story.state.to_dict())}
+    assert conditions["Promoted"]["status"] == "False"
+    assert conditions["Progressing"]["reason"] == machine.WEIGHTS_NOT_APPLIED
+    done = story.tick(edit=splits(a=(100, 0), b=(100, 0))).state
+    assert done.finished
+    assert done.message.startswith("Promoted: canary weight 100, baseline stable 0.")
+    assert story.events[-1] == done.message
+    conditions = {c["type"]: c for c in analysis_conditions(done.to_dict())}
+    assert conditions["Promoted"]["status"] == "True"
 
 
 def test_a_version_missing_from_a_gateways_route_holds_the_step() -> None:
