@@ -5,6 +5,8 @@
    Added p50/p99 = through-gateway minus direct, per round; the median round is reported. One
    more gateway routes by sticky cohorts (two versions, requests keyed by 1000 users in turn):
    its p50/p99 less the round robin gateway's, paired by round, is what sticky routing costs.
+   Another copies 10% of its requests to a shadow version whose model takes 10 ms and fails
+   half its items: its p50/p99 less the plain gateway's is what shadow traffic costs clients.
    Nothing is pinned here: under contention a pinned process waits for its CPU.
 2. Request rate of one gateway process at saturation (wrk), against a bare aiohttp echo server in
    the same run, alternating in short rounds; the target is judged on the median of the paired
@@ -52,6 +54,11 @@ STICKY = "sticky"
 """The label suffix of the arm whose gateway routes by sticky cohorts (a key per user)."""
 USERS = 1000
 """The keys the sticky arm's requests carry, in turn."""
+SHADOWED = "shadow"
+"""The label suffix of the arm whose gateway copies a share of its requests to a shadow."""
+SHADOW_PERCENT = 10
+SHADOW_MODEL = ("--fixed-ms", "10", "--per-token-ms", "0", "--error-rate", "0.5")
+"""The shadow's model: 10 ms a call where the served one takes none, half its items failing."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +93,12 @@ async def gateway_to(
     python: str = sys.executable,
     *,
     sticky: bool = False,
+    shadow: str | None = None,
 ) -> AsyncIterator[Server]:
     """A gateway on `event_loop` whose one model routes every request to `upstream`; `python`
     runs it (another checkout's, for the baseline). With `sticky`, the model has two versions
-    at 50/50, both at `upstream`, and sticky cohorts keyed by COHORT_HEADER."""
+    at 50/50, both at `upstream`, and sticky cohorts keyed by COHORT_HEADER; with `shadow`, a
+    version at that URL gets copies of SHADOW_PERCENT of the requests."""
     with tempfile.TemporaryDirectory(prefix="modelroll-bench-") as tmp:
         routes = Path(tmp, "routes.json")
         route: dict[str, Any] = {
@@ -99,6 +108,9 @@ async def gateway_to(
         if sticky:
             route["versions"].append({"name": "v2", "weight": 1, "endpoint": upstream})
             route["cohortHeader"] = COHORT_HEADER
+        if shadow is not None:
+            copies = {"name": "shadow", "weight": 0, "endpoint": shadow, "shadow": SHADOW_PERCENT}
+            route["versions"].append(copies)
         await asyncio.to_thread(routes.write_text, json.dumps({MODEL: route}))
         port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(port), "--routes-file", str(routes)]
@@ -125,16 +137,22 @@ def _spread(values: list[float]) -> dict[str, float]:
 async def latency_comparison(setup: Setup) -> dict[str, Any]:
     """p50/p99 of direct sidecar calls against the same calls through each gateway."""
     bodies = json_bodies([PAYLOAD])
-    mport, sport = free_port(), free_port()
-    model_args = ["--port", str(mport), "--fixed-ms", "0", "--per-token-ms", "0"]
-    sidecar_args = ["--port", str(sport), "--upstream", f"http://127.0.0.1:{mport}"]
-    sidecar_args += ["--model", MODEL, "--version", "v1", "--max-wait-ms", "1"]
     rounds: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(serve_module("modelroll_demo.model", model_args, mport))
-        sidecar = await stack.enter_async_context(
-            serve_module("modelroll_sidecar", sidecar_args, sport)
-        )
+
+        async def version(name: str, model_flags: Sequence[str]) -> Server:
+            """A demo model with ``model_flags`` behind a sidecar serving version ``name``."""
+            mport, sport = free_port(), free_port()
+            model_args = ["--port", str(mport), *model_flags]
+            sidecar_args = ["--port", str(sport), "--upstream", f"http://127.0.0.1:{mport}"]
+            sidecar_args += ["--model", MODEL, "--version", name, "--max-wait-ms", "1"]
+            await stack.enter_async_context(serve_module("modelroll_demo.model", model_args, mport))
+            return await stack.enter_async_context(
+                serve_module("modelroll_sidecar", sidecar_args, sport)
+            )
+
+        sidecar = await version("v1", ("--fixed-ms", "0", "--per-token-ms", "0"))
+        shadow = await version("shadow", SHADOW_MODEL)
         arms = {"direct": sidecar.url + "/v1/infer"}
         for label, loop, python in _gateways(setup):
             gateway = await stack.enter_async_context(
@@ -146,6 +164,11 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             gateway_to(sidecar.url, setup, setup.event_loops[0], None, sticky=True)
         )
         arms[sticky_label] = sticky.url + f"/v1/models/{MODEL}/infer"
+        shadow_label = f"gateway/{setup.event_loops[0]} {SHADOWED}"
+        shadowed = await stack.enter_async_context(
+            gateway_to(sidecar.url, setup, setup.event_loops[0], None, shadow=shadow.url)
+        )
+        arms[shadow_label] = shadowed.url + f"/v1/models/{MODEL}/infer"
         users = [
             {"Content-Type": "application/json", COHORT_HEADER: f"user-{i}"} for i in range(USERS)
         ]
@@ -170,7 +193,7 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
                 f"  latency round {r + 1}: direct p50 {direct['p50_ms']:.2f} "
                 f"p99 {direct['p99_ms']:.2f} ms"
             ]
-            for label in (*(g[0] for g in _gateways(setup)), sticky_label):
+            for label in (*(g[0] for g in _gateways(setup)), sticky_label, shadow_label):
                 through = row[label]
                 through["added_p50_ms"] = round(through["p50_ms"] - direct["p50_ms"], 3)
                 through["added_p99_ms"] = round(through["p99_ms"] - direct["p99_ms"], 3)
@@ -185,18 +208,23 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             "added_p50_ms": _spread([row[label]["added_p50_ms"] for row in rounds]),
             "added_p99_ms": _spread([row[label]["added_p99_ms"] for row in rounds]),
         }
-        for label in (*(g[0] for g in _gateways(setup)), sticky_label)
+        for label in (*(g[0] for g in _gateways(setup)), sticky_label, shadow_label)
     }
     plain = f"gateway/{setup.event_loops[0]}"
-    sticky_over_plain = {
-        f"{q}_ms": _spread([row[sticky_label][f"{q}_ms"] - row[plain][f"{q}_ms"] for row in rounds])
-        for q in ("p50", "p99")
-    }
+
+    def over_plain(label: str) -> dict[str, dict[str, float]]:
+        return {
+            f"{q}_ms": _spread([row[label][f"{q}_ms"] - row[plain][f"{q}_ms"] for row in rounds])
+            for q in ("p50", "p99")
+        }
+
     return {
         "rate_rps": setup.rate,
         "rounds": rounds,
         "added": added,
-        "sticky_over_plain": sticky_over_plain,
+        "sticky_over_plain": over_plain(sticky_label),
+        "shadow_over_plain": over_plain(shadow_label),
+        "shadow_errors": sum(row[shadow_label]["errors"] or 0 for row in rounds),
     }
 
 
@@ -319,6 +347,7 @@ def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]
             f"{rate['median_cpu_us_per_request'][label]:.0f} us)",
         ),
         _sticky(lat),
+        _shadowed(lat),
         *_baseline(rate),
     ]
 
@@ -332,6 +361,19 @@ def _sticky(lat: dict[str, Any]) -> tuple[str, bool, str]:
         f"{p50['median']:+.3f} ms (rounds {p50['min']:+.3f}..{p50['max']:+.3f}); p99 "
         f"{p99['median']:+.3f} ms (rounds {p99['min']:+.3f}..{p99['max']:+.3f}); "
         f"{USERS} keys over two versions",
+    )
+
+
+def _shadowed(lat: dict[str, Any]) -> tuple[str, bool, str]:
+    """What copying 10% of the requests to a slow, failing shadow costs the clients."""
+    p50, p99 = lat["shadow_over_plain"]["p50_ms"], lat["shadow_over_plain"]["p99_ms"]
+    return (
+        f"{SHADOW_PERCENT}% shadow traffic to a 10 ms model failing half its items adds <= "
+        "0.25 ms p50 and no client error (same rounds)",
+        p50["median"] <= 0.25 and lat["shadow_errors"] == 0,
+        f"{p50['median']:+.3f} ms (rounds {p50['min']:+.3f}..{p50['max']:+.3f}); p99 "
+        f"{p99['median']:+.3f} ms (rounds {p99['min']:+.3f}..{p99['max']:+.3f}); client "
+        f"errors {lat['shadow_errors']}",
     )
 
 
