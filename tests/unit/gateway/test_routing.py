@@ -7,6 +7,7 @@ import json
 from collections import Counter
 
 import aiohttp
+import pytest
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_demo.model import DemoModelConfig, create_demo_model_app
@@ -17,17 +18,22 @@ from tests.conftest import free_port
 from .conftest import RoutesFile, StartGateway, StartStandIn, route
 
 
-async def test_split_over_1000_requests_follows_the_weights_exactly(
-    start_gateway: StartGateway, start_standin: StartStandIn, routes_file: RoutesFile
+@pytest.mark.parametrize(
+    ("stable_weight", "canary_weight", "requests"), [(9, 1, 1000), (70, 30, 500)]
+)
+async def test_the_split_follows_the_weights_exactly(
+    start_gateway: StartGateway,
+    start_standin: StartStandIn,
+    routes_file: RoutesFile,
+    stable_weight: int,
+    canary_weight: int,
+    requests: int,
 ) -> None:
+    """Smooth weighted round robin: every run of total-weight requests holds each version's
+    weight exactly, so the split is exact to the request."""
     stable, canary = await start_standin("stable-v1"), await start_standin("canary-v2")
-    routes_file.write(
-        {
-            "sentiment": route(
-                "sentiment", ("stable-v1", 9, stable.url), ("canary-v2", 1, canary.url)
-            )
-        }
-    )
+    versions = (("stable-v1", stable_weight, stable.url), ("canary-v2", canary_weight, canary.url))
+    routes_file.write({"sentiment": route("sentiment", *versions)})
     gw = await start_gateway()
 
     async def one(i: int) -> str:
@@ -37,19 +43,21 @@ async def test_split_over_1000_requests_follows_the_weights_exactly(
         return version
 
     seen: Counter[str] = Counter()
-    for start in range(0, 1000, 50):  # 50 in flight at a time
+    for start in range(0, requests, 50):  # 50 in flight at a time
         seen.update(await asyncio.gather(*(one(i) for i in range(start, start + 50))))
 
-    assert seen == {"stable-v1": 900, "canary-v2": 100}
-    assert (stable.received, canary.received) == (900, 100)
+    share = canary_weight / (stable_weight + canary_weight)
+    to_canary = round(requests * share)
+    assert seen == {"stable-v1": requests - to_canary, "canary-v2": to_canary}
+    assert (stable.received, canary.received) == (requests - to_canary, to_canary)
     listed = {v["name"]: v for v in (await gw.routes())["models"][0]["versions"]}
-    assert listed["stable-v1"]["requests"] == 900
-    assert listed["canary-v2"]["requests"] == 100
-    assert listed["canary-v2"]["share"] == 0.1
+    assert listed["stable-v1"]["requests"] == requests - to_canary
+    assert listed["canary-v2"]["requests"] == to_canary
+    assert listed["canary-v2"]["share"] == share
     labels = {"model": "sentiment", "version": "canary-v2"}
-    assert gw.sample("modelroll_gateway_requests_total", code="200", **labels) == 100
-    assert gw.sample("modelroll_gateway_request_duration_seconds_count", **labels) == 100
-    assert gw.sample("modelroll_gateway_weight", **labels) == 1
+    assert gw.sample("modelroll_gateway_requests_total", code="200", **labels) == to_canary
+    assert gw.sample("modelroll_gateway_request_duration_seconds_count", **labels) == to_canary
+    assert gw.sample("modelroll_gateway_weight", **labels) == canary_weight
 
 
 async def test_the_version_header_pins_a_version_even_a_dark_one(
