@@ -12,8 +12,8 @@
 - ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
   ``hack/dashboard.py``.
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
-  (the flags they become), and the table of ``status.analysis`` in ``docs/design.md``, from
-  ``hack/reference.py``.
+  (the flags they become), and the tables of ``spec.analysis`` and ``status.analysis`` in
+  ``docs/design.md``, from ``hack/reference.py``.
 
 Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
 """

@@ -1,7 +1,7 @@
 """The reference tables written from modelroll's declarations: the ModelVersion fields that
 ``modelroll_common.settings`` declares (docs/design.md) and the sidecar flags they become
-(sidecar/README.md), and the fields of ``status.analysis`` as the CRD declares them
-(docs/design.md).
+(sidecar/README.md), and the fields of ``spec.analysis`` and ``status.analysis`` as the CRD
+declares them (docs/design.md).
 
 Each table follows its marker line in its document and runs to the first line that is not a
 table row; ``make generate`` (hack/generate.py) writes it, and the prose around it is edited by
@@ -28,6 +28,9 @@ DESIGN = ROOT / "docs" / "design.md"
 SIDECAR_README = ROOT / "sidecar" / "README.md"
 MARKER = "<!-- make generate writes the table below from common/modelroll_common/settings.py -->"
 CRD_MARKER = "<!-- make generate writes the table below from crds/modelversion.yaml -->"
+ANALYSIS_MARKER = (
+    "<!-- make generate writes the table below from crds/modelversion.yaml's spec.analysis -->"
+)
 
 
 def _cell(text: str) -> str:
@@ -104,6 +107,40 @@ def _fields(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping
         yield from _fields(items, f"{path}[]")
 
 
+def _bounds(schema: Mapping[str, Any]) -> str:
+    if "enum" in schema:
+        return _values(tuple(str(v) for v in schema["enum"]))
+    if "minimum" in schema and "maximum" in schema:
+        return f"{schema['minimum']}..{schema['maximum']}"
+    if "maxItems" in schema:
+        return f"at most {schema['maxItems']}"
+    return ""
+
+
+def _default(schema: Mapping[str, Any]) -> str:
+    if "default" not in schema:
+        return ""
+    value = schema["default"]
+    return f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+def _meaning(schema: Mapping[str, Any]) -> str:
+    """The CRD's description, as a table cell continuing the field's name."""
+    text = str(schema.get("description", ""))
+    return _cell(text[:1].lower() + text[1:])
+
+
+def analysis_spec_rows(crd: Mapping[str, Any]) -> list[str]:
+    """The design's rows for ``spec.analysis``: field, type, default, bounds, meaning."""
+    (version,) = crd["spec"]["versions"]
+    analysis = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["analysis"]
+    rows = ["| field | type | default | bounds | meaning |", "|---|---|---|---|---|"]
+    for path, schema in [("spec.analysis", analysis), *_fields(analysis, "spec.analysis")]:
+        cells = (_type(schema), _default(schema), _bounds(schema), _meaning(schema))
+        rows.append(f"| `{path}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 def analysis_status_rows(crd: Mapping[str, Any]) -> list[str]:
     """The design's rows for ``status.analysis``: field, type, meaning (the CRD's description)."""
     (version,) = crd["spec"]["versions"]
@@ -133,6 +170,7 @@ def splice(text: str, rows: list[str], where: Path, marker: str = MARKER) -> str
 def outputs(crd: Mapping[str, Any]) -> dict[Path, str]:
     """The two documents with their generated tables (``crd``: the CRD as generated)."""
     design = splice(DESIGN.read_text(), field_rows(), DESIGN)
+    design = splice(design, analysis_spec_rows(crd), DESIGN, ANALYSIS_MARKER)
     return {
         DESIGN: splice(design, analysis_status_rows(crd), DESIGN, CRD_MARKER),
         SIDECAR_README: splice(SIDECAR_README.read_text(), flag_rows(), SIDECAR_README),
