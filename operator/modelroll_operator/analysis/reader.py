@@ -65,6 +65,10 @@ def _by_version() -> defaultdict[str, defaultdict[_K, float]]:
     return defaultdict(lambda: defaultdict(float))
 
 
+HISTOGRAMS = (BUCKETS, CALL_BUCKETS, TTFT_BUCKETS, TPOT_BUCKETS)
+"""The histograms read of the requests (and streams) routed by weight."""
+
+
 class _Sums:
     """One source's counters, per version: requests by code (routed by weight, and pinned),
     histogram buckets by le, stream outcomes, and the model calls behind the weighted requests
@@ -74,11 +78,11 @@ class _Sums:
         self.codes: defaultdict[str, defaultdict[str, float]] = _by_version()
         self.pinned: defaultdict[str, defaultdict[str, float]] = _by_version()
         self.outcomes: defaultdict[str, defaultdict[str, float]] = _by_version()
-        self.buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
         self.calls: defaultdict[str, defaultdict[str, float]] = _by_version()
-        self.call_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
-        self.ttft_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
-        self.tpot_buckets: defaultdict[str, defaultdict[float, float]] = _by_version()
+        self.histograms: dict[str, defaultdict[str, defaultdict[float, float]]] = {
+            name: _by_version() for name in HISTOGRAMS
+        }
+        """By family (HISTOGRAMS), by version: cumulative counts by le."""
         self.agreement: defaultdict[tuple[str, str], defaultdict[str, float]] = defaultdict(
             lambda: defaultdict(float)
         )
@@ -95,18 +99,13 @@ class _Sums:
         if name == REQUESTS:
             codes = self.codes if weighted else self.pinned
             codes[version][labels.get("code", "")] += value
-        elif name == BUCKETS and weighted:
-            self.buckets[version][float(labels.get("le", "+Inf"))] += value
+        elif name in HISTOGRAMS:
+            if weighted:
+                self.histograms[name][version][float(labels.get("le", "+Inf"))] += value
         elif name == OUTCOMES:
             self.outcomes[version][labels.get("outcome", "")] += value
         elif name == CALLS and weighted:
             self.calls[version][labels.get("code", "")] += value
-        elif name == CALL_BUCKETS and weighted:
-            self.call_buckets[version][float(labels.get("le", "+Inf"))] += value
-        elif name == TTFT_BUCKETS and weighted:
-            self.ttft_buckets[version][float(labels.get("le", "+Inf"))] += value
-        elif name == TPOT_BUCKETS and weighted:
-            self.tpot_buckets[version][float(labels.get("le", "+Inf"))] += value
         elif name == WEIGHT:
             self.weights[version] = value
         elif name in AGREEMENT_FAMILIES:
@@ -114,15 +113,18 @@ class _Sums:
             self.agreement[version, labels.get("primary", "")][stat] += value
 
     def counts(self, version: str) -> VersionCounts:
+        def histogram(name: str) -> tuple[tuple[float, float], ...]:
+            return _histogram(self.histograms[name].get(version) or {})
+
         return VersionCounts(
             codes=dict(self.codes.get(version) or {}),
-            buckets=_histogram(self.buckets.get(version) or {}),
+            buckets=histogram(BUCKETS),
             pinned=dict(self.pinned.get(version) or {}),
             outcomes=dict(self.outcomes.get(version) or {}),
             calls=dict(self.calls.get(version) or {}),
-            call_buckets=_histogram(self.call_buckets.get(version) or {}),
-            ttft_buckets=_histogram(self.ttft_buckets.get(version) or {}),
-            tpot_buckets=_histogram(self.tpot_buckets.get(version) or {}),
+            call_buckets=histogram(CALL_BUCKETS),
+            ttft_buckets=histogram(TTFT_BUCKETS),
+            tpot_buckets=histogram(TPOT_BUCKETS),
         )
 
     def tally(self, at: float, canary: str, baseline: str) -> Tally:
