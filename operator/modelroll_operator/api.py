@@ -56,6 +56,10 @@ def apps_path(namespace: str, plural: str, name: str | None = None) -> str:
     return f"/apis/apps/v1/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
 
 
+Body = Mapping[str, Any] | list[dict[str, Any]]
+"""A request's JSON body: an object, or a JSON patch's list of operations."""
+
+
 class Api:
     """Raw REST calls by path through the official client, each in a worker thread."""
 
@@ -66,7 +70,7 @@ class Api:
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Body | None = None,
         *,
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
@@ -78,7 +82,7 @@ class Api:
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Body | None = None,
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
@@ -89,7 +93,7 @@ class Api:
             path,
             query_params=list((params or {}).items()),
             header_params=headers,
-            body=dict(body) if body is not None else None,
+            body=body if isinstance(body, list) or body is None else dict(body),
             auth_settings=["BearerToken"],  # the token, exec plugin's or service account's
         )
         response = self.client.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
@@ -123,12 +127,16 @@ class Api:
         return await self.send("POST", path, body, params={"fieldManager": FIELD_MANAGER})
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._patch(path, patch, "application/merge-patch+json")
+
+    async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch (RFC 6902): for one item of a list, with ``test`` operations guarding
+        what the patch assumes."""
+        return await self._patch(path, operations, "application/json-patch+json")
+
+    async def _patch(self, path: str, body: Body, content_type: str) -> dict[str, Any]:
         return await self.send(
-            "PATCH",
-            path,
-            patch,
-            content_type="application/merge-patch+json",
-            params={"fieldManager": FIELD_MANAGER},
+            "PATCH", path, body, content_type=content_type, params={"fieldManager": FIELD_MANAGER}
         )
 
     async def apply(self, path: str, manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import kopf
 from modelroll_common.flags import EnvArgumentParser, port_number, positive_int, show_default
 from modelroll_common.kube import KubeConfigError, connect
 
-from . import handlers  # noqa: F401 (importing it registers the kopf handlers)
+from . import handlers  # importing it registers the kopf handlers
 from .settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
 from .spec import SpecError, parse_resources
 
@@ -127,6 +127,13 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "a random number when peering, else 0",
     )
     p.add_argument(
+        "--gateway-api",
+        action="store_true",
+        help="also route models by Gateway API HTTPRoutes: a model whose namespace holds an "
+        "HTTPRoute labelled modelroll.io/model=<model> gets its weights written into that "
+        "route's backendRefs instead of the routes ConfigMap (needs the Gateway API CRDs)",
+    )
+    p.add_argument(
         "--workers",
         type=positive_int,
         default=4,
@@ -164,6 +171,7 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
         metrics_port=args.metrics_port,
         peering=peering,
         priority=int(priority),
+        gateway_api=args.gateway_api,
     )
 
 
@@ -191,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # kopf reports every handler call at INFO; the operator logs what it changed itself.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     namespaces = [] if args.all_namespaces else list(args.namespace or [])
+    if config.gateway_api:
+        handlers.register_gateway_api()
     kopf.run(
         clusterwide=not namespaces,
         namespaces=namespaces,

@@ -27,6 +27,7 @@ from .analysis.daemon import Canaries
 from .analysis.exporter import AnalysisMetrics, serve
 from .analysis.reader import MetricsReader
 from .api import Api
+from .httproute import GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES, HTTPRouteInfo
 from .reconcile import TRANSIENT, Reconciler, VersionIndex, WorkloadIndex
 from .settings import OperatorConfig, configure
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
@@ -45,7 +46,7 @@ async def start(
     versions_by_model: VersionIndex,
     deployments_by_version: WorkloadIndex,
     services_by_version: WorkloadIndex,
-    **_: Any,
+    **indices: Any,
 ) -> None:
     """Tune kopf, open the API session, and start the reconciler's workers.
 
@@ -68,7 +69,12 @@ async def start(
         memo.client = client = connect(config.kubeconfig).client
     api = Api(client)
     reconciler = Reconciler(
-        api, config, versions_by_model, deployments_by_version, services_by_version
+        api,
+        config,
+        versions_by_model,
+        deployments_by_version,
+        services_by_version,
+        indices.get("httproutes_by_model"),  # registered with --gateway-api only
     )
     reconciler.start()
     memo.reconciler = reconciler
@@ -144,6 +150,37 @@ def deployments_by_version(body: kopf.Body, **_: Any) -> dict[VersionKey, Worklo
 def services_by_version(body: kopf.Body, **_: Any) -> dict[VersionKey, WorkloadInfo]:
     info = WorkloadInfo.from_body("Service", body)
     return {info.key: info} if info is not None else {}
+
+
+def httproutes_by_model(body: kopf.Body, **_: Any) -> dict[ModelKey, HTTPRouteInfo]:
+    info = HTTPRouteInfo.from_body(body)
+    return {info.model_key: info} if info is not None else {}
+
+
+def httproute_changed(
+    namespace: str | None,
+    name: str | None,
+    type: str | None,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    """An HTTPRoute claiming a model changed: the model's pass writes its weights back if they
+    drifted, and reports the parents' verdict. The watch selects the claiming routes, so a
+    route whose label is removed arrives as DELETED."""
+    if namespace and name:
+        model = None if type == "DELETED" else labels.get(LABEL_MODEL)
+        _reconciler(memo).httproute_changed(namespace, name, model or None)
+
+
+def register_gateway_api(registry: kopf.OperatorRegistry | None = None) -> None:
+    """Watch the HTTPRoutes that claim models (--gateway-api): without it the operator needs
+    no Gateway API CRDs and no access to HTTPRoutes."""
+    claiming = {LABEL_MODEL: kopf.PRESENT}
+    kopf.index(GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES, labels=claiming, registry=registry)(
+        httproutes_by_model
+    )
+    kopf.on.event(GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES, registry=registry)(httproute_changed)
 
 
 # -- triggers ---------------------------------------------------------------------------------

@@ -22,12 +22,13 @@ import kopf
 from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
 from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
+from .httproute import Backends, HTTPRouteInfo, HTTPRoutes
 from .queue import Backoff, WorkQueue
-from .routes_configmap import RoutesConfigMap, RouteWrite
-from .routing import Candidate, compute_route, route_changes
+from .routes_configmap import RoutesConfigMap
+from .routing import Candidate, RouteWrite, compute_route, route_changes
 from .settings import OperatorConfig
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
-from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
+from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY, BackendRef
 from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch
 from .workload import (
     conflict,
@@ -41,6 +42,7 @@ log = logging.getLogger("modelroll_operator")
 
 VersionIndex = kopf.Index[ModelKey, VersionInfo]
 WorkloadIndex = kopf.Index[VersionKey, WorkloadInfo]
+HTTPRouteIndex = kopf.Index[ModelKey, HTTPRouteInfo]
 TRANSIENT = (KubeApiError, *UNREACHABLE, TimeoutError)
 """Failures worth a retry: the API said no for now, or could not be reached."""
 RESYNC_S = 600.0
@@ -106,6 +108,7 @@ class Reconciler:
         versions: VersionIndex,
         deployments: WorkloadIndex,
         services: WorkloadIndex,
+        httproutes: HTTPRouteIndex | None = None,
         *,
         resync_s: float = RESYNC_S,
     ) -> None:
@@ -114,7 +117,12 @@ class Reconciler:
         self.versions = versions
         self.deployments = deployments
         self.services = services
+        self.httproutes = httproutes
+        """The HTTPRoutes claiming each model (None: the operator runs without --gateway-api)."""
         self.routes = RoutesConfigMap(api)
+        self.gateway_api = HTTPRoutes(api)
+        self._claimed: dict[tuple[str, str], str] = {}
+        """Per HTTPRoute (namespace, name), the model it claimed when last seen."""
         self.passes = 0
         """Passes started since the operator started (the liveness probe shows it)."""
         self._applied: dict[tuple[str, str, str], str] = {}
@@ -162,6 +170,15 @@ class Reconciler:
         for model in self.routes.differs(namespace, data, models):
             self.enqueue((namespace, model))
 
+    def httproute_changed(self, namespace: str, name: str, model: str | None) -> None:
+        """An HTTPRoute claiming ``model`` changed (None: it claims none any more, or is gone):
+        reconcile that model, and the one it claimed before if that was another."""
+        before = self._claimed.pop((namespace, name), None)
+        if model is not None:
+            self._claimed[(namespace, name)] = model
+        for each in {before, model} - {None}:
+            self.enqueue((namespace, str(each)))
+
     @property
     def pending(self) -> int:
         """Models queued, waiting for a retry, or being reconciled right now."""
@@ -206,14 +223,34 @@ class Reconciler:
             self._rejected[key] = kept
         problems: list[str] = []
         readiness = {v.name: await self._workload(v, problems) for v in live}
+        claims = list(self.httproutes.get(key) or ()) if self.httproutes is not None else []
+        backends = self._backends(live, readiness) if claims else None
         candidates = []
         for v in live:
             r = readiness[v.name]
+            if backends is not None and r.ready and v.name not in backends.refs:
+                r = readiness[v.name] = Readiness(
+                    False,
+                    "NoBackendRef",
+                    f"Model {model} is routed by HTTPRoute {claims[0].name}, and an external "
+                    "version needs spec.backendRef there (the Service or InferencePool it sends "
+                    "the version's share to)",
+                    endpoint=r.endpoint,
+                )
             spec = v.spec
             weight, header = (spec.weight, spec.cohort_header) if spec else (0, None)
             shadow = spec.shadow_percent if spec else 0
             candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header, shadow))
-        written = await self.routes.write(namespace, model, compute_route(model, candidates))
+        route = compute_route(model, candidates)
+        if backends is not None:
+            # The HTTPRoute routes the model: its key leaves the ConfigMap, so that the model is
+            # never in both data planes with different weights.
+            left = await self.routes.write(namespace, model, None)
+            if left.problem is not None:
+                problems.append(left.problem)
+            written = await self.gateway_api.write(model, claims, route, backends)
+        else:
+            written = await self.routes.write(namespace, model, route)
         if written.problem is not None:
             problems.append(written.problem)
         await self._post_route_events(model, written.before, written.in_force, versions)
@@ -225,6 +262,22 @@ class Reconciler:
                 problems.append(f"status of {v.name}: {exc}")
         log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
         return PassResult(written.in_force, tuple(problems))
+
+    def _backends(
+        self, live: Iterable[VersionInfo], readiness: Mapping[str, Readiness]
+    ) -> Backends:
+        """Each version's backend in an HTTPRoute: a managed version's own Service on the
+        sidecar's port, an external version's spec.backendRef."""
+        refs: dict[str, BackendRef] = {}
+        for v in live:
+            if v.spec is None:
+                continue
+            if v.spec.server is not None:
+                refs[v.name] = BackendRef(v.name, "Service", self.config.sidecar_port)
+            elif v.spec.backend_ref is not None:
+                refs[v.name] = v.spec.backend_ref
+        endpoints = {n: r.endpoint for n, r in readiness.items() if r.endpoint}
+        return Backends(refs, endpoints)
 
     async def _post_route_events(
         self,
@@ -284,6 +337,8 @@ class Reconciler:
             current=version.status,
             now=now,
             route_problem=written.problem,
+            httproute=written.httproute,
+            acceptance=written.acceptance,
         )
         patch = status_patch(version.status, desired)
         if patch is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from modelroll_common.routes import (
@@ -26,6 +25,7 @@ from modelroll_common.routes import (
 )
 
 from .api import Api, KubeApiError, core_path
+from .routing import RouteWrite
 from .snapshots import ModelKey
 from .spec import LABEL_MANAGED_BY, MANAGED_BY
 
@@ -33,18 +33,6 @@ log = logging.getLogger("modelroll_operator")
 
 CONFIGMAP_LIMIT = 1024 * 1024
 """Kubernetes refuses a ConfigMap whose keys and values add up to more than 1 MiB."""
-
-
-@dataclass(frozen=True)
-class RouteWrite:
-    """The outcome of writing one model's key."""
-
-    before: ModelRoute | None
-    """What the key said before (None: no key, or one that did not parse)."""
-    in_force: ModelRoute | None
-    """What it says now: the route the gateway has."""
-    problem: str | None = None
-    """Why the wanted route is not in force (None: it is)."""
 
 
 def data_size(data: Mapping[str, str]) -> int:

@@ -46,6 +46,32 @@ def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | N
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """Whether the parents of a model's HTTPRoute (its Gateways) accepted it, as a condition's
+    status ("True", "False", "Unknown"), reason and message."""
+
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RouteWrite:
+    """The outcome of writing one model's route, to the routes ConfigMap or to an HTTPRoute."""
+
+    before: ModelRoute | None
+    """What the route said before (None: none, or one that did not parse)."""
+    in_force: ModelRoute | None
+    """What it says now: the route the data plane has."""
+    problem: str | None = None
+    """Why the wanted route is not in force (None: it is)."""
+    httproute: str | None = None
+    """The HTTPRoute that holds the model's route (None: the routes ConfigMap does)."""
+    acceptance: Acceptance | None = None
+    """Whether that HTTPRoute's parents accepted it (None: no HTTPRoute)."""
+
+
+@dataclass(frozen=True)
 class Placement:
     """How one version sits in a route: its weight, the model's total, and where it answers."""
 

@@ -17,7 +17,8 @@ from kopf._cogs.structs.references import Insights, NamespaceName, select_specif
 
 from modelroll_common.routes import CONFIGMAP_NAME
 
-from .spec import FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, PREFIX, Resources
+from .httproute import GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES
+from .spec import FINALIZER, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PREFIX, Resources
 
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"
 """The sidecar image of the same release as the operator: its flags are the ones the operator
@@ -82,6 +83,10 @@ class OperatorConfig:
     peering: str | None = None
     """A kopf peering name (--peering): replicas with the same name elect one active operator.
     Default None: standalone, which needs no peering CRDs and suits a single replica."""
+    gateway_api: bool = False
+    """Whether models may be routed by Gateway API HTTPRoutes (--gateway-api): the operator
+    watches the HTTPRoutes labelled modelroll.io/model and writes their weights. Default False:
+    no Gateway API CRDs needed, no access to HTTPRoutes."""
     priority: int = 0
     """The peering priority (--priority): the replica with the highest is active. Default 0
     (standalone, unused); with --peering and no --priority, cli.py draws a random one, because
@@ -155,6 +160,8 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.label_selectors["apps", "v1", "deployments"] = managed
     settings.watching.label_selectors["v1", "services"] = managed
     settings.watching.field_selectors["v1", "configmaps"] = f"metadata.name={CONFIGMAP_NAME}"
+    # Only the HTTPRoutes that claim a model; one whose label goes arrives as DELETED.
+    settings.watching.label_selectors[GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES] = LABEL_MODEL
     # Reconnect soon after the API server comes back.
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [1, 1, 2, 3, 5, 8]

@@ -182,6 +182,17 @@ class Server:
 
 
 @dataclass(frozen=True)
+class BackendRef:
+    """spec.backendRef: what an HTTPRoute sends an external version's share to."""
+
+    name: str
+    kind: str = "Service"
+    """Service, or InferencePool (the Gateway API Inference Extension's)."""
+    port: int | None = None
+    """The Service's port; None for an InferencePool."""
+
+
+@dataclass(frozen=True)
 class ModelVersionSpec:
     """A parsed spec. Exactly one of ``server`` (managed) and ``endpoint`` (external) is set."""
 
@@ -197,6 +208,8 @@ class ModelVersionSpec:
     """The header keying the model's sticky cohorts, if this version names one."""
     shadow_percent: int = 0
     """The percentage of the model's requests copied to this version (spec.shadow)."""
+    backend_ref: BackendRef | None = None
+    """External mode: the backend of the version in its model's HTTPRoute, if it names one."""
 
     @property
     def managed(self) -> bool:
@@ -416,7 +429,28 @@ def parse_spec(raw: Mapping[str, Any]) -> ModelVersionSpec:
         protocol=_choice(raw, PROTOCOL, "spec"),
         cohort_header=cohort_header,
         shadow_percent=_shadow(raw.get("shadow")),
+        backend_ref=_backend_ref(raw.get("backendRef"), server is not None),
     )
+
+
+def _backend_ref(raw: object, managed: bool) -> BackendRef | None:
+    """spec.backendRef (None without it); the CRD's rules, for objects stored before them."""
+    if raw is None:
+        return None
+    if managed:
+        raise SpecError("spec.backendRef is for external versions, not with spec.server")
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.backendRef must be an object")
+    name, kind = raw.get("name"), raw.get("kind") or "Service"
+    if not isinstance(name, str) or not name:
+        raise SpecError("spec.backendRef.name is required")
+    if kind not in ("Service", "InferencePool"):
+        raise SpecError("spec.backendRef.kind must be Service or InferencePool")
+    if kind == "InferencePool":
+        if raw.get("port") is not None:
+            raise SpecError("spec.backendRef.port is not allowed for an InferencePool")
+        return BackendRef(name, kind)
+    return BackendRef(name, kind, _int(raw, "port", "spec.backendRef", 0, 1, 65535))
 
 
 def _shadow(raw: object) -> int:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from modelroll_common.routes import ModelRoute
 
 from .analysis import machine
-from .routing import placement, share_of
+from .routing import Acceptance, placement, share_of
 
 READY = "Ready"
 ROUTED = "Routed"
@@ -28,7 +28,16 @@ PROGRESSING = "Progressing"
 ANALYSIS_HEALTHY = "AnalysisHealthy"
 PROMOTED = "Promoted"
 ROLLED_BACK = "RolledBack"
-CONDITION_TYPES = (READY, ROUTED, PROGRESSING, ANALYSIS_HEALTHY, PROMOTED, ROLLED_BACK)
+HTTPROUTE_ACCEPTED = "HTTPRouteAccepted"
+CONDITION_TYPES = (
+    READY,
+    ROUTED,
+    HTTPROUTE_ACCEPTED,
+    PROGRESSING,
+    ANALYSIS_HEALTHY,
+    PROMOTED,
+    ROLLED_BACK,
+)
 """Every condition type the operator writes, at most one condition of each."""
 
 ReadyReason = Literal[
@@ -41,6 +50,7 @@ ReadyReason = Literal[
     "InvalidSpec",
     "WorkloadConflict",
     "WorkloadRefused",
+    "NoBackendRef",
 ]
 """Every reason of the Ready condition (docs/design.md says when each is given)."""
 RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
@@ -202,15 +212,30 @@ def desired_status(
     current: Mapping[str, Any],
     now: str,
     route_problem: str | None = None,
+    httproute: str | None = None,
+    acceptance: Acceptance | None = None,
 ) -> dict[str, Any]:
     """The complete status for a version, keeping transition times of unchanged conditions.
-    `route` is the route in force (the gateway's), never one the operator failed to write."""
+    `route` is the route in force (the data plane's), never one the operator failed to write;
+    `httproute` the HTTPRoute that holds it, whose parents' verdict is `acceptance`."""
     previous = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
     conditions = []
     routed = routed_condition(name, model, readiness, route, route_problem)
     analysis = current.get("analysis")
     canary = analysis_conditions(analysis) if isinstance(analysis, Mapping) else []
-    for cond in (ready_condition(readiness), routed, *canary):
+    accepted = (
+        [
+            {
+                "type": HTTPROUTE_ACCEPTED,
+                "status": acceptance.status,
+                "reason": acceptance.reason if valid_reason(acceptance.reason) else "Unknown",
+                "message": acceptance.message,
+            }
+        ]
+        if acceptance is not None
+        else []
+    )
+    for cond in (ready_condition(readiness), routed, *accepted, *canary):
         old = previous.get(cond["type"])
         same = old is not None and old.get("status") == cond["status"]
         transition = old.get("lastTransitionTime") if same and old else None
@@ -229,6 +254,8 @@ def desired_status(
     }
     if readiness.endpoint:
         status["endpoint"] = readiness.endpoint
+    if httproute:
+        status["httpRoute"] = httproute
     if readiness.replicas is not None:
         status["replicas"] = readiness.replicas
         status["readyReplicas"] = readiness.ready_replicas or 0

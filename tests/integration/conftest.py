@@ -1,6 +1,7 @@
 """pytest fixtures for the integration tests (the operator's helpers are in operator_support.py).
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
+- ``gateway_api`` (session): the Gateway API CRDs (`make traefik-bins`) applied and Established;
 - ``garbage_collector`` (session): waits until kube-controller-manager collects the children
   of deleted ModelVersions (up to ~30 s after the CRD is new; only tests that rely on it);
 - ``routes`` (function): the test namespace's routes ConfigMap (``testing.Routes``);
@@ -27,6 +28,7 @@ from tests.integration.operator_support import (
     Routes,
     StartOperator,
     apply_crd,
+    apply_gateway_api,
     wait_for_garbage_collection,
 )
 
@@ -38,6 +40,11 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def crd(cluster: Cluster) -> None:
     apply_crd(cluster)
+
+
+@pytest.fixture(scope="session")
+def gateway_api(cluster: Cluster) -> None:
+    apply_gateway_api(cluster)
 
 
 @pytest.fixture(scope="session")

@@ -144,6 +144,7 @@ DEFAULTS = {
     "--peering": "none: standalone",
     "--standalone": "off",
     "--priority": "a random number when peering, else 0",
+    "--gateway-api": "off",
     "--workers": "4",
     "--log-format": "json",
     "--log-level": "INFO",
