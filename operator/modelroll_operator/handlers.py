@@ -81,7 +81,7 @@ async def start(
     memo.canaries = Canaries(
         api,
         lambda key: list(versions_by_model.get(key) or ()),
-        MetricsReader(api),
+        MetricsReader(api, gateway_api=config.gateway_api),
         memo.analysis_metrics,
     )
     mode = f"peering {config.peering!r}" if config.peering else "standalone"

@@ -188,11 +188,21 @@ class Canaries:
                 now,
                 streams=spec.judges_streams,
                 agreement=state.shadowing,
+                backends=self._backends(info.model_key),
             )
         except MetricsUnavailable as exc:
             self.metrics.source_error(info.namespace, info.model, info.name)
             return machine.evaluate(spec, state, None, now, str(exc))
         return machine.evaluate(spec, state, snapshot, now)
+
+    def _backends(self, model: ModelKey) -> dict[str, str]:
+        """Each version's backendRef name in an HTTPRoute: an external version's
+        spec.backendRef, else its own Service's (its name)."""
+        return {
+            v.name: v.spec.backend_ref.name
+            for v in self.versions(model)
+            if v.spec is not None and v.spec.backend_ref is not None
+        }
 
     async def _changed_by_hand(self, info: VersionInfo, state: AnalysisState) -> str:
         """Which weight someone else changed ("" if none)."""

@@ -29,6 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from modelroll_common import metric_names as names
 
 from ..api import UNREACHABLE, Api, KubeApiError, core_path
+from ..httproute import HTTPRouteInfo, httproute_path
+from ..settings import SIDECAR_PORT
+from ..spec import LABEL_MODEL, LABEL_VERSION
 from .machine import Snapshot, Split, Tally, VersionCounts
 from .spec import MetricsSource
 
@@ -53,6 +56,22 @@ READ_TIMEOUT_S = 2.0
 MAX_METRICS_BYTES = 16 << 20
 
 
+QUERIES = {
+    REQUESTS: ("sum", "routing, code, ", False),
+    BUCKETS: ("sum", "le, ", True),
+    OUTCOMES: ("sum", "outcome, ", False),
+    CALLS: ("sum", "code, ", True),
+    CALL_BUCKETS: ("sum", "le, ", True),
+    WEIGHT: ("max", "", False),
+    AGREEMENT_SUM: ("sum", "primary, ", False),
+    AGREEMENT_COUNT: ("sum", "primary, ", False),
+    TTFT_BUCKETS: ("sum", "le, ", True),
+    TPOT_BUCKETS: ("sum", "le, ", True),
+}
+"""How Prometheus is asked for each family: the aggregation, the labels kept besides the
+version and the source, and whether only the requests routed by weight count."""
+
+
 class MetricsUnavailable(Exception):
     """The counters could not be read; the message says where and why."""
 
@@ -67,6 +86,17 @@ def _by_version() -> defaultdict[str, defaultdict[_K, float]]:
 
 HISTOGRAMS = (BUCKETS, CALL_BUCKETS, TTFT_BUCKETS, TPOT_BUCKETS)
 """The histograms read of the requests (and streams) routed by weight."""
+SIDECAR_FAMILIES = {
+    REQUESTS: names.REQUESTS,
+    BUCKETS: names.REQUEST_DURATION + "_bucket",
+    OUTCOMES: names.LLM_REQUESTS,
+    TTFT_BUCKETS: names.LLM_TTFT + "_bucket",
+    TPOT_BUCKETS: names.LLM_TPOT + "_bucket",
+}
+"""For a model routed by an HTTPRoute: the sidecar's family read in place of each gateway
+family. The data plane's own metrics are not modelroll's, so the versions' sidecars are the
+source; they export no model calls per request (each request counts as a call), no weights
+and no shadow agreement."""
 
 
 class _Sums:
@@ -145,11 +175,21 @@ def _histogram(buckets: Mapping[float, float]) -> tuple[tuple[float, float], ...
 
 
 def add_exposition(
-    sums: _Sums, text: str, model: str, versions: Iterable[str], families: Iterable[str] = FAMILIES
+    sums: _Sums,
+    text: str,
+    model: str,
+    versions: Iterable[str],
+    families: Iterable[str] = FAMILIES,
+    series: Mapping[str, str] | None = None,
 ) -> None:
-    """Add one gateway's /metrics (Prometheus text format): ``families`` of ``versions`` of
-    ``model``."""
-    wanted, read = set(versions), set(families)
+    """Add one server's /metrics (Prometheus text format): ``families`` of ``versions`` of
+    ``model``. ``series`` names the family exported in place of each (the sidecar's); by
+    default each family is read under its own name (the gateway's)."""
+    wanted = set(versions)
+    if series is None:
+        read = {f: f for f in families}
+    else:
+        read = {series[f]: f for f in families if f in series}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -158,9 +198,9 @@ def add_exposition(
                     and sample.labels.get("model") == model
                     and sample.labels.get("version") in wanted
                 ):
-                    sums.add(sample.name, sample.labels, sample.value)
+                    sums.add(read[sample.name], sample.labels, sample.value)
     except ValueError as exc:
-        raise MetricsUnavailable(f"the gateway's /metrics could not be parsed: {exc}") from exc
+        raise MetricsUnavailable(f"the /metrics could not be parsed: {exc}") from exc
 
 
 def source_name(labels: Mapping[str, str]) -> str:
@@ -174,8 +214,10 @@ def source_name(labels: Mapping[str, str]) -> str:
 class MetricsReader:
     """Reads both versions' counters for the analyses of one operator (one HTTP session)."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, *, gateway_api: bool = False) -> None:
         self.api = api
+        self.gateway_api = gateway_api
+        """Whether a model may be routed by an HTTPRoute (the operator's --gateway-api)."""
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -201,26 +243,34 @@ class MetricsReader:
         *,
         streams: bool = False,
         agreement: bool = False,
+        backends: Mapping[str, str] | None = None,
     ) -> Snapshot:
         """Each source's counters of both versions now, with the stream histograms if
         ``streams``; raises MetricsUnavailable when no source could be read (a source that
-        could not be read is left out)."""
+        could not be read is left out).
+
+        A model that an HTTPRoute claims is read from its versions' sidecars, and the weights
+        in force are the route's once its parents accepted it; ``backends`` names each
+        version's backendRef there (default: the version's own name, its Service)."""
         versions = (canary, baseline)
         families = (
             FAMILIES
             + (STREAM_FAMILIES if streams else ())
             + (AGREEMENT_FAMILIES if agreement else ())
         )
+        claim = await self._claim(namespace, model) if self.gateway_api else None
+        series = SIDECAR_FAMILIES if claim is not None else None
         if source.prometheus_url:
-            found = await self._prometheus(source.prometheus_url, model, versions, families)
+            found = await self._prometheus(source.prometheus_url, model, versions, families, series)
         else:
-            targets = (
-                [(source.url, source.url)]
-                if source.url
-                else await self._gateway_targets(source, namespace)
-            )
+            if source.url and claim is None:
+                targets = [(source.url, source.url)]
+            elif claim is not None:
+                targets = await self._sidecar_targets(namespace, model, versions)
+            else:
+                targets = await self._gateway_targets(source, namespace)
             read = await asyncio.gather(
-                *(self._gateway(u, model, versions, families) for _, u in targets)
+                *(self._scrape(u, model, versions, families, series) for _, u in targets)
             )
             found = {
                 name: sums
@@ -230,19 +280,55 @@ class MetricsReader:
             if not found:
                 errors = sorted({str(e) for e in read if isinstance(e, MetricsUnavailable)})
                 raise MetricsUnavailable("; ".join(errors))
+        if claim is not None:
+            split = _route_split(claim, canary, baseline, backends or {})
+            splits = {f"httproute/{claim.name}": split}
+        else:
+            splits = {n: sums.split(canary, baseline) for n, sums in found.items()}
         return Snapshot(
-            now,
-            {n: sums.tally(now, canary, baseline) for n, sums in found.items()},
-            {n: sums.split(canary, baseline) for n, sums in found.items()},
+            now, {n: sums.tally(now, canary, baseline) for n, sums in found.items()}, splits
         )
 
-    async def _gateway(
-        self, url: str, model: str, versions: tuple[str, str], families: tuple[str, ...]
+    async def _claim(self, namespace: str, model: str) -> HTTPRouteInfo | None:
+        """The HTTPRoute that claims the model, if one (and only one) does."""
+        try:
+            found = await self.api.send(
+                "GET", httproute_path(namespace), params={"labelSelector": f"{LABEL_MODEL}={model}"}
+            )
+        except (KubeApiError, *UNREACHABLE) as exc:
+            raise MetricsUnavailable(f"cannot list the HTTPRoutes: {exc}") from exc
+        claims = [HTTPRouteInfo.from_body(r) for r in found.get("items") or []]
+        return claims[0] if len(claims) == 1 else None
+
+    async def _sidecar_targets(
+        self, namespace: str, model: str, versions: tuple[str, str]
+    ) -> list[tuple[str, str]]:
+        """The Ready pods of both versions: (``pod/<name>``, its sidecar's /metrics URL) each."""
+        selector = f"{LABEL_MODEL}={model},{LABEL_VERSION} in ({','.join(versions)})"
+        try:
+            pods = await self.api.send(
+                "GET", core_path(namespace, "pods"), params={"labelSelector": selector}
+            )
+        except (KubeApiError, *UNREACHABLE) as exc:
+            raise MetricsUnavailable(f"cannot list the versions' pods: {exc}") from exc
+        targets = _pod_targets(pods, SIDECAR_PORT)
+        if not targets:
+            raise MetricsUnavailable(f"no Ready pod in {namespace} matches {selector}")
+        return targets
+
+    async def _scrape(
+        self,
+        url: str,
+        model: str,
+        versions: tuple[str, str],
+        families: tuple[str, ...],
+        series: Mapping[str, str] | None,
     ) -> _Sums | MetricsUnavailable:
-        """One gateway's counters, or why they could not be read."""
+        """One server's counters, or why they could not be read."""
         sums = _Sums()
         try:
-            add_exposition(sums, await self._get_text(url), model, versions, families)
+            text = await self._get_text(url)
+            add_exposition(sums, text, model, versions, families, series)
         except MetricsUnavailable as exc:
             return exc
         return sums
@@ -259,14 +345,7 @@ class MetricsReader:
             )
         except (KubeApiError, *UNREACHABLE) as exc:
             raise MetricsUnavailable(f"cannot list the gateway pods: {exc}") from exc
-        targets = [
-            (
-                f"pod/{(pod.get('metadata') or {}).get('name', ip)}",
-                f"http://{_host(ip)}:{source.port}/metrics",
-            )
-            for pod in pods.get("items") or []
-            if _ready(pod) and (ip := (pod.get("status") or {}).get("podIP"))
-        ]
+        targets = _pod_targets(pods, source.port)
         if not targets:
             raise MetricsUnavailable(f"no Ready gateway pod in {where} matches {selector}")
         return targets
@@ -287,29 +366,30 @@ class MetricsReader:
         return body.decode("utf-8", "replace")
 
     async def _prometheus(
-        self, base: str, model: str, versions: tuple[str, str], families: tuple[str, ...]
+        self,
+        base: str,
+        model: str,
+        versions: tuple[str, str],
+        families: tuple[str, ...],
+        series: Mapping[str, str] | None,
     ) -> dict[str, _Sums]:
-        """The counters Prometheus holds, by source (:func:`source_name`)."""
+        """The counters Prometheus holds, by source (:func:`source_name`); ``series`` as in
+        :func:`add_exposition`."""
         match = f'model="{model}",version=~"{"|".join(versions)}"'
         weighted = f'{match},routing!="pin"'  # a series without the label too
-        queries = {
-            REQUESTS: f"sum by (version, routing, code, pod, instance) ({REQUESTS}{{{match}}})",
-            BUCKETS: f"sum by (version, le, pod, instance) ({BUCKETS}{{{weighted}}})",
-            OUTCOMES: f"sum by (version, outcome, pod, instance) ({OUTCOMES}{{{match}}})",
-            CALLS: f"sum by (version, code, pod, instance) ({CALLS}{{{weighted}}})",
-            CALL_BUCKETS: f"sum by (version, le, pod, instance) ({CALL_BUCKETS}{{{weighted}}})",
-            WEIGHT: f"max by (version, pod, instance) ({WEIGHT}{{{match}}})",
-            AGREEMENT_SUM: f"sum by (version, primary, pod, instance) ({AGREEMENT_SUM}{{{match}}})",
-            AGREEMENT_COUNT: (
-                f"sum by (version, primary, pod, instance) ({AGREEMENT_COUNT}{{{match}}})"
-            ),
-            TTFT_BUCKETS: f"sum by (version, le, pod, instance) ({TTFT_BUCKETS}{{{weighted}}})",
-            TPOT_BUCKETS: f"sum by (version, le, pod, instance) ({TPOT_BUCKETS}{{{weighted}}})",
-        }
+        queries = {}
+        for name in families:
+            if series is not None and name not in series:
+                continue
+            aggregation, kept, only_weighted = QUERIES[name]
+            selector = weighted if only_weighted else match
+            exported = series[name] if series is not None else name
+            queries[name] = (
+                f"{aggregation} by (version, {kept}pod, instance) ({exported}{{{selector}}})"
+            )
         url = base.rstrip("/") + "/api/v1/query"
         found: defaultdict[str, _Sums] = defaultdict(_Sums)
-        for name in families:
-            query = queries[name]
+        for name, query in queries.items():
             try:
                 async with self._client().get(url, params={"query": query}) as response:
                     doc: Any = await response.json(content_type=None)
@@ -322,6 +402,34 @@ class MetricsReader:
                 labels = item.get("metric") or {}
                 found[source_name(labels)].add(name, labels, float(item["value"][1]))
         return dict(found)
+
+
+def _pod_targets(pods: Mapping[str, Any], port: int) -> list[tuple[str, str]]:
+    """The Ready pods of a list: (``pod/<name>``, its /metrics URL on ``port``) each."""
+    return [
+        (
+            f"pod/{(pod.get('metadata') or {}).get('name', ip)}",
+            f"http://{_host(ip)}:{port}/metrics",
+        )
+        for pod in pods.get("items") or []
+        if _ready(pod) and (ip := (pod.get("status") or {}).get("podIP"))
+    ]
+
+
+def _route_split(
+    claim: HTTPRouteInfo, canary: str, baseline: str, backends: Mapping[str, str]
+) -> Split:
+    """The weights the route's data plane splits by: its rule's, once its parents accepted
+    the route's current generation; nothing known before."""
+    if claim.acceptance().status != "True":
+        return Split(None, None)
+    weights = {str(ref.get("name")): ref.get("weight", 1) for ref in claim.backend_refs()}
+
+    def weight(version: str) -> float | None:
+        found = weights.get(backends.get(version, version))
+        return float(found) if isinstance(found, int) else None
+
+    return Split(weight(canary), weight(baseline))
 
 
 def _host(ip: str) -> str:

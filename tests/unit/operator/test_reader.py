@@ -27,6 +27,7 @@ from modelroll_operator.analysis.reader import (
 )
 from modelroll_operator.analysis.spec import MetricsSource
 from modelroll_operator.api import Api
+from modelroll_sidecar.metrics import SidecarMetrics
 
 ONE = """# HELP modelroll_gateway_requests_total Requests.
 # TYPE modelroll_gateway_requests_total counter
@@ -306,3 +307,70 @@ def test_the_canarys_agreement_with_its_baseline_is_read_from_the_gateways_own_m
     canary = gated.tally(1.0, "canary", "stable").canary
     assert canary.agreement == {"sum": 1.5, "count": 2.0}
     assert canary.mean_agreement == 0.75
+
+
+def sidecar_text(version: str, answers: list[tuple[int, float]]) -> str:
+    """What a version's sidecar exports after ``answers`` (status code, seconds)."""
+    metrics = SidecarMetrics("m", version, CollectorRegistry())
+    for code, seconds in answers:
+        metrics.count_request(code, seconds)
+    return generate_latest(metrics.registry).decode()
+
+
+def claiming_route(accepted: str | None, weights: dict[str, int]) -> dict[str, Any]:
+    """An HTTPRoute claiming model m, its rule's weights, and its parent's verdict (None: none
+    yet) on its current generation."""
+    refs = [{"kind": "Service", "name": n, "port": 8000, "weight": w} for n, w in weights.items()]
+    parents = []
+    if accepted is not None:
+        conditions = [
+            {"type": kind, "status": accepted, "reason": "R", "observedGeneration": 3}
+            for kind in ("Accepted", "ResolvedRefs")
+        ]
+        parents = [{"parentRef": {"name": "edge"}, "conditions": conditions}]
+    return {
+        "metadata": {"name": "models", "generation": 3, "labels": {"modelroll.io/model": "m"}},
+        "spec": {"rules": [{"name": "m", "backendRefs": refs}]},
+        "status": {"parents": parents},
+    }
+
+
+class Namespace:
+    """The API server's answers: the HTTPRoutes claiming the model, and the versions' pods."""
+
+    def __init__(self, routes: list[dict[str, Any]], *pods: dict[str, Any]) -> None:
+        self.routes, self.pods = routes, list(pods)
+        self.selectors: list[str] = []
+
+    async def send(self, method: str, path: str, params: dict[str, str]) -> dict[str, Any]:
+        self.selectors.append(params["labelSelector"])
+        return {"items": self.routes if path.endswith("/httproutes") else self.pods}
+
+
+async def test_a_model_an_httproute_claims_is_read_from_its_versions_sidecars() -> None:
+    """The data plane's metrics are not modelroll's: each version's sidecar pod is a source,
+    and the weights in force are the route's, known once its parent accepted them."""
+    texts = {
+        "10.0.1.1": sidecar_text("canary", [(200, 0.02), (500, 0.3)]),
+        "10.0.1.2": sidecar_text("stable", [(200, 0.01)] * 9),
+    }
+    route = claiming_route("True", {"canary": 10, "stable-svc": 90})
+    namespace = Namespace([route], pod("canary-0", "10.0.1.1"), pod("stable-0", "10.0.1.2"))
+    out = reader(cast(Pods, namespace), texts)
+    out.gateway_api = True
+    snapshot = await out.read(
+        MetricsSource(), "ns", "m", "canary", "stable", 5.0, backends={"stable": "stable-svc"}
+    )
+    assert namespace.selectors[-1] == "modelroll.io/model=m,modelroll.io/version in (canary,stable)"
+    assert snapshot.sources["pod/canary-0"].canary.requests == 2.0
+    assert snapshot.sources["pod/canary-0"].canary.codes["500"] == 1.0
+    assert dict(snapshot.sources["pod/canary-0"].canary.buckets)[math.inf] == 2.0
+    assert snapshot.sources["pod/stable-0"].baseline.requests == 9.0
+    assert snapshot.splits == {"httproute/models": Split(10, 90)}
+    assert snapshot.unapplied(10, 90) == []
+
+    namespace.routes = [claiming_route(None, {"canary": 10, "stable-svc": 90})]
+    pending = await out.read(
+        MetricsSource(), "ns", "m", "canary", "stable", 6.0, backends={"stable": "stable-svc"}
+    )
+    assert pending.unapplied(10, 90) == ["httproute/models routes by none/none"]
