@@ -93,6 +93,10 @@ class Version:
     """The weights its promote remembered (``modelroll.io/before-promote``), when usable."""
     memory_error: str | None = None
     """Why its ``modelroll.io/before-promote`` annotation cannot be used, when it has one."""
+    httproute: str | None = None
+    """The HTTPRoute that routes its model, when one claims it."""
+    acceptance: str = ""
+    """That route's HTTPRouteAccepted condition: its status and message."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Version:
@@ -103,6 +107,7 @@ class Version:
         conditions = {c.get("type"): c for c in status.get("conditions") or []}
         ready = conditions.get("Ready") or {}
         routed = conditions.get("Routed") or {}
+        accepted = conditions.get("HTTPRouteAccepted") or {}
         annotations = meta.get("annotations") or {}
         memory, memory_error = None, None
         remembered = annotations.get(ANNOTATION_BEFORE_PROMOTE)
@@ -126,6 +131,10 @@ class Version:
             deleting=bool(meta.get("deletionTimestamp")),
             memory=memory,
             memory_error=memory_error,
+            httproute=str(status["httpRoute"]) if status.get("httpRoute") else None,
+            acceptance=(
+                f"{accepted.get('status')}: {accepted.get('message')}" if accepted else "Unknown"
+            ),
         )
 
     @property
@@ -163,8 +172,16 @@ def _weights(weights: Mapping[str, int]) -> str:
 
 
 def render_notes(versions: Sequence[Version], all_namespaces: bool = False) -> list[str]:
-    """What the table cannot show: remembered weights and unusable annotations."""
+    """What the table cannot show: the HTTPRoute routing a model and whether its Gateways
+    accepted it, remembered weights, and unusable annotations."""
     notes = []
+    claimed = {(v.namespace, v.model): v for v in versions if v.httproute}
+    for (namespace, model), v in sorted(claimed.items()):
+        which = f"{namespace}/{model}" if all_namespaces else model
+        notes.append(
+            f"Model {which} is routed by HTTPRoute {v.httproute}; accepted by its Gateways: "
+            f"{v.acceptance}"
+        )
     for v in sorted(versions, key=lambda v: (v.namespace, v.model, v.name)):
         who = f"{v.namespace}/{v.name}" if all_namespaces else v.name
         rollback = f"kubectl modelroll -n {v.namespace} rollback {v.name}"

@@ -392,3 +392,22 @@ def test_set_weight_promote_and_rollback_share_one_rule_and_one_force(command: s
         "--force to do it anyway."
     )
     assert plan(force=True).changes  # --force makes the same plan
+
+
+def test_status_says_which_httproute_routes_a_model_and_whether_its_gateways_accept_it() -> None:
+    stable, canary = body("stable", 9), body("canary", 1)
+    for each in (stable, canary):
+        each["status"]["httpRoute"] = "models"
+        each["status"]["conditions"].append(
+            {
+                "type": "HTTPRouteAccepted",
+                "status": "False",
+                "reason": "NotAccepted",
+                "message": "Gateway edge refuses HTTPRoute models: NotAllowedByListeners: no",
+            }
+        )
+    notes = render_notes([Version.from_body(stable), Version.from_body(canary), mv("other", 1)])
+    assert notes == [
+        "Model sentiment is routed by HTTPRoute models; accepted by its Gateways: False: "
+        "Gateway edge refuses HTTPRoute models: NotAllowedByListeners: no"
+    ]
