@@ -53,8 +53,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from modelroll_common.metric_names import TTFT_BUCKETS
-from modelroll_gateway.metrics import DURATION_BUCKETS
+from modelroll_common.metric_names import DURATION_BUCKETS, TTFT_BUCKETS
 from modelroll_operator.analysis import machine, statistics
 from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
 from modelroll_operator.analysis.spec import AnalysisSpec, LatencyCheck, Step

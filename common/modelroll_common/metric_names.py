@@ -12,6 +12,8 @@ from __future__ import annotations
 # The sidecar's, labelled with the model and the version it serves.
 REQUESTS = "modelroll_requests_total"
 REQUEST_DURATION = "modelroll_request_duration_seconds"
+MODEL_CALLS = "modelroll_model_calls_total"
+MODEL_CALL_DURATION = "modelroll_model_call_duration_seconds"
 QUEUE_WAIT = "modelroll_queue_wait_seconds"
 BATCH_SIZE = "modelroll_batch_size"
 BATCH_DURATION = "modelroll_batch_duration_seconds"
@@ -53,6 +55,26 @@ GATEWAY_LLM_REQUESTS = "modelroll_gateway_llm_requests_total"
 GATEWAY_SHADOW_REQUESTS = "modelroll_gateway_shadow_requests_total"
 GATEWAY_SHADOW_AGREEMENT = "modelroll_gateway_shadow_agreement"
 GATEWAY_SHADOW_DURATION = "modelroll_gateway_shadow_duration_seconds"
+
+DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+"""The request and model call histograms' buckets, at the sidecar and the gateway alike:
+sub-millisecond (either hop's own cost) to the 30 s default upstream timeout."""
 
 # The buckets of the generation histograms, at the sidecar and the gateway alike.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

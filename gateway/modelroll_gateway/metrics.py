@@ -2,35 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Iterator, Sequence
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from modelroll_common import metric_names as names
+from modelroll_common.calls import SharedHistogram
 from modelroll_common.server import PHASES
-
-# Sub-millisecond (the gateway's own cost) up to the 30 s default upstream timeout.
-DURATION_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
 
 AGREEMENT_BUCKETS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
 """Agreement of shadow answers: 1 for equal outputs (or identical vectors), 0 for different
@@ -53,65 +29,6 @@ UNROUTED = ""
 """The model/version label of a request no route matched (an unknown name is never a label)."""
 
 
-class SharedHistogram(Collector):
-    """A histogram whose observations are shares of a model call (1/n each), not one each: what
-    the request histogram counts per request, counted per model call. prometheus_client's
-    Histogram only adds whole observations."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        buckets: Sequence[float],
-        registry: CollectorRegistry,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.bounds = (*buckets, math.inf)
-        self._series: dict[tuple[str, ...], SharedSeries] = {}
-        registry.register(self)
-
-    def labels(self, *values: str) -> SharedSeries:
-        series = self._series.get(values)
-        if series is None:
-            series = self._series[values] = SharedSeries(self.bounds)
-        return series
-
-    def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, series in self._series.items():
-            family.add_metric(list(values), series.cumulative(), series.sum)
-        yield family
-
-
-class SharedSeries:
-    """One label set of a :class:`SharedHistogram`."""
-
-    __slots__ = ("_bounds", "_counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self._bounds = bounds
-        self._counts = [0.0] * len(bounds)
-        self.sum = 0.0
-
-    def observe(self, seconds: float, share: float) -> None:
-        self._counts[bisect.bisect_left(self._bounds, seconds)] += share
-        self.sum += seconds * share
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out = []
-        total = 0.0
-        for bound, count in zip(self._bounds, self._counts, strict=True):
-            total += count
-            out.append(("+Inf" if math.isinf(bound) else repr(bound), total))
-        return out
-
-
 class GatewayMetrics:
     """The gateway's collectors, registered in `registry`."""
 
@@ -129,7 +46,7 @@ class GatewayMetrics:
             "Time from a request's arrival at the gateway to its response, by model, version and "
             "routing.",
             ["model", "version", "routing"],
-            buckets=DURATION_BUCKETS,
+            buckets=names.DURATION_BUCKETS,
             registry=registry,
         )
         self.calls = Counter(
@@ -146,7 +63,7 @@ class GatewayMetrics:
             "modelroll_gateway_request_duration_seconds counted per model call: each request adds "
             "1/n of a call, as in modelroll_gateway_model_calls_total.",
             ["model", "version", "routing"],
-            DURATION_BUCKETS,
+            names.DURATION_BUCKETS,
             registry,
         )
         self.weight = Gauge(
@@ -265,7 +182,7 @@ class GatewayMetrics:
             "Shadow copies: time from sending a copy to its whole answer, by model and shadow "
             "version.",
             ["model", "version"],
-            buckets=DURATION_BUCKETS,
+            buckets=names.DURATION_BUCKETS,
             registry=registry,
         )
 

@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from modelroll_common.calls import CALL_SIZE_HEADER
+from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.errors import json_errors, openai_error
 from modelroll_common.server import RequestTimedOut, read_body
 
@@ -235,12 +235,18 @@ async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Respon
     return body["payload"]
 
 
+def _count(sidecar: Sidecar, response: web.StreamResponse, seconds: float) -> None:
+    """Count an answer, and the share of a model call it stands for (its call size header)."""
+    share = call_share(response.headers.get(CALL_SIZE_HEADER))
+    sidecar.metrics.count_request(response.status, seconds, share)
+
+
 async def handle_infer(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
     loop = asyncio.get_running_loop()
     started = loop.time()
     response = await _infer(request, sidecar)
-    sidecar.metrics.count_request(response.status, loop.time() - started)
+    _count(sidecar, response, loop.time() - started)
     return response
 
 
@@ -284,7 +290,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     if sidecar.proxy is None:
         return openai_error(503, "the sidecar is not running")
     response = await sidecar.proxy.generate(request)
-    sidecar.metrics.count_request(response.status, loop.time() - started)
+    _count(sidecar, response, loop.time() - started)
     if sidecar.closing:
         response.force_close()
     return response
@@ -296,7 +302,7 @@ async def handle_embeddings(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     started = loop.time()
     response = await _embeddings(request, sidecar)
-    sidecar.metrics.count_request(response.status, loop.time() - started)
+    _count(sidecar, response, loop.time() - started)
     return response
 
 

@@ -9,29 +9,12 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from modelroll_common import metric_names as names
+from modelroll_common.calls import SharedHistogram
 from modelroll_common.server import PHASES
 from modelroll_common.sse import GenerationWatch
 
 from .protocol import padded_tokens
 
-# Sub-millisecond to tens of seconds: batching adds milliseconds, slow models take seconds.
-LATENCY_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 EFFICIENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
@@ -64,12 +47,31 @@ class SidecarMetrics:
         self.request_duration = histogram(
             names.REQUEST_DURATION,
             "Time from receiving an inference request to answering it.",
-            LATENCY_BUCKETS,
+            names.DURATION_BUCKETS,
         )
+        calls = Counter(
+            names.MODEL_CALLS,
+            "The model calls behind the requests of modelroll_requests_total (same labels): "
+            "each answer adds 1/n, n the requests of the model call that decided it (its "
+            "X-Modelroll-Batch-Size header). A canary analysis judges calls: a batch's requests "
+            "fail together.",
+            [*labels, "code"],
+            registry=registry,
+        )
+        self._calls = {code: calls.labels(model, version, code) for code in CODES}
+        self._calls_family = calls
+        self.call_duration = SharedHistogram(
+            names.MODEL_CALL_DURATION,
+            "modelroll_request_duration_seconds counted per model call: each request adds 1/n "
+            "of a call, as in modelroll_model_calls_total.",
+            labels,
+            names.DURATION_BUCKETS,
+            registry,
+        ).labels(model, version)
         self.queue_wait = histogram(
             names.QUEUE_WAIT,
             "Time a request waited in the queue before its batch was sent to the model.",
-            LATENCY_BUCKETS,
+            names.DURATION_BUCKETS,
         )
         self.batch_size = histogram(
             names.BATCH_SIZE, "Requests per batch sent to the model.", BATCH_SIZE_BUCKETS
@@ -77,7 +79,7 @@ class SidecarMetrics:
         self.batch_duration = histogram(
             names.BATCH_DURATION,
             "Time the model took to answer one batch.",
-            LATENCY_BUCKETS,
+            names.DURATION_BUCKETS,
         )
         batches = Counter(
             names.BATCHES,
@@ -152,15 +154,19 @@ class SidecarMetrics:
     def count_client_timeout(self, phase: str) -> None:
         self.client_timeouts[phase].inc()
 
-    def count_request(self, code: int, seconds: float) -> None:
+    def count_request(self, code: int, seconds: float, share: float = 1.0) -> None:
+        """One answer, which stands for ``share`` of a model call (calls.call_share)."""
         key = str(code)
-        child = self._requests.get(key)
-        if child is None:
-            child = self._requests[key] = self._requests_family.labels(
-                self._model, self._version, key
-            )
-        child.inc()
+        for children, family, amount in (
+            (self._requests, self._requests_family, 1.0),
+            (self._calls, self._calls_family, share),
+        ):
+            child = children.get(key)
+            if child is None:
+                child = children[key] = family.labels(self._model, self._version, key)
+            child.inc(amount)
         self.request_duration.observe(seconds)
+        self.call_duration.observe(seconds, share)
 
 
 STREAM_OUTCOMES = (

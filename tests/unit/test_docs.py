@@ -39,11 +39,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from modelroll_common.calls import SharedHistogram
 from modelroll_common.flags import EnvArgumentParser, env_name
 from modelroll_demo import llm as demo_llm
 from modelroll_demo import model as demo_model
 from modelroll_gateway import cli as gateway_cli
-from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics, SharedHistogram
+from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 from modelroll_models import cli as encoder_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator.analysis.exporter import PHASES, AnalysisMetrics

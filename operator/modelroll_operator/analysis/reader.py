@@ -90,13 +90,14 @@ SIDECAR_FAMILIES = {
     REQUESTS: names.REQUESTS,
     BUCKETS: names.REQUEST_DURATION + "_bucket",
     OUTCOMES: names.LLM_REQUESTS,
+    CALLS: names.MODEL_CALLS,
+    CALL_BUCKETS: names.MODEL_CALL_DURATION + "_bucket",
     TTFT_BUCKETS: names.LLM_TTFT + "_bucket",
     TPOT_BUCKETS: names.LLM_TPOT + "_bucket",
 }
 """For a model routed by an HTTPRoute: the sidecar's family read in place of each gateway
 family. The data plane's own metrics are not modelroll's, so the versions' sidecars are the
-source; they export no model calls per request (each request counts as a call), no weights
-and no shadow agreement."""
+source: the same requests and model calls, with no weights and no shadow agreement."""
 
 
 class _Sums:

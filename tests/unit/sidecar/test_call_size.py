@@ -33,6 +33,11 @@ async def test_the_shares_of_the_answers_add_up_to_the_model_s_calls(
     assert {status for status, _ in got} == ({502} if batch_error_rate else {200})
     assert [size for _, size in got] == ["4"] * 8
     assert sum(call_share(size) for _, size in got) == model.model.batches == 2
+    code = "502" if batch_error_rate else "200"
+    # The sidecar counts the calls itself too: what an analysis without the gateway judges.
+    assert sidecar.sample("modelroll_model_calls_total", code=code) == 2
+    assert sidecar.sample("modelroll_requests_total", code=code) == 8
+    assert sidecar.sample("modelroll_model_call_duration_seconds_count") == 2
     failed = 2 if batch_error_rate else 0
     assert sidecar.sample("modelroll_failed_batches_total") == failed
     assert sidecar.sample("modelroll_failed_batch_requests_total") == 4 * failed
