@@ -26,6 +26,7 @@ include hack/chart.mk
 include hack/e2e.mk
 include hack/llm.mk
 include hack/node.mk
+include hack/traefik.mk
 include hack/bench.mk
 
 .PHONY: help

@@ -59,7 +59,7 @@ $(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) $(LLAMA_SERVER) $(
 	@touch $(IMAGE_TARS)
 
 .PHONY: node-prereqs
-node-prereqs: node-packages venv node-bins images $(PROMETHEUS_BINS) $(HELM) ## Everything the node tests need (binaries, images, helm, Prometheus).
+node-prereqs: node-packages venv node-bins images $(PROMETHEUS_BINS) $(HELM) traefik-bins ## Everything the node tests need (binaries, images, helm, Prometheus, Traefik and the Gateway API CRDs).
 
 .PHONY: test-node
 test-node: node-prereqs ## The chart and managed ModelVersions on a real local node, under load.

@@ -6,6 +6,8 @@ with helm, and runs a real Prometheus on the host that discovers the sidecar pod
 Kubernetes API with the chart's own PodMonitor selector. With ``MODELROLL_KUBECONFIG`` set
 (``make e2e-kind``), hack/kind/e2e.sh has installed the chart and kube-prometheus-stack already
 and names them through the environment (see tests/e2e/incluster.py): the same scenario runs.
+``traefik_gateway`` adds a Gateway API data plane on the local node (Traefik on the host) for
+tests that route through HTTPRoutes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from modelroll_devcluster import Cluster
+from modelroll_devcluster import Cluster, ClusterError, namespace_name
 from modelroll_devcluster.node import POD_CIDR
 from modelroll_devcluster.prometheus import Prometheus, pod_monitor_job
+from modelroll_devcluster.traefik import (
+    Traefik,
+    TraefikGateway,
+    create_gateway,
+    install_gateway_api_crds,
+)
 from tests.chart.conftest import CHART, Helm, helm
 from tests.e2e.incluster import InCluster
 
@@ -122,6 +130,42 @@ def story(on_cluster: InCluster, request: pytest.FixtureRequest) -> Iterator[InC
     if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
         print(f"--- component logs ---\n{on_cluster.log_tails()}")
     on_cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def traefik_gateway(
+    node_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TraefikGateway]:
+    """Traefik as the node's Gateway API data plane: the Gateway API CRDs installed, Traefik
+    running on the host (``make traefik-bins``), and a Gateway in a namespace of its own that
+    Traefik has programmed and that takes HTTPRoutes from every namespace. Skipped on a cluster
+    given by MODELROLL_KUBECONFIG: Traefik on the host reaches backends at their pod IPs."""
+    if not node_cluster.is_local:
+        pytest.skip("Traefik runs on the host and needs the pod IPs of the local node")
+    run_dir = tmp_path_factory.mktemp("traefik")
+    traefik = Traefik(node_cluster, run_dir)
+    namespace = namespace_name("gateway")
+    try:
+        install_gateway_api_crds(node_cluster)
+        node_cluster.create_namespace(namespace)
+        traefik.start()
+        gateway = create_gateway(node_cluster, traefik, namespace)
+    except ClusterError as err:
+        traefik.stop()
+        pytest.fail(str(err), pytrace=False)
+    try:
+        yield gateway
+    finally:
+        traefik.stop()
+        node_cluster.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+
+
+@pytest.fixture
+def node_namespace(node_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace on the node's cluster for one test, deleted after it."""
+    name = node_cluster.create_namespace(namespace_name(request.node.name))
+    yield name
+    node_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
 
 
 LIFECYCLE = "test_node_lifecycle.py"
