@@ -76,7 +76,7 @@ test-component: venv ## Component tests: modelroll's commands as real processes 
 	$(call timed,component,$(PY) -m pytest -n 2 tests/component $(PYTEST_ARGS))
 
 .PHONY: test-integration
-test-integration: venv cluster-bins $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm).
+test-integration: venv cluster-bins traefik-bins $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm).
 	$(call timed,integration,$(PY) -m pytest tests/integration $(PYTEST_ARGS))
 
 .PHONY: check

@@ -1,7 +1,7 @@
 """pytest fixtures for the integration tests (the operator's helpers are in operator_support.py).
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
-- ``gateway_api`` (session): the Gateway API CRDs (`make traefik-bins`) applied and Established;
+- ``gateway_api`` (session): the Gateway API CRDs (``make traefik-bins``) applied and Established;
 - ``garbage_collector`` (session): waits until kube-controller-manager collects the children
   of deleted ModelVersions (up to ~30 s after the CRD is new; only tests that rely on it);
 - ``routes`` (function): the test namespace's routes ConfigMap (``testing.Routes``);
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from modelroll_devcluster.processes import free_port
+from modelroll_devcluster.traefik import install_gateway_api_crds
 from tests.integration.operator_support import (
     OperatorProcess,
     Routes,
     StartOperator,
     apply_crd,
-    apply_gateway_api,
     wait_for_garbage_collection,
 )
 
@@ -44,7 +44,7 @@ def crd(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="session")
 def gateway_api(cluster: Cluster) -> None:
-    apply_gateway_api(cluster)
+    install_gateway_api_crds(cluster)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from modelroll_common.routes import CONFIGMAP_NAME
-from modelroll_devcluster.controlplane import default_bin_dir
 from modelroll_operator.spec import API_VERSION, FINALIZER, KIND
 
 if TYPE_CHECKING:
@@ -47,23 +46,6 @@ def apply_crd(cluster: Cluster) -> None:
     eventually(
         lambda: cluster.kubectl("get", "modelversions", "-A", check=False).returncode == 0,
         "listing ModelVersions",
-    )
-
-
-GATEWAY_API_CRDS = "gateway-api-crds.yaml"
-"""The Gateway API's standard CRDs, as `make traefik-bins` writes them into the binaries' folder."""
-
-
-def apply_gateway_api(cluster: Cluster) -> None:
-    """Apply the Gateway API CRDs (the version Traefik is built against) and wait for them."""
-    path = default_bin_dir() / GATEWAY_API_CRDS
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: run `make traefik-bins`")
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    cluster.wait_established("httproutes.gateway.networking.k8s.io")
-    eventually(
-        lambda: cluster.kubectl("get", "httproutes", "-A", check=False).returncode == 0,
-        "listing HTTPRoutes",
     )
 
 
