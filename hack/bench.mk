@@ -49,6 +49,10 @@ bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the kn
 bench-rollback: venv cluster-bins ## Time from a weight patch to the last request the gateway routes to that version.
 	$(BENCH) rollback $(ARGS)
 
+.PHONY: bench-dataplanes
+bench-dataplanes: venv wrk cluster-bins traefik-bins ## The gateway beside Traefik (Gateway API) on one control plane: the hop's latency and rate, and rollback latency.
+	$(BENCH) dataplanes $(ARGS)
+
 .PHONY: bench-llm
 bench-llm: venv ## Chat LLM: continuous vs static scheduling, and the TTFT sidecar + gateway add (bench/results/llm.json).
 	$(BENCH) llm $(ARGS)

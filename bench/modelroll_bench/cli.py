@@ -6,6 +6,7 @@ modelroll-bench limit --lengths lognormal:3,0.7 --fixed-ms 10 --per-token-ms 0.0
 modelroll-bench compare            (make bench)
 modelroll-bench sweep --slo-ms 150 (make bench-sweep)
 modelroll-bench rollback           (make bench-rollback)
+modelroll-bench dataplanes         (make bench-dataplanes)
 modelroll-bench analysis           (make bench-analysis)
 modelroll-bench llm                (make bench-llm)
 modelroll-bench encoder            (make bench-encoder)
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import analysis, compare, encoder, lengths, llama, llm, rollback, sweep
+from . import analysis, compare, dataplanes, encoder, lengths, llama, llm, rollback, sweep
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -167,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("compare", compare, "make bench: every batcher, as ratios"),
         ("sweep", sweep, "max batch x max-wait grid; the knee; a recommendation"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
+        ("dataplanes", dataplanes, "the gateway beside Traefik: the hop's cost, rollbacks"),
         ("analysis", analysis, "canary analysis vs Flagger's rule, on simulated traffic"),
         ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
         ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),

@@ -4,7 +4,9 @@ once, like a sidecar with a zero-cost model, and remembers when every request ar
 ``GET /arrivals?after=T`` answers ``{"count": n, "first": t, "last": t}`` for the arrivals after
 ``T``. Times are ``time.monotonic()`` (CLOCK_MONOTONIC, the same clock in every process on the
 machine), so the benchmark can compare them with the moment it ran ``kubectl patch``.
-Run: python -m modelroll_bench.recorder PORT [PORT ...]
+Run: python -m modelroll_bench.recorder [--host ADDRESS ...] PORT [PORT ...]
+(each port on 127.0.0.1, and on every ADDRESS given: a data plane that reaches backends through
+EndpointSlices needs an address that is not loopback).
 """
 
 from __future__ import annotations
@@ -55,12 +57,13 @@ def create_recorder_app() -> web.Application:
     return app
 
 
-async def serve(ports: list[int]) -> None:
+async def serve(ports: list[int], hosts: list[str]) -> None:
     runners = []
     for port in ports:
         runner = web.AppRunner(create_recorder_app(), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        for host in ("127.0.0.1", *hosts):
+            await web.TCPSite(runner, host, port).start()
         runners.append(runner)
     try:
         await asyncio.Event().wait()
@@ -69,5 +72,17 @@ async def serve(ports: list[int]) -> None:
             await runner.cleanup()
 
 
+def main(argv: list[str]) -> None:
+    hosts, ports = [], []
+    while argv:
+        if argv[0] == "--host":
+            hosts.append(argv[1])
+            argv = argv[2:]
+        else:
+            ports.append(int(argv[0]))
+            argv = argv[1:]
+    asyncio.run(serve(ports, hosts))
+
+
 if __name__ == "__main__":
-    asyncio.run(serve([int(p) for p in sys.argv[1:]]))
+    main(sys.argv[1:])

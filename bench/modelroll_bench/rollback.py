@@ -39,6 +39,7 @@ import aiohttp
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
+from urllib3.exceptions import ProtocolError
 
 from modelroll_common.routes import CONFIGMAP_NAME, ModelRoute, VersionRoute, configmap_patch
 from modelroll_devcluster import Cluster, ControlPlane, namespace_name
@@ -158,8 +159,10 @@ class WeightChanges:
         )
 
         def follow() -> None:
-            for event in events:
-                self.seen.append((time.monotonic(), weight_of(event["raw_object"])))
+            # The API server stopping at the end of a run ends the watch mid-chunk.
+            with contextlib.suppress(ProtocolError):
+                for event in events:
+                    self.seen.append((time.monotonic(), weight_of(event["raw_object"])))
 
         threading.Thread(target=follow, name=f"watch-{name}", daemon=True).start()
 
@@ -172,6 +175,28 @@ class WeightChanges:
 
         api = k8s.CoreV1Api(client)
         return cls(api.list_namespaced_config_map, weight_of, namespace, name=CONFIGMAP_NAME)
+
+    @classmethod
+    def of_httproute(cls, client: k8s.ApiClient, namespace: str, name: str) -> WeightChanges:
+        """The weight of the canary's backendRef (its Service, ``canary``) in an HTTPRoute."""
+
+        def weight_of(route: dict[str, Any]) -> int | None:
+            for rule in (route.get("spec") or {}).get("rules") or []:
+                for ref in rule.get("backendRefs") or []:
+                    if ref.get("name") == "canary":
+                        return int(ref.get("weight", 1))
+            return None
+
+        api = k8s.CustomObjectsApi(client)
+        return cls(
+            api.list_namespaced_custom_object,
+            weight_of,
+            "gateway.networking.k8s.io",
+            "v1",
+            namespace,
+            "httproutes",
+            name=name,
+        )
 
     @classmethod
     def of_canary(cls, client: k8s.ApiClient, namespace: str) -> WeightChanges:
@@ -299,7 +324,9 @@ async def flips(
     progress: Any,
     canary: WeightChanges | None = None,
 ) -> list[dict[str, Any]]:
-    """``canary``: a watch of the canary ModelVersion, to time the operator's step alone."""
+    """``configmap``: a watch of what the data plane follows (the routes ConfigMap, or an
+    HTTPRoute); ``canary``: a watch of the canary ModelVersion, to time the operator's step
+    alone."""
     patch = routes.patch_configmap if mode == "configmap" else routes.patch_version
     rows: list[dict[str, Any]] = []
     for watch in (configmap, canary):
