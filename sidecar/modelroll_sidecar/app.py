@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.errors import json_errors, openai_error
+from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.server import RequestTimedOut, read_body
 
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
@@ -412,8 +413,14 @@ def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None)
         # on_shutdown runs before aiohttp waits for open handlers, so they get their answers.
         await sidecar.shutdown()
 
+    async def stamp(_: web.Request, response: web.StreamResponse) -> None:
+        # Every answer names the version that gave it, as the gateway's do: behind a data plane
+        # that is not modelroll's gateway (a Gateway API HTTPRoute), the client still knows.
+        response.headers[VERSION_HEADER] = config.version
+
     app.cleanup_ctx.append(lifespan)
     app.on_shutdown.append(drain)
+    app.on_response_prepare.append(stamp)
     if sidecar.openai:
         for path in GENERATION_PATHS:
             app.router.add_post(path, handle_generate)

@@ -1,5 +1,6 @@
 """Every answer says how many requests the model call that decided it held, so that the gateway
-counts model calls (a batch's requests succeed or fail together)."""
+and the sidecar's own metrics count model calls (a batch's requests succeed or fail together),
+and which version gave it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import pytest
 
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
+from modelroll_common.routes import VERSION_HEADER
 
 from .conftest import RunningSidecar, StartModel, StartSidecar
 
@@ -16,6 +18,8 @@ async def answers(sidecar: RunningSidecar, count: int) -> list[tuple[int, str | 
     async def one(i: int) -> tuple[int, str | None]:
         response = await sidecar.client.post("/v1/infer", json={"payload": f"text {i}"})
         await response.read()
+        # Every answer, failed ones too, names its version (no gateway need be in the path).
+        assert response.headers[VERSION_HEADER] == sidecar.sidecar.config.version
         return response.status, response.headers.get(CALL_SIZE_HEADER)
 
     return list(await asyncio.gather(*(one(i) for i in range(count))))
