@@ -55,11 +55,23 @@ def test_the_operator_and_the_gateway_accept_the_rendered_arguments(
     assert config.metrics_port == health["metrics"]
     if values:
         assert config.peering == "modelroll"
+        assert config.gateway_api
         assert operator.namespace == ["models", "models-staging"]
         assert config.sidecar_image == "registry.example.com/modelroll/sidecar:0.1.0"
     else:
         assert config.peering is None
+        assert not config.gateway_api
         assert operator.all_namespaces
+
+
+@pytest.mark.parametrize("layout", [(), ("--set", "operator.watchNamespaces={a,b}")])
+def test_the_operator_gets_gateway_api_only_with_the_switch(
+    helm: Helm, layout: tuple[str, ...]
+) -> None:
+    assert "--gateway-api" not in operator_args(helm.template(*layout))
+    args = operator_args(helm.template(*layout, "--set", "operator.gatewayAPI=true"))
+    assert args.count("--gateway-api") == 1
+    assert operator_cli.parse_config(operator_cli.build_parser({}).parse_args(args)).gateway_api
 
 
 def test_the_charts_default_sidecar_image_is_the_operators_default() -> None:

@@ -3,7 +3,11 @@ operator gets exactly what it uses."""
 
 from __future__ import annotations
 
-from tests.chart.conftest import Helm, one
+from typing import Any
+
+import pytest
+
+from tests.chart.conftest import Helm, Manifest, by_kind, one
 from tests.chart.rendering import rules_of
 
 
@@ -45,4 +49,51 @@ def test_operator_rbac_covers_exactly_what_it_uses(helm: Helm) -> None:
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         ("", "namespaces", "list"),
         ("", "namespaces", "watch"),
+    }
+
+
+HTTPROUTE_RULE = {
+    "apiGroups": ["gateway.networking.k8s.io"],
+    "resources": ["httproutes"],
+    "verbs": ["get", "list", "watch", "patch"],
+}
+
+
+def gateway_api_rules(doc: Manifest) -> list[dict[str, Any]]:
+    return [r for r in doc["rules"] if "gateway.networking.k8s.io" in r["apiGroups"]]
+
+
+@pytest.mark.parametrize("layout", [(), ("--set", "operator.watchNamespaces={a,b}")])
+def test_without_gateway_api_the_operator_may_not_touch_httproutes(
+    helm: Helm, layout: tuple[str, ...]
+) -> None:
+    roles = [d for d in helm.template(*layout) if d["kind"] in ("Role", "ClusterRole")]
+    assert [d["metadata"]["name"] for d in roles if gateway_api_rules(d)] == []
+
+
+def test_gateway_api_grants_the_httproute_rule_cluster_wide(helm: Helm) -> None:
+    docs = helm.template("--set", "operator.gatewayAPI=true")
+    assert gateway_api_rules(one(docs, "ClusterRole", "-operator")) == [HTTPROUTE_RULE]
+    assert gateway_api_rules(one(docs, "ClusterRole", "-operator-cluster")) == []
+    assert gateway_api_rules(one(docs, "Role", "-gateway")) == []
+
+
+def test_gateway_api_with_watch_namespaces_grants_it_in_each_role(helm: Helm) -> None:
+    """The Role of each watched namespace gets the rule. The ClusterRole that finishes a watched
+    namespace's deletion gets list and watch only: the operator indexes the claiming routes, and
+    kopf handles no event (no finalizer comes off) until every index is listed there."""
+    docs = helm.template(
+        "--set", "operator.gatewayAPI=true", "--set", "operator.watchNamespaces={a,b}"
+    )
+    roles = [d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-operator")]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
+    for role in roles:
+        assert gateway_api_rules(role) == [HTTPROUTE_RULE]
+    assert [
+        d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-operator")
+    ] == []
+    deletion = rules_of(one(docs, "ClusterRole", "-operator-cluster"))
+    assert {t for t in deletion if t[0] == "gateway.networking.k8s.io"} == {
+        ("gateway.networking.k8s.io", "httproutes", "list"),
+        ("gateway.networking.k8s.io", "httproutes", "watch"),
     }

@@ -71,6 +71,9 @@ def test_full_values_render_every_optional_object(helm: Helm) -> None:
         ("apps", "deployments", "watch"),
         ("", "services", "list"),
         ("", "services", "watch"),
+        # gatewayAPI is on in the full values: the operator indexes HTTPRoutes there too
+        ("gateway.networking.k8s.io", "httproutes", "list"),
+        ("gateway.networking.k8s.io", "httproutes", "watch"),
         # peering is on in the full values: the replicas' KopfPeering there goes too
         *(("kopf.dev", "kopfpeerings", verb) for verb in ("get", "list", "watch", "patch")),
     }

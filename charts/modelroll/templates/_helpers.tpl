@@ -182,6 +182,13 @@ deleted when a version leaves managed mode), and core Events.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+{{- if .Values.operator.gatewayAPI }}
+# --gateway-api: the HTTPRoutes that claim models (labelled modelroll.io/model), whose rule
+# for the model gets its backendRefs patched; an analysis lists them to find the claim.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, list, watch, patch]
+{{- end }}
 {{- if .Values.operator.peering }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
