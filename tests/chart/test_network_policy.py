@@ -95,6 +95,20 @@ def test_the_policy_selects_the_operators_model_pods_and_admits_the_charts_gatew
     assert [p["port"] for p in spec["ingress"][0]["ports"]] == [ports["sidecar"]]
 
 
+def test_with_gateway_api_the_operator_is_admitted_to_the_sidecar_port_only(helm: Helm) -> None:
+    """A canary analysis of a model an HTTPRoute routes reads the versions' sidecars."""
+    assert len(policy(helm.template())["spec"]["ingress"]) == 1  # the gateway only
+    docs = helm.template("--set", "operator.gatewayAPI=true")
+    _, operator_rule = policy(docs)["spec"]["ingress"]
+    assert operator_rule["ports"] == SIDECAR_PORT_RULE
+    (peer,) = operator_rule["from"]
+    for deployment in by_kind(docs, "Deployment"):
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        is_operator = deployment["metadata"]["name"].endswith("-operator")
+        assert selects(peer["podSelector"], labels) == is_operator, deployment["metadata"]["name"]
+    assert not selects(peer["podSelector"], managed_pod()["metadata"]["labels"])
+
+
 def test_with_the_sidecars_scraped_the_scraper_is_admitted_to_the_sidecar_port(
     helm: Helm, tmp_path: Path
 ) -> None:

@@ -30,6 +30,7 @@ from tests.integration.operator_support import (
     finalizer_holders,
     model_version,
 )
+from tests.integration.test_operator_httproute import httproute
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +44,8 @@ ANNOTATIONS_LIMIT = 256 * 1024
 BIG_ARGS = [f"--shard-{i}={'x' * 70_000}" for i in range(4)]
 assert len(json.dumps(BIG_ARGS)) > ANNOTATIONS_LIMIT
 
-GrantChartRbac = Callable[[str], Path]
+GrantChartRbac = Callable[..., Path]
+"""``chart_rbac(watched, *values)``: values are more ``--set`` assignments."""
 
 
 @pytest.fixture
@@ -64,10 +66,12 @@ def chart_rbac(
     release = f"mr-{secrets.token_hex(3)}"
     applied: list[dict[str, Any]] = []
 
-    def grant(watched: str) -> Path:
+    def grant(watched: str, *values: str) -> Path:
+        sets = [arg for value in values for arg in ("--set", value)]
         docs = helm.template(
             "--set",
             f"operator.watchNamespaces={{{watched}}}",
+            *sets,
             release=release,
             namespace=operator_namespace,
         )
@@ -169,7 +173,7 @@ def test_a_watched_namespace_is_deleted_although_the_operators_role_there_goes_f
     assert operator.running(), operator.proc.log()
 
 
-@pytest.mark.parametrize("credentials", ["admin", "chart-rbac"])
+@pytest.mark.parametrize("credentials", ["admin", "chart-rbac", "chart-rbac-gateway-api"])
 def test_an_operator_started_while_its_namespace_is_terminating_finishes_the_deletion(
     cluster: Cluster,
     namespace: str,
@@ -177,13 +181,24 @@ def test_an_operator_started_while_its_namespace_is_terminating_finishes_the_del
     routes: Routes,
     chart_rbac: GrantChartRbac,
     credentials: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The namespace was deleted while no operator ran: our finalizer holds it Terminating
-    (and, with the chart's RBAC, the operator's Role there is gone) until one starts."""
-    flags = [] if credentials == "admin" else [f"--kubeconfig={chart_rbac(namespace)}"]
+    (and, with the chart's RBAC, the operator's Role there is gone) until one starts. With
+    --gateway-api the operator lists HTTPRoutes before any handler runs, so the chart's
+    cluster-wide rules must let it do that with the Role gone."""
+    gateway_api = credentials == "chart-rbac-gateway-api"
+    values = ("operator.gatewayAPI=true",) if gateway_api else ()
+    flags = [] if credentials == "admin" else [f"--kubeconfig={chart_rbac(namespace, *values)}"]
+    if gateway_api:
+        request.getfixturevalue("gateway_api")
+        flags.append("--gateway-api")
     first = start_operator(*flags)
     create_versions(cluster, namespace)
     wait_until_held(cluster, namespace, routes)
+    if gateway_api:
+        cluster.apply(httproute("models"), namespace=namespace)
+        eventually(lambda: routes.weights("sentiment") is None, "sentiment claimed by the route")
     first.stop()
 
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")

@@ -187,7 +187,7 @@ deleted when a version leaves managed mode), and core Events.
 # for the model gets its backendRefs patched; an analysis lists them to find the claim.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 {{- end }}
 {{- if .Values.operator.peering }}
 - apiGroups: [kopf.dev]
