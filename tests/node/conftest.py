@@ -42,10 +42,12 @@ INSTALL_TIMEOUT_S = 110  # within Helm.run's own 120 s
 #: `make images` imported are used as they are; and the tests, on the host, read the gateway's
 #: GET /v1/routes through its Service, whose connections from the host kube-proxy masquerades to
 #: the host's address on the pod network (the CNI bridge's): the gateway trusts that network.
+#: The operator also routes models that an HTTPRoute claims (test_httproute_on_node.py).
 NODE_VALUES = (
     "operator.image.pullPolicy=Never",
     "gateway.image.pullPolicy=Never",
     f"gateway.trustedNetworks={{{POD_CIDR}}}",
+    "operator.gatewayAPI=true",
 )
 
 
@@ -100,6 +102,9 @@ def on_cluster(
     if not node_cluster.is_local:
         yield InCluster.from_env(node_cluster)
         return
+    # The operator routes models by HTTPRoutes too (operator.gatewayAPI), so the Gateway API
+    # CRDs are there before it starts.
+    install_gateway_api_crds(node_cluster)
     installed = install_chart(node_cluster, helm)
     gateway = node_cluster.kubectl_json("get", "service", f"{RELEASE}-gateway", namespace=NAMESPACE)
     port = gateway["spec"]["ports"][0]["port"]
