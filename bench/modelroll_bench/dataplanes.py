@@ -235,6 +235,9 @@ async def hop_cost(urls: dict[str, str], setup: Setup) -> dict[str, Any]:
             ),
         }
     summary["direct"] = {"rps": _median([row["direct"]["rps"] for row in rounds])}
+    summary["traefik"]["ratio_of_gateway"] = _median(
+        [row["traefik"]["rps"] / row["gateway"]["rps"] for row in rounds]
+    )
     return {"rounds": rounds, "summary": summary}
 
 
@@ -373,6 +376,8 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
             f"added p50 {h['added_p50_ms']:+.2f} p95 {h['added_p95_ms']:+.2f} "
             f"p99 {h['added_p99_ms']:+.2f} ms  errors {h['errors']}"
         )
+    ratio = hop["traefik"]["ratio_of_gateway"]
+    print(f"  Traefik's rate over the gateway's, paired by round: {ratio}")
     print(f"Rollback, kubectl patch -> last request to the canary ({setup.flip_rate:g} req/s):")
     for label, r in report["rollback"].items():
         rb, wr = r["rollback"], r["written"]
