@@ -194,6 +194,10 @@ class Backends:
         return ModelRoute(model, tuple(sorted(versions, key=lambda v: v.name)))
 
 
+class RouteChanged(Exception):
+    """The route changed between its index entry and the write: the pass is tried again."""
+
+
 class HTTPRoutes:
     """Writes models' weights into the HTTPRoutes that claim them."""
 
@@ -235,6 +239,16 @@ class HTTPRoutes:
         want = backends.wanted(route, live)
         if want == [dict(r) for r in live]:
             return RouteWrite(before, route, None, claim.name, claim.acceptance())
+        path = httproute_path(claim.namespace, claim.name)
+        # The index may lag the route (its Gateways write its status after each change): the
+        # patch is built on the route as it is now, so that its test operations hold.
+        fresh = HTTPRouteInfo.from_body(await self.api.get(path) or {})
+        if fresh is None or fresh.model != model or fresh.rule() != index:
+            raise RouteChanged(f"HTTPRoute {claim.name} changed while model {model} was written")
+        claim, live = fresh, fresh.backend_refs()
+        want = backends.wanted(route, live)
+        if want == [dict(r) for r in live]:
+            return RouteWrite(before, route, None, claim.name, claim.acceptance())
         rule_path = f"/spec/rules/{index}"
         operations: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": claim.resource_version},
@@ -242,12 +256,14 @@ class HTTPRoutes:
         if name := claim.rules[index].get("name"):
             operations.append({"op": "test", "path": f"{rule_path}/name", "value": name})
         operations.append({"op": "add", "path": f"{rule_path}/backendRefs", "value": want})
-        path = httproute_path(claim.namespace, claim.name)
         try:
             written = await self.api.json_patch(path, operations)
         except KubeApiError as exc:
-            if exc.status in (404, 409) or "test operation" in exc.message:
-                raise  # changed or gone meanwhile: the next pass sees it (retried)
+            if exc.status in (404, 409) or await self._changed(path, claim):
+                # Changed or gone since the index saw it (a Gateway writing the route's status
+                # is enough): a failed test operation is a 422 like any invalid patch. The
+                # pass is retried, and the route's watch event brings the new version.
+                raise
             problem = f"the API server refused to update HTTPRoute {claim.name}: {exc}"
             log.warning("Could not route model %s/%s: %s", claim.namespace, model, problem)
             return RouteWrite(before, before, problem, claim.name, claim.acceptance())
@@ -261,3 +277,11 @@ class HTTPRoutes:
         )
         now = HTTPRouteInfo.from_body(written) or claim
         return RouteWrite(before, route, None, claim.name, now.acceptance())
+
+    async def _changed(self, path: str, claim: HTTPRouteInfo) -> bool:
+        """Whether the route is gone or at another resourceVersion than ``claim``'s."""
+        live = await self.api.get(path)
+        return (
+            live is None
+            or (live.get("metadata") or {}).get("resourceVersion") != claim.resource_version
+        )

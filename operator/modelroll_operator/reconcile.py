@@ -22,7 +22,7 @@ import kopf
 from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
 from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
-from .httproute import Backends, HTTPRouteInfo, HTTPRoutes
+from .httproute import Backends, HTTPRouteInfo, HTTPRoutes, RouteChanged
 from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
@@ -43,8 +43,9 @@ log = logging.getLogger("modelroll_operator")
 VersionIndex = kopf.Index[ModelKey, VersionInfo]
 WorkloadIndex = kopf.Index[VersionKey, WorkloadInfo]
 HTTPRouteIndex = kopf.Index[ModelKey, HTTPRouteInfo]
-TRANSIENT = (KubeApiError, *UNREACHABLE, TimeoutError)
-"""Failures worth a retry: the API said no for now, or could not be reached."""
+TRANSIENT = (KubeApiError, *UNREACHABLE, TimeoutError, RouteChanged)
+"""Failures worth a retry: the API said no for now, or could not be reached, or an HTTPRoute
+changed while the pass wrote it."""
 RESYNC_S = 600.0
 """How often every managed object is applied again, whatever the watches said (drift that no
 watch event shows, such as a label removed by hand, is undone within this time)."""
