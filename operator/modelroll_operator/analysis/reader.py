@@ -260,6 +260,11 @@ class MetricsReader:
             + (AGREEMENT_FAMILIES if agreement else ())
         )
         claim = await self._claim(namespace, model) if self.gateway_api else None
+        if claim is not None and agreement:
+            raise MetricsUnavailable(
+                f"model {model} is routed by HTTPRoute {claim.name}, and a Gateway API data "
+                "plane sends no shadow copies: spec.analysis.shadow cannot be judged there"
+            )
         series = SIDECAR_FAMILIES if claim is not None else None
         if source.prometheus_url:
             found = await self._prometheus(source.prometheus_url, model, versions, families, series)

@@ -374,3 +374,11 @@ async def test_a_model_an_httproute_claims_is_read_from_its_versions_sidecars() 
         MetricsSource(), "ns", "m", "canary", "stable", 6.0, backends={"stable": "stable-svc"}
     )
     assert pending.unapplied(10, 90) == ["httproute/models routes by none/none"]
+
+
+async def test_a_shadow_gate_on_a_model_an_httproute_claims_holds_and_says_why() -> None:
+    namespace = Namespace([claiming_route("True", {"canary": 0, "stable": 100})])
+    out = reader(cast(Pods, namespace), {})
+    out.gateway_api = True
+    with pytest.raises(MetricsUnavailable, match="sends no shadow copies"):
+        await out.read(MetricsSource(), "ns", "m", "canary", "stable", 5.0, agreement=True)
