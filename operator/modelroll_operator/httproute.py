@@ -242,9 +242,14 @@ class HTTPRoutes:
         path = httproute_path(claim.namespace, claim.name)
         # The index may lag the route (its Gateways write its status after each change): the
         # patch is built on the route as it is now, so that its test operations hold.
-        fresh = HTTPRouteInfo.from_body(await self.api.get(path) or {})
-        if fresh is None or fresh.model != model or fresh.rule() != index:
-            raise RouteChanged(f"HTTPRoute {claim.name} changed while model {model} was written")
+        try:
+            fresh = HTTPRouteInfo.from_body(await self.api.get(path) or {})
+            if fresh is None or fresh.model != model or fresh.rule() != index:
+                raise RouteChanged(f"HTTPRoute {claim.name} changed while {model} was written")
+        except KubeApiError as exc:
+            if exc.status != 403:
+                raise
+            return self._refused(model, claim, before, exc)
         claim, live = fresh, fresh.backend_refs()
         want = backends.wanted(route, live)
         if want == [dict(r) for r in live]:
@@ -259,14 +264,12 @@ class HTTPRoutes:
         try:
             written = await self.api.json_patch(path, operations)
         except KubeApiError as exc:
-            if exc.status in (404, 409) or await self._changed(path, claim):
-                # Changed or gone since the index saw it (a Gateway writing the route's status
-                # is enough): a failed test operation is a 422 like any invalid patch. The
-                # pass is retried, and the route's watch event brings the new version.
+            if exc.status in (404, 409) or (exc.status != 403 and await self._changed(path, claim)):
+                # Changed or gone since it was read (a Gateway writing the route's status is
+                # enough): a failed test operation is a 422 like any invalid patch. The pass is
+                # retried, and the route's watch event brings the new version.
                 raise
-            problem = f"the API server refused to update HTTPRoute {claim.name}: {exc}"
-            log.warning("Could not route model %s/%s: %s", claim.namespace, model, problem)
-            return RouteWrite(before, before, problem, claim.name, claim.acceptance())
+            return self._refused(model, claim, before, exc)
         weights = ", ".join(f"{v.name}={v.weight}" for v in route.versions) if route else ""
         log.info(
             "Routed model %s/%s in HTTPRoute %s: %s",
@@ -277,6 +280,18 @@ class HTTPRoutes:
         )
         now = HTTPRouteInfo.from_body(written) or claim
         return RouteWrite(before, route, None, claim.name, now.acceptance())
+
+    @staticmethod
+    def _refused(
+        model: str, claim: HTTPRouteInfo, before: ModelRoute, exc: KubeApiError
+    ) -> RouteWrite:
+        """The API server refuses the write for good (an invalid patch, no access): reported
+        on the versions, never retried in silence."""
+        problem = f"the API server refused to update HTTPRoute {claim.name}: {exc}"
+        if exc.status == 403:
+            problem += " (the operator needs list, watch, get and patch on httproutes)"
+        log.warning("Could not route model %s/%s: %s", claim.namespace, model, problem)
+        return RouteWrite(before, before, problem, claim.name, claim.acceptance())
 
     async def _changed(self, path: str, claim: HTTPRouteInfo) -> bool:
         """Whether the route is gone or at another resourceVersion than ``claim``'s."""

@@ -55,7 +55,7 @@ def test_operator_rbac_covers_exactly_what_it_uses(helm: Helm) -> None:
 HTTPROUTE_RULE = {
     "apiGroups": ["gateway.networking.k8s.io"],
     "resources": ["httproutes"],
-    "verbs": ["list", "watch", "patch"],
+    "verbs": ["get", "list", "watch", "patch"],
 }
 
 

@@ -30,7 +30,7 @@ from tests.integration.operator_support import (
     finalizer_holders,
     model_version,
 )
-from tests.integration.test_operator_httproute import httproute
+from tests.integration.test_operator_httproute import httproute, model_refs
 
 pytestmark = pytest.mark.integration
 
@@ -197,8 +197,14 @@ def test_an_operator_started_while_its_namespace_is_terminating_finishes_the_del
     create_versions(cluster, namespace)
     wait_until_held(cluster, namespace, routes)
     if gateway_api:
+        # The chart's rules let the operator write the route too (it reads it just before).
         cluster.apply(httproute("models"), namespace=namespace)
         eventually(lambda: routes.weights("sentiment") is None, "sentiment claimed by the route")
+        backend = json.dumps({"spec": {"backendRef": {"name": "a", "port": 8000}}})
+        cluster.kubectl("patch", "mv", "a", "--type=merge", "-p", backend, namespace=namespace)
+        eventually(
+            lambda: [r["name"] for r in model_refs(cluster, namespace)] == ["a"], "a in the route"
+        )
     first.stop()
 
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")

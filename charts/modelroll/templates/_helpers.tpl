@@ -184,10 +184,11 @@ deleted when a version leaves managed mode), and core Events.
   verbs: [list]
 {{- if .Values.operator.gatewayAPI }}
 # --gateway-api: the HTTPRoutes that claim models (labelled modelroll.io/model), whose rule
-# for the model gets its backendRefs patched; an analysis lists them to find the claim.
+# for the model gets its backendRefs patched, on the route read just before (get); an analysis
+# lists them to find the claim.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [list, watch, patch]
+  verbs: [get, list, watch, patch]
 {{- end }}
 {{- if .Values.operator.peering }}
 - apiGroups: [kopf.dev]

@@ -158,3 +158,15 @@ async def test_a_route_whose_claim_went_meanwhile_is_retried() -> None:
     server.stored["metadata"]["labels"] = {}
     with pytest.raises(RouteChanged):
         await HTTPRoutes(cast(Api, server)).write("m", [info(body("1", [{}]))], ROUTE, BACKENDS)
+
+
+async def test_a_route_the_operator_may_not_read_is_reported_not_retried_in_silence() -> None:
+    class Forbidden(Server):
+        async def get(self, path: str) -> Any:
+            raise KubeApiError(403, "Forbidden", 'cannot get resource "httproutes"')
+
+    written = await HTTPRoutes(cast(Api, Forbidden())).write(
+        "m", [info(body("1", [{}]))], ROUTE, BACKENDS
+    )
+    assert written.problem is not None
+    assert "needs list, watch, get and patch on httproutes" in written.problem
