@@ -18,6 +18,7 @@ from tests.integration.operator_support import (
     mark_pods_ready,
     model_version,
 )
+from tests.integration.test_operator import conditions
 from tests.integration.test_operator_managed import SERVER
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("gateway_api")]
@@ -79,9 +80,9 @@ def model_refs(cluster: Cluster, namespace: str, name: str = "models") -> list[d
 
 
 def condition(cluster: Cluster, namespace: str, version: str, kind: str) -> dict[str, Any]:
+    """The version's condition of that type ({} when it has none)."""
     mv = cluster.kubectl_json("get", "mv", version, namespace=namespace)
-    found = [c for c in mv.get("status", {}).get("conditions", []) if c["type"] == kind]
-    return found[0] if found else {}
+    return conditions(mv).get(kind, {})
 
 
 def report(cluster: Cluster, namespace: str, accepted: str, reason: str, message: str) -> None:
@@ -141,7 +142,8 @@ def test_weights_go_into_the_claiming_rule_and_nothing_else_changes(
     cluster.apply(
         model_version("canary", "sentiment", weight=10, server=SERVER), namespace=namespace
     )
-    mark_pods_ready(cluster, namespace, "modelroll.io/version=canary")
+    # Once the ReplicaSet has made the pod (no kubelet here: the test reports it Ready).
+    eventually(lambda: mark_pods_ready(cluster, namespace, "modelroll.io/version=canary"), "a pod")
     # The managed canary's backend is its own Service on the sidecar's port.
     eventually(
         lambda: (
