@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from modelroll_devcluster import Cluster
@@ -248,6 +249,7 @@ async def rollbacks(
     recorders: dict[str, str],
     setup: Setup,
     watch: Callable[[], WeightChanges],
+    client: k8s.ApiClient,
     progress: Any,
 ) -> dict[str, Any]:
     """The flips of one data plane, with load through it all the while."""
@@ -255,11 +257,7 @@ async def rollbacks(
     loading = asyncio.create_task(load.run())
     flip_setup = FlipSetup(flips=setup.flips, rate=setup.flip_rate)
     written = await asyncio.to_thread(watch)
-    canary = await asyncio.to_thread(
-        WeightChanges.of_canary,
-        k8s_config.new_client_from_config(str(routes.cluster.kubeconfig)),  # type: ignore[no-untyped-call]
-        routes.namespace,
-    )
+    canary = await asyncio.to_thread(WeightChanges.of_canary, client, routes.namespace)
     try:
         rows = await flips("operator", routes, recorders, flip_setup, written, progress, canary)
     finally:
@@ -337,7 +335,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup) -> dict[str, Any]:
                 with bar(setup.flips * len(watches), "rollback", unit="flip") as progress:
                     for label, (routes, watch) in watches.items():
                         report["rollback"][label] = await rollbacks(
-                            label, urls[label], routes, recorders, setup, watch, progress
+                            label, urls[label], routes, recorders, setup, watch, client, progress
                         )
         finally:
             traefik.stop()

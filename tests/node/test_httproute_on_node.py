@@ -25,6 +25,7 @@ from modelroll_devcluster.traffic import Response, Traffic
 from tests.e2e.conftest import eventually
 from tests.e2e.incluster import EXAMPLES, InCluster
 from tests.e2e.test_analysis import FAST
+from tests.node.test_rollout_on_node import condition
 
 pytestmark = pytest.mark.node
 
@@ -51,11 +52,6 @@ def http_route(gateway: TraefikGateway) -> dict[str, Any]:
     route: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     route["spec"]["parentRefs"] = [gateway.parent_ref()]
     return route
-
-
-def condition(mv: dict[str, Any], kind: str) -> dict[str, Any]:
-    found = [c for c in mv.get("status", {}).get("conditions", []) if c["type"] == kind]
-    return found[0] if found else {}
 
 
 def weights_in_force(cluster: Cluster, namespace: str, want: dict[str, int]) -> bool:
