@@ -167,8 +167,11 @@ def test_a_failing_canary_is_rolled_back_through_traefik(
 ) -> None:
     cluster, namespace = story.cluster, routed_model
     analysis = {**FAST, "steps": [{"weight": 30}]}
+    # The canary gets its analysis only once both versions are in the route and the traffic
+    # runs: applied with it, the analysis would move the canary to its step as soon as it is
+    # Ready, and a wait for weight 0 could miss the moment.
     cluster.apply(version("stable", 100, 0.0), namespace=namespace)
-    cluster.apply(version("canary", 0, 0.3, analysis=analysis), namespace=namespace)
+    cluster.apply(version("canary", 0, 0.3), namespace=namespace)
     eventually(
         lambda: weights_in_force(cluster, namespace, {"canary": 0, "stable": 100}),
         "both versions in the route, accepted by Traefik",
@@ -182,6 +185,8 @@ def test_a_failing_canary_is_rolled_back_through_traefik(
 
     with traffic(traefik_gateway) as load:
         started = time.monotonic()
+        patch = json.dumps({"spec": {"analysis": analysis}})
+        cluster.kubectl("patch", "mv", "canary", "--type=merge", "-p", patch, namespace=namespace)
         final = eventually(
             lambda: (s := state()).get("phase") == "RolledBack" and s,
             "the analysis rolling the canary back",
