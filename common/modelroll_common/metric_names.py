@@ -25,6 +25,7 @@ REJECTED = "modelroll_rejected_total"
 CLIENT_TIMEOUTS = "modelroll_client_timeouts_total"
 FAILED_BATCHES = "modelroll_failed_batches_total"
 FAILED_BATCH_REQUESTS = "modelroll_failed_batch_requests_total"
+TOKENIZER_FALLBACKS = "modelroll_tokenizer_fallbacks_total"
 
 # The sidecar's in front of an OpenAI-compatible engine.
 LLM_TTFT = "modelroll_llm_time_to_first_token_seconds"

@@ -25,7 +25,7 @@ from modelroll_common.server import RequestTimedOut, read_body
 
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
-from .lengths import Lengths, fetch_tokenizer
+from .lengths import Lengths, TokenizerPool, WordLengths, fetch_tokenizer
 from .metrics import LLMMetrics, SidecarMetrics
 from .openai_proxy import (
     GENERATION_PATHS,
@@ -34,7 +34,7 @@ from .openai_proxy import (
     OpenAIProxy,
     embeddings_request,
 )
-from .protocol import ModelClient, decode, encode, payload_length
+from .protocol import ModelClient, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Sidecar:
             wait_policy=config.wait_policy,
         )
         self.model_ready = False
-        self.lengths: Lengths | None = payload_length if config.length_from == "words" else None
+        self.lengths: Lengths | None = WordLengths() if config.length_from == "words" else None
         """How long a request is; None until the model's tokenizer is loaded."""
         self.lengths_problem = "not asked for yet"
         """Why there is no tokenizer yet (for /readyz)."""
@@ -119,12 +119,13 @@ class Sidecar:
         """--length-from tokenizer: fetch the model's tokenizer; until then the sidecar is
         unready, and each new reason it gives is logged once."""
         try:
-            self.lengths = await fetch_tokenizer(self.model, self.config.upstream_timeout_ms / 1000)
+            tokens = await fetch_tokenizer(self.model, self.config.upstream_timeout_ms / 1000)
         except ValueError as exc:
             if str(exc) != self.lengths_problem:
                 log.warning("No tokenizer from the model at %s: %s", self.config.upstream, exc)
                 self.lengths_problem = str(exc)
             return
+        self.lengths = TokenizerPool(tokens, self.metrics, self.config.max_queue_size)
         log.info("Counting lengths in the tokens of the model's tokenizer")
 
     async def prestop(self) -> None:
@@ -178,6 +179,8 @@ class Sidecar:
         if self._probe is not None:
             self._probe.cancel()
             await asyncio.gather(self._probe, return_exceptions=True)
+        if self.lengths is not None:
+            self.lengths.close()
         await self.model.close()
 
     @property
@@ -261,7 +264,8 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
     if sidecar.lengths is None:
         return error_response(503, "the model's tokenizer is not loaded yet")
     try:
-        pending = sidecar.batcher.submit(payload, length=sidecar.lengths(payload))
+        length = await sidecar.lengths(payload)
+        pending = sidecar.batcher.submit(payload, length=length)
     except QueueFull as exc:
         return error_response(429, str(exc), {"Retry-After": RETRY_AFTER_S})
     except (ShuttingDown, BatcherNotRunning) as exc:

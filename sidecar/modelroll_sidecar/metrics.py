@@ -137,6 +137,13 @@ class SidecarMetrics:
             labels,
             registry=registry,
         ).labels(model, version)
+        self.tokenizer_fallbacks = Counter(
+            names.TOKENIZER_FALLBACKS,
+            "--length-from tokenizer: requests whose length is their words because the model's "
+            "tokenizer failed on them (raised, or panicked in its Rust code).",
+            labels,
+            registry=registry,
+        ).labels(model, version)
 
     def count_batch(self, lengths: list[int], reason: str) -> None:
         """One batch sent: its size, what closed it, and its padding."""

@@ -1,0 +1,162 @@
+"""--length-from tokenizer with a model's tokenizer that is slow, broken or too large: every
+request is answered, the event loop stays free, and a tokenizer file over the bound is refused
+with a reason in /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from pytest_aiohttp import AiohttpServer
+from tokenizers import PreTokenizedString, Regex, Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import PreTokenizer, Split, Whitespace
+
+from modelroll_models.batch_server import BatchModel, create_app
+from modelroll_sidecar.lengths import MAX_TOKENIZER_BYTES, TokenizerPool
+
+from .conftest import RunningSidecar, StartSidecar, until_ready
+
+HOLD_LIMIT_S = 10.0
+"""How long a held tokenizer waits for the test to let it go: only a sidecar that tokenizes on
+its event loop (so that the test cannot run until the tokenizer returns) waits this long."""
+
+
+def word_tokenizer(pre_tokenizer: PreTokenizer | None = None) -> str:
+    """A tokenizer.json with one token per word and punctuation mark (Whitespace), or per
+    piece that ``pre_tokenizer`` splits off."""
+    tokenizer = Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizer or Whitespace()
+    return tokenizer.to_str()
+
+
+BACKTRACKING = word_tokenizer(Split(Regex("(a+)+b"), behavior="isolated"))
+"""A pattern that backtracks catastrophically on a run of a's with no b: the regex engine gives
+up after its retry limit, and the tokenizer library panics (Rust), on a real tokenizer."""
+
+
+class Echo(BatchModel):
+    """A model that answers each input with itself and serves a given tokenizer.json."""
+
+    name = "echo"
+
+    def __init__(self, tokenizer: str) -> None:
+        self._tokenizer = tokenizer
+
+    def predict(self, inputs: list[Any]) -> list[Any]:
+        return inputs
+
+    def tokenizer(self) -> str:
+        return self._tokenizer
+
+
+StartEcho = Callable[[str], Awaitable[str]]
+
+
+@pytest.fixture
+def start_echo(aiohttp_server: AiohttpServer) -> StartEcho:
+    """Serve an Echo model with the given tokenizer.json; its URL."""
+
+    async def start(tokenizer: str) -> str:
+        server: TestServer = await aiohttp_server(create_app(Echo(tokenizer)))
+        return str(server.make_url("")).rstrip("/")
+
+    return start
+
+
+async def counting_tokens(start_sidecar: StartSidecar, url: str, **settings: Any) -> RunningSidecar:
+    sidecar = await start_sidecar(url, length_from="tokenizer", max_wait_ms=1, **settings)
+    await until_ready(sidecar.client)
+    return sidecar
+
+
+async def test_a_tokenizer_that_panics_still_answers_every_request_counting_words(
+    start_echo: StartEcho, start_sidecar: StartSidecar
+) -> None:
+    """The backtracking tokenizer panics on each run of a's: those requests are answered all
+    the same, their lengths their words, and each is counted as a fallback."""
+    sidecar = await counting_tokens(start_sidecar, await start_echo(BACKTRACKING))
+    panicking = ["a" * 30 + "!", "a" * 31 + "! and more words", "a" * 32 + "?"]
+
+    answers = await asyncio.gather(*(sidecar.infer(text) for text in [*panicking, "hello"]))
+
+    assert [status for status, _ in answers] == [200] * 4
+    assert [body["output"] for _, body in answers] == [*panicking, "hello"]
+    assert sidecar.sample("modelroll_tokenizer_fallbacks_total") == 3
+    assert sidecar.sample("modelroll_requests_total", code="200") == 4
+    # Words for the three that fell back (1 + 4 + 1), one token (the Split's) for "hello".
+    assert sidecar.sample("modelroll_batch_tokens_total", kind="useful") == 7
+
+
+class Held:
+    """A pre-tokenizer that holds each call until the test lets it go."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self._events = events
+
+    def pre_tokenize(self, pretok: PreTokenizedString) -> None:
+        self.entered.set()
+        self.release.wait(HOLD_LIMIT_S)
+        self._events.append("tokenized")
+        pretok.split(lambda _, piece: piece.split(" ", "removed"))
+
+
+async def test_the_event_loop_answers_livez_while_the_tokenizer_is_held(
+    start_echo: StartEcho, start_sidecar: StartSidecar
+) -> None:
+    """A request the tokenizer is stuck on holds a worker thread, not the event loop: /livez
+    and /readyz answer meanwhile, and the request is answered once the tokenizer returns."""
+    sidecar = await counting_tokens(start_sidecar, await start_echo(word_tokenizer()))
+    pool = sidecar.sidecar.lengths
+    assert isinstance(pool, TokenizerPool)
+    events: list[str] = []
+    held = Held(events)
+    pool.lengths.tokenizer.pre_tokenizer = PreTokenizer.custom(held)
+
+    request = asyncio.create_task(sidecar.infer("a held sentence"))
+    assert await asyncio.to_thread(held.entered.wait, HOLD_LIMIT_S)
+    live = await sidecar.client.get("/livez")
+    ready = await sidecar.client.get("/readyz")
+    events.append("probes answered")
+    held.release.set()
+    status, body = await request
+
+    assert (live.status, ready.status) == (200, 200)
+    assert events == ["probes answered", "tokenized"]
+    assert (status, body["output"]) == (200, "a held sentence")
+    assert sidecar.sample("modelroll_tokenizer_fallbacks_total") == 0
+    assert sidecar.sample("modelroll_batch_tokens_total", kind="useful") == 3
+
+
+async def test_a_tokenizer_file_over_the_bound_is_refused_with_the_reason_in_readyz(
+    start_echo: StartEcho, start_sidecar: StartSidecar
+) -> None:
+    sidecar = await start_sidecar(
+        await start_echo(" " * (MAX_TOKENIZER_BYTES + 1)), length_from="tokenizer"
+    )
+
+    reason = await refusal(sidecar)
+    status, body = await sidecar.infer("a sentence")
+
+    assert reason == (
+        "no tokenizer from the model: the model's tokenizer.json is larger than 32 MiB "
+        f"({MAX_TOKENIZER_BYTES} bytes)"
+    )
+    assert (status, body) == (503, {"error": "the model's tokenizer is not loaded yet"})
+
+
+async def refusal(sidecar: RunningSidecar) -> str:
+    """Why /readyz is 503 once the sidecar has asked the ready model for its tokenizer."""
+    for _ in range(100):
+        resp = await sidecar.client.get("/readyz")
+        reason: str = (await resp.json()).get("error", "")
+        if resp.status == 503 and reason.startswith("no tokenizer from the model"):
+            return reason
+        await asyncio.sleep(0.05)
+    raise AssertionError("the sidecar never asked the model for its tokenizer")
