@@ -34,7 +34,7 @@ from .openai_proxy import (
     OpenAIProxy,
     embeddings_request,
 )
-from .protocol import ModelClient, decode, encode
+from .protocol import ModelClient, NotText, decode_request, encode
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,9 @@ async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Respon
         response.force_close()  # the rest of the body may still come: no next request follows
         return response
     try:
-        body = decode(raw)
+        body = decode_request(raw)
+    except NotText as exc:
+        return error_response(400, str(exc))
     except ValueError as exc:  # JSON and UTF-8 errors; messages give a position, never the payload
         return error_response(400, f"malformed JSON: {exc}")
     if not isinstance(body, dict) or "payload" not in body:
@@ -316,11 +318,13 @@ async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
         return openai_error(503, "the sidecar is shutting down")
     try:
         raw = await read_body(request)
-        body = decode(raw)
+        body = decode_request(raw)
     except web.HTTPRequestEntityTooLarge:
         return openai_error(413, f"body is larger than {sidecar.config.max_body_bytes} bytes")
     except RequestTimedOut as exc:
         return openai_error(408, str(exc))
+    except NotText as exc:
+        return openai_error(400, str(exc))
     except ValueError as exc:
         return openai_error(400, f"malformed JSON: {exc}")
     try:

@@ -53,7 +53,9 @@ from .protocol import (
     BatchResult,
     ModelClient,
     ModelFailed,
+    NotText,
     decode,
+    decode_request,
     encode,
 )
 
@@ -141,7 +143,9 @@ class OpenAIProxy:
             response.force_close()
             return response
         try:
-            body = decode(raw)
+            body = decode_request(raw)
+        except NotText as exc:
+            return openai_error(400, str(exc))
         except ValueError as exc:
             return openai_error(400, f"malformed JSON: {exc}")
         if not isinstance(body, dict):

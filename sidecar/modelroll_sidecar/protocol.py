@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,42 @@ def decode(raw: bytes) -> Any:
     if _depth(value) > MAX_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+class NotText(ValueError):
+    """A JSON string that is not Unicode text: it holds a lone surrogate."""
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""What a JSON escape from \\ud800 to \\udfff that is not half of a pair (or such a code point
+spelled in bytes, which Python's json module lets through) leaves in a string: no character at
+all, which no model, tokenizer or UTF-8 encoder can take."""
+
+
+def decode_request(raw: bytes) -> Any:
+    """:func:`decode` a client's request, refusing strings that are not Unicode text (NotText,
+    whose message names no payload)."""
+    value = decode(raw)
+    if any(LONE_SURROGATE.search(text) for text in _strings(value)):
+        raise NotText(
+            "undecodable text: a string holds a lone surrogate (an escape from \\ud800 to "
+            "\\udfff that is not half of a surrogate pair); send Unicode text"
+        )
+    return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in ``value``, object keys included, without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _depth(value: Any) -> int:

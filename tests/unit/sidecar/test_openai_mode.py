@@ -250,3 +250,28 @@ async def test_concurrent_embeddings_go_in_one_engine_call_and_each_gets_its_own
         texts = [given] if isinstance(given, str) else given
         assert [d["index"] for d in body["data"]] == list(range(len(texts)))
         assert [d["embedding"] for d in body["data"]] == [alone[t] for t in texts]
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/chat/completions"])
+async def test_a_lone_surrogate_gets_400_and_never_reaches_the_engine(
+    start_sidecar: StartSidecar, start_llm: StartLLM, path: str
+) -> None:
+    llm = await start_llm()
+    sidecar = await openai_sidecar(start_sidecar, llm)
+    text = '"caf\\u00e9 \\ud800"'  # the escape of half a surrogate pair, alone
+    body = {
+        "/v1/embeddings": f'{{"model": "demo-llm", "input": {text}}}',
+        "/v1/chat/completions": (
+            f'{{"model": "demo-llm", "messages": [{{"role": "user", "content": {text}}}]}}'
+        ),
+    }[path]
+
+    resp = await sidecar.client.post(path, data=body, headers={"Content-Type": "application/json"})
+
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", 400)
+    assert error["message"].startswith("undecodable text: a string holds a lone surrogate")
+    assert sidecar.sample("modelroll_requests_total", code="400") == 1
+    assert llm.embedding_calls == []
+    assert llm.engine.stats.sequences == 0

@@ -1,6 +1,6 @@
-"""--length-from tokenizer with a model's tokenizer that is slow, broken or too large: every
-request is answered, the event loop stays free, and a tokenizer file over the bound is refused
-with a reason in /readyz."""
+"""--length-from tokenizer with a model's tokenizer that is slow, broken or too large, and
+payloads that are not text: every request is answered, the event loop stays free, and a
+tokenizer file over the bound is refused with a reason in /readyz."""
 
 from __future__ import annotations
 
@@ -72,6 +72,39 @@ async def counting_tokens(start_sidecar: StartSidecar, url: str, **settings: Any
     sidecar = await start_sidecar(url, length_from="tokenizer", max_wait_ms=1, **settings)
     await until_ready(sidecar.client)
     return sidecar
+
+
+@pytest.mark.parametrize("length_from", ["words", "tokenizer"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"payload": "caf\\u00e9 \\ud800"}',  # an escape of half a pair
+        b'{"payload": ["fine", "\\udfff"]}',
+        b'{"payload": "ok", "\\ud800": 1}',  # a key
+        b'{"payload": "\xed\xa0\x80"}',  # a surrogate spelled in (invalid) UTF-8
+    ],
+)
+async def test_a_lone_surrogate_is_refused_with_400_and_counted(
+    start_echo: StartEcho, start_sidecar: StartSidecar, length_from: str, body: bytes
+) -> None:
+    url = await start_echo(word_tokenizer())
+    sidecar = await start_sidecar(url, length_from=length_from, max_wait_ms=1)
+    await until_ready(sidecar.client)
+
+    resp = await sidecar.client.post(
+        "/v1/infer", data=body, headers={"Content-Type": "application/json"}
+    )
+
+    assert resp.status == 400
+    assert (await resp.json())["error"] == (
+        "undecodable text: a string holds a lone surrogate (an escape from \\ud800 to \\udfff "
+        "that is not half of a surrogate pair); send Unicode text"
+    )
+    assert sidecar.sample("modelroll_requests_total", code="400") == 1
+    assert await sidecar.infer("caf\u00e9 \U0001f600, a pair") == (
+        200,
+        {"output": "caf\u00e9 \U0001f600, a pair", "model": "sentiment", "version": "v1"},
+    )
 
 
 async def test_a_tokenizer_that_panics_still_answers_every_request_counting_words(
