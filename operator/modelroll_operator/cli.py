@@ -16,6 +16,7 @@ from modelroll_common.flags import EnvArgumentParser, port_number, positive_int,
 from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # importing it registers the kopf handlers
+from .pod_security import DEFAULT_LEVEL, LEVELS
 from .settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
 from .spec import SpecError, parse_resources
 
@@ -134,6 +135,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "route's backendRefs instead of the routes ConfigMap (needs the Gateway API CRDs)",
     )
     p.add_argument(
+        "--pod-security",
+        choices=LEVELS,
+        default=DEFAULT_LEVEL,
+        help="what a managed version's spec.server may put in its pod: baseline refuses what "
+        "Pod Security baseline forbids (privileged containers, hostPath volumes, hostIPC, added "
+        "capabilities, ...) as the version's InvalidSpec; privileged refuses none of it",
+    )
+    p.add_argument(
         "--workers",
         type=positive_int,
         default=4,
@@ -172,6 +181,7 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
         peering=peering,
         priority=int(priority),
         gateway_api=args.gateway_api,
+        pod_security=args.pod_security,
     )
 
 

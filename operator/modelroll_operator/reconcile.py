@@ -23,6 +23,7 @@ from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, valid
 
 from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
 from .httproute import Backends, HTTPRouteInfo, HTTPRoutes, RouteChanged
+from .pod_security import forbidden
 from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
@@ -382,7 +383,9 @@ class Reconciler:
             return Readiness(True, "ExternalEndpoint", message, endpoint=spec.endpoint)
         endpoint = service_endpoint(version.name, version.namespace, self.config.sidecar_port)
         selector = selector_string(spec.model, version.name)
-        clash = conflict(spec.server, self.config.sidecar_port)
+        clash = conflict(spec.server, self.config.sidecar_port) or forbidden(
+            spec.server.baseline_violations, self.config.pod_security
+        )
         if clash is not None:
             await self._warn(version, "InvalidSpec", clash)
             return self._not_applied(version, "InvalidSpec", clash, endpoint, selector)

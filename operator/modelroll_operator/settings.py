@@ -18,6 +18,7 @@ from kopf._cogs.structs.references import Insights, NamespaceName, select_specif
 from modelroll_common.routes import CONFIGMAP_NAME
 
 from .httproute import GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES
+from .pod_security import DEFAULT_LEVEL, PodSecurity
 from .spec import FINALIZER, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PREFIX, Resources
 
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"
@@ -87,6 +88,12 @@ class OperatorConfig:
     """Whether models may be routed by Gateway API HTTPRoutes (--gateway-api): the operator
     watches the HTTPRoutes labelled modelroll.io/model and writes their weights. Default False:
     no Gateway API CRDs needed, no access to HTTPRoutes."""
+    pod_security: PodSecurity = DEFAULT_LEVEL
+    """What a managed version's spec.server may put in its pod (--pod-security). Default
+    "baseline": what Pod Security "baseline" forbids (privileged containers, hostPath volumes,
+    hostIPC, added capabilities, ...; pod_security.py) is the version's InvalidSpec, and nothing
+    is applied, whatever the namespace's own Pod Security level (Kubernetes' default is
+    "privileged"). "privileged" refuses none of it."""
     priority: int = 0
     """The peering priority (--priority): the replica with the highest is active. Default 0
     (standalone, unused); with --peering and no --priority, cli.py draws a random one, because

@@ -23,6 +23,8 @@ from modelroll_common.settings import (
 )
 from modelroll_common.settings import PROTOCOL as PROTOCOL  # workload.py imports it from here
 
+from .pod_security import violations
+
 GROUP = "modelroll.io"
 VERSION = "v1alpha1"
 PLURAL = "modelversions"
@@ -169,6 +171,9 @@ class Server:
     share_process_namespace: bool = False
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    baseline_violations: tuple[str, ...] = ()
+    """What in these fields Pod Security "baseline" forbids, each naming the field and the rule
+    (pod_security.py); the operator's --pod-security says whether that refuses the version."""
 
     @property
     def probes(self) -> dict[str, Json]:
@@ -398,6 +403,7 @@ def parse_server(raw: object) -> Server:
         share_process_namespace=_flag(raw, "shareProcessNamespace", where),
         pod_labels=_labels(raw, "podLabels", where),
         pod_annotations=_labels(raw, "podAnnotations", where),
+        baseline_violations=violations(raw),
     )
 
 

@@ -198,3 +198,28 @@ def test_the_canary_examples_promote_comment_gives_it_all_the_traffic() -> None:
         if line.startswith("kubectl patch mv ")
     }
     assert patches == {"sentiment-canary": 100, "sentiment-stable": 0}
+
+
+def managed_examples() -> list[tuple[str, Manifest]]:
+    """Every managed ModelVersion in examples/, and the vLLM one examples/llm shows in comments."""
+    docs = [
+        (str(path.relative_to(EXAMPLES)), yaml.safe_load(path.read_text()))
+        for path in sorted(EXAMPLES.glob("*/*.yaml"))
+    ]
+    vllm = commented_manifest(EXAMPLES / "llm" / "chat-stable.yaml")
+    docs.append(("llm/chat-stable.yaml (vLLM, in its comments)", vllm))
+    return [(name, doc) for name, doc in docs if doc.get("kind") == "ModelVersion"]
+
+
+def test_the_managed_examples_pass_pod_security_baseline() -> None:
+    """What the operator (--pod-security=baseline, its default) and the chart's admission policy
+    refuse is nowhere in the examples."""
+    managed = {
+        name: parse_spec(doc["spec"]).server
+        for name, doc in managed_examples()
+        if "server" in doc["spec"]
+    }
+    assert {Path(name).parts[0] for name in managed} >= {"managed", "encoder", "chat", "llm"}
+    for name, server in managed.items():
+        assert server is not None
+        assert server.baseline_violations == (), name

@@ -145,6 +145,7 @@ DEFAULTS = {
     "--standalone": "off",
     "--priority": "a random number when peering, else 0",
     "--gateway-api": "off",
+    "--pod-security": "baseline",
     "--workers": "4",
     "--log-format": "json",
     "--log-level": "INFO",
