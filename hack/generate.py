@@ -11,6 +11,10 @@
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
 - ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
   ``hack/dashboard.py``.
+- ``charts/modelroll/admission/pod-security.yaml``: the CEL validations of the chart's
+  ValidatingAdmissionPolicy, from the Pod Security rules of
+  ``modelroll_operator.pod_security``, and their table in ``docs/design.md``
+  (``hack/admission.py``).
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
   (the flags they become), and the tables of ``spec.analysis`` and ``status.analysis`` in
   ``docs/design.md``, from ``hack/reference.py``.
@@ -25,7 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import dashboard  # hack/dashboard.py, beside this script
+import admission  # hack/admission.py, beside this script
+import dashboard  # hack/dashboard.py, likewise
 import reference  # hack/reference.py, likewise
 import yaml
 
@@ -240,7 +245,7 @@ _Dumper.add_representer(str, _text)
 _Dumper.add_representer(list, _list)
 
 
-def dump(doc: dict[str, Any]) -> str:
+def dump(doc: dict[str, Any] | list[Any]) -> str:
     text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=WIDTH, allow_unicode=True)
     if yaml.safe_load(text) != doc:
         raise AssertionError("the YAML layout changed what the CRD says")
@@ -251,11 +256,17 @@ def outputs() -> dict[Path, str]:
     """Every generated file and what it should hold."""
     crd = with_settings(yaml.safe_load(CRD.read_text()))
     body = dump(crd)
+    documents = reference.outputs(crd)
+    design = documents[reference.DESIGN]
+    documents[reference.DESIGN] = reference.splice(
+        design, admission.rows(crd), reference.DESIGN, admission.MARKER
+    )
     return {
         CRD: CRD_HEADER + body,
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
-        **reference.outputs(crd),
+        admission.VALIDATIONS: admission.HEADER + dump(admission.validations(crd)),
+        **documents,
     }
 
 

@@ -41,6 +41,8 @@ def test_default_install_is_operator_and_gateway_without_monitoring(helm: Helm) 
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     assert [d["metadata"]["name"] for d in by_kind(docs, "Deployment")] == [
         "modelroll-gateway",
