@@ -28,8 +28,10 @@ from .processes import STOP_TIMEOUT, ClusterError, Component, PortTaken, free_po
 #: The binaries `make cluster-bins` builds into ``.bin/``.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 #: kube-controller-manager's controllers that a cluster without nodes needs: namespace deletion,
-#: garbage collection through ownerReferences, Deployments and ReplicaSets, service accounts, and
-#: ResourceQuota usage (without it the API server refuses nothing a quota limits).
+#: garbage collection through ownerReferences, Deployments and ReplicaSets, service accounts,
+#: ResourceQuota usage (without it the API server refuses nothing a quota limits), and the
+#: type-checking of ValidatingAdmissionPolicies' expressions against the schemas they read (the
+#: chart's, against the CRD's).
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -38,6 +40,7 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
     "resourcequota-controller",
+    "validatingadmissionpolicy-status-controller",
 )
 #: What a cluster with a node (modelroll_devcluster.node) needs on top: Services get endpoints,
 #: every namespace gets the CA that pods' service-account volumes carry, finished pods go, and a
