@@ -60,6 +60,7 @@ def _checked(
 
 
 positive_int = _checked(int, lambda v: v > 0, "invalid positive integer")
+non_negative_int = _checked(int, lambda v: v >= 0, "invalid non-negative integer")
 positive_float = _checked(float, lambda v: math.isfinite(v) and v > 0, "invalid positive number")
 number = _checked(float, math.isfinite, "invalid number")
 """A finite float (float() also takes "nan" and "inf")."""

@@ -57,6 +57,19 @@ GATEWAY_SHADOW_REQUESTS = "modelroll_gateway_shadow_requests_total"
 GATEWAY_SHADOW_AGREEMENT = "modelroll_gateway_shadow_agreement"
 GATEWAY_SHADOW_DURATION = "modelroll_gateway_shadow_duration_seconds"
 
+# The values of the gateway's ``routing`` label: how it chose the version of a request.
+ROUTED_BY_WEIGHT = "weight"
+"""Picked by the routes' weights, in turn."""
+ROUTED_BY_PIN = "pin"
+"""Pinned by the version header: any client may pin, so never judged."""
+ROUTED_BY_COHORT = "cohort"
+"""Picked by the request's cohort key, within that key's budget of judged requests."""
+ROUTED_BY_COHORT_OVER_BUDGET = "cohort_over_budget"
+"""Picked by the request's cohort key, past that key's budget: never judged."""
+JUDGED_ROUTINGS = (ROUTED_BY_WEIGHT, ROUTED_BY_COHORT)
+"""The requests a canary analysis judges. The gateway alone sees cohort keys, so it bounds
+each key's judged requests; the analysis takes what it labels judged."""
+
 DURATION_BUCKETS = (
     0.0005,
     0.001,

@@ -30,6 +30,7 @@ from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.server import RequestTimedOut, read_body
 from modelroll_common.tracing import passed_on
 
+from .cohorts import KeyBudget
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
 from .routesfile import RoutesFileWatcher
@@ -447,7 +448,10 @@ def create_app(
 ) -> web.Application:
     """A new gateway app. `registry` defaults to a fresh one; `kube` to the config's credentials."""
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
-    table = RouteTable(metrics)
+    table = RouteTable(
+        metrics,
+        key_budget=KeyBudget(config.cohort_key_budget),
+    )
     if config.routes_file is not None:
         table.source = f"file {config.routes_file}"
     app = web.Application(

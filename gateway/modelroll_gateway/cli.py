@@ -13,6 +13,7 @@ from aiohttp import web
 
 from modelroll_common.flags import (
     EnvArgumentParser,
+    non_negative_int,
     port_number,
     positive_float,
     positive_int,
@@ -23,7 +24,13 @@ from modelroll_common.routes import CONFIGMAP_NAME
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
 from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
-from .config import DEFAULT_TRUSTED_NETWORKS, GatewayConfig, Network, parse_networks
+from .config import (
+    DEFAULT_COHORT_KEY_BUDGET,
+    DEFAULT_TRUSTED_NETWORKS,
+    GatewayConfig,
+    Network,
+    parse_networks,
+)
 
 log = logging.getLogger("modelroll_gateway")
 PROGRAM = "modelroll-gateway"
@@ -136,6 +143,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "it is dropped and counted, never queued",
     )
     p.add_argument(
+        "--cohort-key-budget",
+        type=non_negative_int,
+        default=DEFAULT_COHORT_KEY_BUDGET,
+        help="requests of one cohort key a minute that a canary analysis judges "
+        '(routing="cohort"); the key\'s further requests count as routing="cohort_over_budget", '
+        "never judged; 0: none judged",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=1024 * 1024,
@@ -192,6 +207,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         upstream_connection_max_age=args.upstream_connection_max_age,
         upstream_max_connections=args.upstream_max_connections,
         shadow_max_in_flight=args.shadow_max_in_flight,
+        cohort_key_budget=args.cohort_key_budget,
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
         trusted_networks=args.trusted_networks,

@@ -14,6 +14,10 @@ DEFAULT_TRUSTED_NETWORKS = "127.0.0.0/8,::1/128"
 """Loopback only: the gateway's own host, and `kubectl port-forward`, whose connections reach
 the pod from its own loopback."""
 
+DEFAULT_COHORT_KEY_BUDGET = 10
+"""Judged requests a cohort key a minute: a tenth of a step's default minRequests (100), half
+the guardrail's (20), and more than most users send."""
+
 
 def parse_networks(text: str) -> tuple[Network, ...]:
     """A comma-separated list of CIDR networks (a bare address is one host); empty: none.
@@ -52,6 +56,9 @@ class GatewayConfig:
     """Connections per version at most; further requests wait for one (until their deadline)."""
     shadow_max_in_flight: int = 64
     """Shadow copies open at once at most; a copy beyond it is dropped (and counted)."""
+    cohort_key_budget: int = DEFAULT_COHORT_KEY_BUDGET
+    """Requests routed by one cohort key that a canary analysis judges, per key a minute; the
+    rest are counted as routing="cohort_over_budget". 0: none."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
     read_timeout: float = 30.0
@@ -91,6 +98,8 @@ class GatewayConfig:
             raise ValueError("upstream_max_connections must be positive")
         if self.shadow_max_in_flight <= 0:
             raise ValueError("shadow_max_in_flight must be positive")
+        if self.cohort_key_budget < 0:
+            raise ValueError("cohort_key_budget must not be negative")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         if self.routes_poll_seconds <= 0:

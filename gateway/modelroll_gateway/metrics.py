@@ -15,12 +15,15 @@ ones, a cosine similarity in between (at most 0 for opposite vectors)."""
 PRECREATED_CODES = ("200", "502")
 """Codes whose series exist at 0 for every routed version, so error ratios are never absent."""
 
-WEIGHT = "weight"
-PIN = "pin"
-ROUTINGS = (WEIGHT, PIN)
+WEIGHT = names.ROUTED_BY_WEIGHT
+PIN = names.ROUTED_BY_PIN
+COHORT = names.ROUTED_BY_COHORT
+COHORT_OVER_BUDGET = names.ROUTED_BY_COHORT_OVER_BUDGET
+ROUTINGS = (WEIGHT, PIN, COHORT, COHORT_OVER_BUDGET)
 """The ``routing`` label of requests a version answered: how the gateway chose the version, by
-the routes' weights or pinned by the version header. Pinned requests are never a canary
-analysis's evidence: any client may pin. A request no version answered has ``""``."""
+the routes' weights, pinned by the version header, or by the request's cohort key (within the
+key's budget, or past it). A canary analysis judges only names.JUDGED_ROUTINGS: any client may
+pin, and a client may pick its key. A request no version answered has ``""``."""
 
 UPSTREAM_ERROR_REASONS = ("connect", "timeout", "protocol", "closed")
 """The ``reason`` label of modelroll_gateway_upstream_errors_total (UpstreamError.reason)."""
@@ -37,7 +40,9 @@ class GatewayMetrics:
         self.requests = Counter(
             names.GATEWAY_REQUESTS,
             "Requests the gateway answered, by model, version, routing (weight: picked by the "
-            "routes' weights; pin: pinned by the version header) and HTTP status code.",
+            "routes' weights; pin: pinned by the version header; cohort: by the request's cohort "
+            "key, within the key's --cohort-key-budget; cohort_over_budget: by its key, past "
+            "that budget) and HTTP status code.",
             ["model", "version", "routing", "code"],
             registry=registry,
         )

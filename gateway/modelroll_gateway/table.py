@@ -2,9 +2,10 @@
 
 A request picks a `Target` and keeps it: a later update builds a new `ModelEntry` for the model
 and never touches the old one, so a request already in flight finishes where it started.
-Per-version counts live outside the entries and survive rebuilds. Each version has two targets,
-one for requests routed by weight and one for those pinned by header, which count apart (the
-``routing`` label): a canary analysis judges only the first.
+Per-version counts live outside the entries and survive rebuilds. Each version has a target for
+requests routed by weight and one for those pinned by header, and with a cohort header two more,
+for requests routed by their key within its budget and past it; each counts apart (the
+``routing`` label), and a canary analysis judges only names.JUDGED_ROUTINGS.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from prometheus_client import Counter, Histogram
 
 from modelroll_common.routes import ModelRoute, VersionRoute, parse_model_route
 
-from .cohorts import CohortPicker
+from .cohorts import CohortPicker, KeyBudget
+from .config import DEFAULT_COHORT_KEY_BUDGET
 from .metrics import (
+    COHORT,
+    COHORT_OVER_BUDGET,
     PIN,
     PRECREATED_CODES,
     ROUTINGS,
@@ -128,18 +132,22 @@ class ModelEntry:
     pinned: dict[str, Target]
     """By version: the targets of requests pinned to it by header."""
     picker: SmoothWeightedPicker[Target]
-    cohorts: CohortPicker[Target] | None = None
-    """With the route's cohort header: picks by the header's value (sticky cohorts)."""
+    budget: KeyBudget
+    """Which requests routed by a cohort key are judged (shared by every model)."""
+    cohorts: CohortPicker[tuple[Target, Target]] | None = None
+    """With the route's cohort header: picks by the header's value (sticky cohorts) a version's
+    targets for requests within their key's budget and past it."""
     mirrors: tuple[Mirror, ...] = ()
     """The versions that get shadow copies of the model's requests."""
 
     def pick(self, headers: Mapping[str, str]) -> Target:
-        """The version of a request routed by weight: its cohort's, when the route names a
-        cohort header and the request carries it; else the next in weighted round robin."""
+        """The version of a request not pinned: its cohort's, when the route names a cohort
+        header and the request carries it; else the next in weighted round robin."""
         if self.cohorts is not None and self.route.cohort_header is not None:
             key = headers.get(self.route.cohort_header)
             if key:
-                return self.cohorts.pick(key)
+                judged, over_budget = self.cohorts.pick(key)
+                return judged if self.budget.take(self.route.model, key) else over_budget
         return self.picker.pick()
 
 
@@ -157,6 +165,7 @@ class RouteTable:
     source: str = ""
     models: dict[str, ModelEntry] = field(default_factory=dict)
     loaded: bool = False
+    key_budget: KeyBudget = field(default_factory=lambda: KeyBudget(DEFAULT_COHORT_KEY_BUDGET))
     _rejected: dict[str, _Rejected] = field(default_factory=dict)
     _stats: dict[tuple[str, str, str], VersionStats] = field(default_factory=dict)
     _document_error: str | None = None
@@ -226,7 +235,11 @@ class RouteTable:
         picker = SmoothWeightedPicker((t, t.route.weight) for t in targets.values())
         cohorts = None
         if route.cohort_header is not None:
-            cohorts = CohortPicker((t.name, t, t.route.weight) for t in targets.values())
+            judged = self._targets(route, COHORT)
+            over = self._targets(route, COHORT_OVER_BUDGET)
+            cohorts = CohortPicker(
+                (t.name, (t, over[t.name]), t.route.weight) for t in judged.values()
+            )
         mirrors = tuple(
             Mirror(v.name, v.infer_url, v.shadow) for v in route.versions if v.shadow > 0
         )
@@ -234,7 +247,7 @@ class RouteTable:
             for outcome in SHADOW_OUTCOMES:
                 self.metrics.shadow_requests.labels(route.model, mirror.name, outcome)
         self.models[route.model] = ModelEntry(
-            route, targets, self._targets(route, PIN), picker, cohorts, mirrors
+            route, targets, self._targets(route, PIN), picker, self.key_budget, cohorts, mirrors
         )
         self._created.setdefault(route.model, int(time.time()))
         for v in route.versions:
@@ -286,7 +299,8 @@ class RouteTable:
                 for v in entry.route.versions:
                     responses: dict[int, int] = {}
                     for routing in ROUTINGS:
-                        for c, n in self._stats_for(name, v.name, routing).codes.items():
+                        stats = self._stats.get((name, v.name, routing))
+                        for c, n in stats.codes.items() if stats is not None else ():
                             responses[c] = responses.get(c, 0) + n
                     listed: dict[str, Any] = {
                         "name": v.name,

@@ -123,11 +123,13 @@ class VersionCounts:
     """One version's counters: cumulative, as one source exports them, or the sum of deltas."""
 
     codes: Mapping[str, float] = field(default_factory=dict)
-    """Requests routed by weight, by status code (the judged ones)."""
+    """Requests routed by weight, or by a cohort key within its budget, by status code (the
+    judged ones)."""
     buckets: tuple[tuple[float, float], ...] = ()
     """Their latency histogram: cumulative (le, count), ascending, the last le is +Inf."""
     pinned: Mapping[str, float] = field(default_factory=dict)
-    """Requests pinned to the version by header, by status code: never judged."""
+    """Requests pinned to the version by header, or routed by a cohort key past its budget, by
+    status code: never judged."""
     outcomes: Mapping[str, float] = field(default_factory=dict)
     """OpenAI requests by how they ended, pinned ones included (the gateway does not tell them
     apart there): only :meth:`judged` reads them."""

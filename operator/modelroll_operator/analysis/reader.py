@@ -7,11 +7,12 @@ same counters come from Prometheus. Either way each source's counters come back 
 deltas per source (rollout.count), so a pod that is not read adds nothing instead of looking
 like a reset. A reading fails (and the analysis holds) only when no source could be read.
 
-Requests are read by how the gateway chose their version (``routing``): those routed by weight
-are judged, those pinned by header are kept apart; a series without the label (a gateway that
-does not set it) counts as routed by weight. Stream outcomes are read too (machine.VersionCounts),
-and for a spec with a stream check the weighted streams' time to first token and time per output
-token histograms.
+Requests are read by how the gateway chose their version (``routing``): those routed by weight,
+and by a cohort key within its budget, are judged (names.JUDGED_ROUTINGS); those pinned by
+header, or routed by a key past its budget, are kept apart; a series without the label (a
+gateway that does not set it) counts as routed by weight. Stream outcomes are read too
+(machine.VersionCounts), and for a spec with a stream check the judged streams' time to first
+token and time per output token histograms.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ TPOT_BUCKETS = names.GATEWAY_LLM_TPOT + "_bucket"
 FAMILIES = (REQUESTS, BUCKETS, OUTCOMES, CALLS, CALL_BUCKETS, WEIGHT)
 STREAM_FAMILIES = (TTFT_BUCKETS, TPOT_BUCKETS)
 """Read only for a spec with a stream check: every version exports them, at 0 unless it streams."""
-WEIGHTED = "weight"
-"""The ``routing`` of requests routed by weight, the judged ones."""
+JUDGED = f'routing=~"{"|".join(names.JUDGED_ROUTINGS)}|"'
+"""The PromQL matcher of the judged requests (``|``: a series without the label too)."""
 READ_TIMEOUT_S = 2.0
 MAX_METRICS_BYTES = 16 << 20
 
@@ -126,7 +127,7 @@ class _Sums:
         if not math.isfinite(value) or value < 0:
             raise MetricsUnavailable(f"{name}{dict(labels)} reads {value}, not a count")
         version = labels.get("version", "")
-        weighted = labels.get("routing", WEIGHTED) == WEIGHTED
+        weighted = labels.get("routing", names.ROUTED_BY_WEIGHT) in names.JUDGED_ROUTINGS
         if name == REQUESTS:
             codes = self.codes if weighted else self.pinned
             codes[version][labels.get("code", "")] += value
@@ -382,7 +383,7 @@ class MetricsReader:
         """The counters Prometheus holds, by source (:func:`source_name`); ``series`` as in
         :func:`add_exposition`."""
         match = f'model="{model}",version=~"{"|".join(versions)}"'
-        weighted = f'{match},routing!="pin"'  # a series without the label too
+        weighted = f"{match},{JUDGED}"
         queries = {}
         for name in families:
             if series is not None and name not in series:

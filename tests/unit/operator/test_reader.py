@@ -179,6 +179,25 @@ async def test_prometheus_series_are_kept_apart_by_pod_or_by_instance() -> None:
     assert all("by (version," in q and "pod, instance)" in q for q in prometheus.queries)
 
 
+async def test_prometheus_requests_are_judged_by_how_the_gateway_routed_them() -> None:
+    """Routed by weight, or by a cohort key within its budget: judged; pinned, or routed by a
+    key past its budget: counted apart. The histograms are asked for the judged ones alone."""
+    requests = [
+        ({"version": "canary", "routing": routing, "code": "500", "pod": "gw"}, n)
+        for routing, n in (("weight", 1), ("cohort", 10), ("cohort_over_budget", 30), ("pin", 2))
+    ]
+    prometheus = Prometheus(requests, [])
+    out = MetricsReader(cast(Api, Pods()))
+    out._client = lambda: prometheus  # type: ignore[assignment,method-assign,return-value]
+    source = MetricsSource(prometheus_url="http://prometheus:9090")
+    snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
+    canary = snapshot.sources["pod/gw"].canary
+    assert (canary.codes, canary.pinned) == ({"500": 11.0}, {"500": 32.0})
+    judged = [q for q in prometheus.queries if "_bucket" in q or "model_calls_total" in q]
+    assert judged
+    assert all('routing=~"weight|cohort|"' in q for q in judged)
+
+
 async def test_an_empty_prometheus_answer_is_a_reading_with_no_source() -> None:
     out = MetricsReader(cast(Api, Pods()))
     out._client = lambda: Prometheus([], [])  # type: ignore[assignment,method-assign,return-value]
