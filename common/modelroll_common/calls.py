@@ -57,6 +57,12 @@ class SharedHistogram(Collector):
             series = self._series[values] = SharedSeries(self.bounds)
         return series
 
+    def remove_by_labels(self, labels: dict[str, str]) -> None:
+        """Remove every label set that has ``labels`` (prometheus_client's method of the name)."""
+        where = [(self.labelnames.index(name), value) for name, value in labels.items()]
+        for values in [v for v in self._series if all(v[i] == want for i, want in where)]:
+            del self._series[values]
+
     def describe(self) -> Iterator[Metric]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 

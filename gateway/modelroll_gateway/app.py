@@ -451,6 +451,7 @@ def create_app(
     table = RouteTable(
         metrics,
         key_budget=KeyBudget(config.cohort_key_budget),
+        series_grace=config.series_grace_seconds,
     )
     if config.routes_file is not None:
         table.source = f"file {config.routes_file}"

@@ -26,6 +26,7 @@ from modelroll_common.server import ClientLimits, new_event_loop, start_server, 
 from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
 from .config import (
     DEFAULT_COHORT_KEY_BUDGET,
+    DEFAULT_SERIES_GRACE,
     DEFAULT_TRUSTED_NETWORKS,
     GatewayConfig,
     Network,
@@ -151,6 +152,13 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "never judged; 0: none judged",
     )
     p.add_argument(
+        "--series-grace-seconds",
+        type=positive_float,
+        default=DEFAULT_SERIES_GRACE,
+        help="seconds a version's metric series are still exported once it is out of its "
+        "model's route",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=1024 * 1024,
@@ -208,6 +216,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         upstream_max_connections=args.upstream_max_connections,
         shadow_max_in_flight=args.shadow_max_in_flight,
         cohort_key_budget=args.cohort_key_budget,
+        series_grace_seconds=args.series_grace_seconds,
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
         trusted_networks=args.trusted_networks,

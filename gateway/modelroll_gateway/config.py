@@ -17,6 +17,9 @@ the pod from its own loopback."""
 DEFAULT_COHORT_KEY_BUDGET = 10
 """Judged requests a cohort key a minute: a tenth of a step's default minRequests (100), half
 the guardrail's (20), and more than most users send."""
+DEFAULT_SERIES_GRACE = 600.0
+"""Seconds a version's series outlive its place in the route: twice the usual 5-minute rate()
+window, so that Prometheus and the analyses have its last counts."""
 
 
 def parse_networks(text: str) -> tuple[Network, ...]:
@@ -59,6 +62,8 @@ class GatewayConfig:
     cohort_key_budget: int = DEFAULT_COHORT_KEY_BUDGET
     """Requests routed by one cohort key that a canary analysis judges, per key a minute; the
     rest are counted as routing="cohort_over_budget". 0: none."""
+    series_grace_seconds: float = DEFAULT_SERIES_GRACE
+    """Seconds a version's series are still exported once it is out of its model's route."""
     max_body_bytes: int = 1024 * 1024
     """Largest request body accepted; larger ones get 413."""
     read_timeout: float = 30.0
@@ -100,6 +105,8 @@ class GatewayConfig:
             raise ValueError("shadow_max_in_flight must be positive")
         if self.cohort_key_budget < 0:
             raise ValueError("cohort_key_budget must not be negative")
+        if self.series_grace_seconds <= 0:
+            raise ValueError("series_grace_seconds must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         if self.routes_poll_seconds <= 0:

@@ -191,5 +191,29 @@ class GatewayMetrics:
             registry=registry,
         )
 
+    def forget(self, model: str, version: str) -> None:
+        """Stop exporting every series of ``version`` of ``model`` (``UNROUTED``: the model's
+        requests no version answered), its answers' shadow agreement as a primary included."""
+        labels = {"model": model, "version": version}
+        for collector in (
+            self.requests,
+            self.duration,
+            self.calls,
+            self.weight,
+            self.upstream_errors,
+            self.upstream_connections,
+            self.upstream_waiting,
+            self.upstream_queued,
+            self.llm_ttft,
+            self.llm_tpot,
+            self.llm_requests,
+            self.shadow_requests,
+            self.shadow_agreement,
+            self.shadow_duration,
+        ):
+            collector.remove_by_labels(labels)
+        self.call_duration.remove_by_labels(labels)
+        self.shadow_agreement.remove_by_labels({"model": model, "primary": version})
+
     def count_client_timeout(self, phase: str) -> None:
         self.client_timeouts.labels(phase).inc()

@@ -2,14 +2,16 @@
 
 A request picks a `Target` and keeps it: a later update builds a new `ModelEntry` for the model
 and never touches the old one, so a request already in flight finishes where it started.
-Per-version counts live outside the entries and survive rebuilds. Each version has a target for
-requests routed by weight and one for those pinned by header, and with a cohort header two more,
-for requests routed by their key within its budget and past it; each counts apart (the
-``routing`` label), and a canary analysis judges only names.JUDGED_ROUTINGS.
+Per-version counts live outside the entries and survive rebuilds, until the version has been
+out of its model's route for ``series_grace`` seconds. Each version has a target for requests
+routed by weight and one for those pinned by header, and with a cohort header two more, for
+requests routed by their key within its budget and past it; each counts apart (the ``routing``
+label), and a canary analysis judges only names.JUDGED_ROUTINGS.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -21,7 +23,7 @@ from prometheus_client import Counter, Histogram
 from modelroll_common.routes import ModelRoute, VersionRoute, parse_model_route
 
 from .cohorts import CohortPicker, KeyBudget
-from .config import DEFAULT_COHORT_KEY_BUDGET
+from .config import DEFAULT_COHORT_KEY_BUDGET, DEFAULT_SERIES_GRACE
 from .metrics import (
     COHORT,
     COHORT_OVER_BUDGET,
@@ -166,6 +168,11 @@ class RouteTable:
     models: dict[str, ModelEntry] = field(default_factory=dict)
     loaded: bool = False
     key_budget: KeyBudget = field(default_factory=lambda: KeyBudget(DEFAULT_COHORT_KEY_BUDGET))
+    series_grace: float = DEFAULT_SERIES_GRACE
+    """Seconds a version's series are still exported once it is out of its model's route."""
+    _leaving: dict[tuple[str, str], asyncio.TimerHandle] = field(default_factory=dict)
+    """By (model, version): the timers that forget a version gone from its route (version
+    UNROUTED: a model gone from the routes)."""
     _rejected: dict[str, _Rejected] = field(default_factory=dict)
     _stats: dict[tuple[str, str, str], VersionStats] = field(default_factory=dict)
     _document_error: str | None = None
@@ -250,11 +257,14 @@ class RouteTable:
             route, targets, self._targets(route, PIN), picker, self.key_budget, cohorts, mirrors
         )
         self._created.setdefault(route.model, int(time.time()))
+        for name in (UNROUTED, *targets):
+            self._stay(route.model, name)
         for v in route.versions:
             self.metrics.weight.labels(route.model, v.name).set(v.weight)
         if previous is not None:
             for name in previous.targets.keys() - targets.keys():
                 self.metrics.weight.remove(route.model, name)
+                self._leave(route.model, name)
         self.metrics.routes_updates.inc()
         weights = ", ".join(f"{v.name}={v.weight}" for v in route.versions) or "no versions"
         verb = "Updated" if previous is not None else "Added"
@@ -265,8 +275,36 @@ class RouteTable:
         del self._created[model]
         for name in entry.targets:
             self.metrics.weight.remove(model, name)
+        for name in (UNROUTED, *entry.targets):
+            self._leave(model, name)
         self.metrics.routes_updates.inc()
         log.info("Removed the routes of model %s", model)
+
+    def _leave(self, model: str, version: str) -> None:
+        """``version`` is out of ``model``'s route: forget it after ``series_grace`` seconds,
+        unless it comes back before (Prometheus has its last counts by then)."""
+        if (model, version) not in self._leaving:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self.series_grace, self._forget, model, version)
+            self._leaving[model, version] = timer
+
+    def _stay(self, model: str, version: str) -> None:
+        timer = self._leaving.pop((model, version), None)
+        if timer is not None:
+            timer.cancel()
+
+    def _forget(self, model: str, version: str) -> None:
+        del self._leaving[model, version]
+        for routing in ROUTINGS:
+            self._stats.pop((model, version, routing), None)
+        self.metrics.forget(model, version)
+        if version != UNROUTED:
+            log.info(
+                "Stopped exporting the series of version %s of model %s, out of its route for %gs",
+                version,
+                model,
+                self.series_grace,
+            )
 
     def unrouted_counter(self, model: str | None, code: int) -> Counter:
         """The counter for a request no version answered (unknown model, 404, 503, 413)."""

@@ -546,10 +546,13 @@ class UpstreamPool:
 
     def endpoint(self, url: str, usage: Usage | None = None) -> Endpoint:
         """The endpoint for a full URL (scheme, host, port and path); made on first use, and
-        reporting to ``usage`` from then on."""
+        reporting to the last ``usage`` given (a version whose series were forgotten, and that
+        came back, reports to its new ones)."""
         endpoint = self._endpoints.get(url)
         if endpoint is None:
             endpoint = self._endpoints[url] = Endpoint(self, url, usage)
+        elif usage is not None:
+            endpoint.usage = usage
         return endpoint
 
     @staticmethod
