@@ -380,7 +380,11 @@ async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
         max_connections=config.shadow_max_in_flight,
     )
     proxy.shadows = ShadowSender(
-        app[METRICS_KEY], shadow_pool, config.upstream_timeout, config.shadow_max_in_flight
+        app[METRICS_KEY],
+        shadow_pool,
+        config.upstream_timeout,
+        config.shadow_max_in_flight,
+        config.shadow_max_compare_bytes,
     )
     yield
     await proxy.shadows.close()

@@ -27,6 +27,7 @@ from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
 from .config import (
     DEFAULT_COHORT_KEY_BUDGET,
     DEFAULT_SERIES_GRACE,
+    DEFAULT_SHADOW_MAX_COMPARE_BYTES,
     DEFAULT_TRUSTED_NETWORKS,
     GatewayConfig,
     Network,
@@ -144,6 +145,13 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "it is dropped and counted, never queued",
     )
     p.add_argument(
+        "--shadow-max-compare-bytes",
+        type=positive_int,
+        default=DEFAULT_SHADOW_MAX_COMPARE_BYTES,
+        help="a shadow copy whose answer, or the client's, is larger is not compared with it "
+        '(counted as outcome="too_large"); comparing runs off the event loop, one at a time',
+    )
+    p.add_argument(
         "--cohort-key-budget",
         type=non_negative_int,
         default=DEFAULT_COHORT_KEY_BUDGET,
@@ -215,6 +223,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         upstream_connection_max_age=args.upstream_connection_max_age,
         upstream_max_connections=args.upstream_max_connections,
         shadow_max_in_flight=args.shadow_max_in_flight,
+        shadow_max_compare_bytes=args.shadow_max_compare_bytes,
         cohort_key_budget=args.cohort_key_budget,
         series_grace_seconds=args.series_grace_seconds,
         max_body_bytes=args.max_body_bytes,

@@ -20,6 +20,9 @@ the guardrail's (20), and more than most users send."""
 DEFAULT_SERIES_GRACE = 600.0
 """Seconds a version's series outlive its place in the route: twice the usual 5-minute rate()
 window, so that Prometheus and the analyses have its last counts."""
+DEFAULT_SHADOW_MAX_COMPARE_BYTES = 1 << 20
+"""An answer over 1 MiB is not compared: parsing 1 MiB of JSON takes about 15 ms, with the
+interpreter's lock held (128 vectors of 384 floats take 1 MB)."""
 
 
 def parse_networks(text: str) -> tuple[Network, ...]:
@@ -59,6 +62,8 @@ class GatewayConfig:
     """Connections per version at most; further requests wait for one (until their deadline)."""
     shadow_max_in_flight: int = 64
     """Shadow copies open at once at most; a copy beyond it is dropped (and counted)."""
+    shadow_max_compare_bytes: int = DEFAULT_SHADOW_MAX_COMPARE_BYTES
+    """A shadow copy whose answer, or the client's, is larger is not compared (and counted)."""
     cohort_key_budget: int = DEFAULT_COHORT_KEY_BUDGET
     """Requests routed by one cohort key that a canary analysis judges, per key a minute; the
     rest are counted as routing="cohort_over_budget". 0: none."""
@@ -103,6 +108,8 @@ class GatewayConfig:
             raise ValueError("upstream_max_connections must be positive")
         if self.shadow_max_in_flight <= 0:
             raise ValueError("shadow_max_in_flight must be positive")
+        if self.shadow_max_compare_bytes <= 0:
+            raise ValueError("shadow_max_compare_bytes must be positive")
         if self.cohort_key_budget < 0:
             raise ValueError("cohort_key_budget must not be negative")
         if self.series_grace_seconds <= 0:

@@ -7,7 +7,9 @@ percentage, so 10% is exactly one in ten). The copy is sent after the client's a
 complete, on a connection pool of its own, and at most ``max_in_flight`` copies are open at
 once: a copy beyond it is dropped and counted, never queued. So a shadow that is slow, fails or
 sheds load changes nothing a client sees. Each copy answered with a 200 is compared with the
-answer the client got (:func:`agreement`).
+answer the client got (:func:`agreement`), in a thread of its own, one copy at a time, so that
+the event loop goes on serving meanwhile; answers over ``max_compare_bytes`` are not compared
+(parsing takes the interpreter's lock).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import asyncio
 import json
 import logging
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +28,13 @@ from .upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger(__name__)
 
-COMPARED, INCOMPARABLE, FAILED, DROPPED = "compared", "incomparable", "failed", "dropped"
-SHADOW_OUTCOMES = (COMPARED, INCOMPARABLE, FAILED, DROPPED)
+COMPARED, INCOMPARABLE, TOO_LARGE = "compared", "incomparable", "too_large"
+FAILED, DROPPED = "failed", "dropped"
+SHADOW_OUTCOMES = (COMPARED, INCOMPARABLE, TOO_LARGE, FAILED, DROPPED)
 """How a copy ended: compared with the client's answer; answered 200 but in a shape that cannot
-be compared (not JSON with an ``output``); failed (another status, no answer, too slow);
-dropped (``max_in_flight`` copies were open)."""
+be compared (not JSON with an ``output``); answered 200, but its answer or the client's is over
+``max_compare_bytes``; failed (another status, no answer, too slow); dropped (``max_in_flight``
+copies were open)."""
 
 
 @dataclass
@@ -99,13 +105,22 @@ class ShadowSender:
     """Sends the copies and records how they went; its own pool, at most ``max_in_flight``."""
 
     def __init__(
-        self, metrics: GatewayMetrics, pool: UpstreamPool, timeout: float, max_in_flight: int
+        self,
+        metrics: GatewayMetrics,
+        pool: UpstreamPool,
+        timeout: float,
+        max_in_flight: int,
+        max_compare_bytes: int,
     ) -> None:
         self.metrics = metrics
         self.pool = pool
         self.timeout = timeout
         self.max_in_flight = max_in_flight
+        self.max_compare_bytes = max_compare_bytes
+        self.compare: Callable[[bytes, bytes], float] = agreement
+        """Scores two answers, in the comparing thread (:func:`agreement`)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._comparing = ThreadPoolExecutor(1, thread_name_prefix="shadow-compare")
 
     @property
     def in_flight(self) -> int:
@@ -146,9 +161,12 @@ class ShadowSender:
         if reply.status != 200:
             metrics.shadow_requests.labels(model, mirror.name, FAILED).inc()
             return
+        if max(len(answer), len(reply.body)) > self.max_compare_bytes:
+            metrics.shadow_requests.labels(model, mirror.name, TOO_LARGE).inc()
+            return
         try:
-            score = agreement(answer, reply.body)
-        except ValueError:
+            score = await loop.run_in_executor(self._comparing, self.compare, answer, reply.body)
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
             metrics.shadow_requests.labels(model, mirror.name, INCOMPARABLE).inc()
             return
         metrics.shadow_requests.labels(model, mirror.name, COMPARED).inc()
@@ -160,4 +178,5 @@ class ShadowSender:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._comparing.shutdown(wait=False, cancel_futures=True)
         await self.pool.close()

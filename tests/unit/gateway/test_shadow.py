@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
@@ -72,7 +75,7 @@ def outcomes(gateway: Gateway) -> dict[str, float]:
         outcome: gateway.sample(
             "modelroll_gateway_shadow_requests_total", model=MODEL, outcome=outcome
         )
-        for outcome in ("compared", "incomparable", "failed", "dropped")
+        for outcome in ("compared", "incomparable", "too_large", "failed", "dropped")
     }
     return {k: v for k, v in counted.items() if v}
 
@@ -109,7 +112,7 @@ async def test_a_slow_failing_shadow_changes_nothing_clients_see_and_its_copies_
     assert gateway.sample("modelroll_gateway_shadow_agreement_sum", **labels) == 4.0
     shadows = gateway.server.app[PROXY_KEY].shadows
     assert shadows is not None
-    assert shadows.in_flight == 0
+    await until(lambda: shadows.in_flight == 0, "every copy's task done")
 
 
 async def test_a_tenth_is_copied_and_disagreeing_vectors_show_their_cosine(
@@ -134,6 +137,66 @@ async def test_a_tenth_is_copied_and_disagreeing_vectors_show_their_cosine(
     # A request pinned to the shadow is answered by it, and not copied to it again.
     status, version, _ = await gateway.infer(MODEL, payload="x", version="shadow-v2")
     assert (status, version) == (200, "shadow-v2")
+
+
+Shadowed = Callable[..., Awaitable[tuple[Gateway, Shadow]]]
+
+
+@pytest.fixture
+def shadowed(
+    aiohttp_server: AiohttpServer,
+    start_gateway: StartGateway,
+    start_standin: StartStandIn,
+    routes_file: RoutesFile,
+) -> Shadowed:
+    """``await shadowed(**config)``: a gateway whose stable's every request is copied to a
+    shadow that answers at once (every other copy with a 500), and that shadow."""
+
+    async def start(**settings: Any) -> tuple[Gateway, Shadow]:
+        stable, shadow = await start_standin("stable-v1"), await start_shadow(aiohttp_server)
+        shadow.gate.set()
+        routes(routes_file, stable.url, shadow.url, 100)
+        gateway = await start_gateway(**settings)
+        await gateway.wait_weights(MODEL, {"stable-v1": 1, "shadow-v2": 0})
+        return gateway, shadow
+
+    return start
+
+
+async def test_an_answer_over_the_bound_is_counted_not_compared(shadowed: Shadowed) -> None:
+    gateway, _ = await shadowed(shadow_max_compare_bytes=1000)
+
+    assert await answers(gateway, ["x" * 2000]) == {(200, "stable-v1"): 1}
+    await until(lambda: bool(outcomes(gateway)), "the copy answered")
+    assert outcomes(gateway) == {"too_large": 1}
+    labels = {"model": MODEL, "version": "shadow-v2"}
+    assert gateway.sample("modelroll_gateway_shadow_agreement_count", **labels) == 0
+
+
+async def test_the_gateway_serves_while_a_comparison_runs(shadowed: Shadowed) -> None:
+    """A comparison held until /livez has answered: the loop served it meanwhile."""
+    gateway, _ = await shadowed()
+    comparing, served = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    def held(primary: bytes, copy: bytes) -> float:
+        comparing.set()
+        # Bounded, so that a comparison run on the loop fails the test instead of hanging it.
+        released.append(served.wait(10.0))
+        return agreement(primary, copy)
+
+    shadows = gateway.server.app[PROXY_KEY].shadows
+    assert shadows is not None
+    shadows.compare = held
+
+    assert await answers(gateway, ["hello"]) == {(200, "stable-v1"): 1}
+    await until(comparing.is_set, "the comparison started")
+    async with gateway.session.get(gateway.url("/livez")) as resp:
+        assert resp.status == 200
+    served.set()
+    await until(lambda: bool(outcomes(gateway)), "the comparison done")
+    assert released == [True]
+    assert outcomes(gateway) == {"compared": 1}
 
 
 def test_agreement_of_labels_vectors_and_batches_of_vectors() -> None:
