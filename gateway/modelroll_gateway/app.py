@@ -146,11 +146,16 @@ class Proxy:
         share = call_share(response.headers.get(CALL_SIZE_HEADER))
         target.stats.record(response.status, time.perf_counter() - started, share)
         if response.status == 200:
-            self._mirror(model, target, body, headers, response)
+            self._mirror(model, target, body, forwarded, response)
         return response
 
     def _mirror(
-        self, model: str, target: Target, body: bytes, headers: bytes, response: web.Response
+        self,
+        model: str,
+        target: Target,
+        body: bytes,
+        headers: Mapping[str, str],
+        response: web.Response,
     ) -> None:
         """Copy a request another version answered to each shadow version due a copy."""
         entry = self.table.models.get(model)

@@ -9,7 +9,8 @@ once: a copy beyond it is dropped and counted, never queued. So a shadow that is
 sheds load changes nothing a client sees. Each copy answered with a 200 is compared with the
 answer the client got (:func:`agreement`), in a thread of its own, one copy at a time, so that
 the event loop goes on serving meanwhile; answers over ``max_compare_bytes`` are not compared
-(parsing takes the interpreter's lock).
+(parsing takes the interpreter's lock). A copy says it is one (``X-Modelroll-Shadow: 1``), and
+has a request id and a trace span of its own (:func:`copy_headers`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+from modelroll_common.tracing import REQUEST_ID, TRACEPARENT, TRACESTATE, new_span
 
 from .metrics import GatewayMetrics
 from .upstream import UpstreamError, UpstreamPool
@@ -35,6 +39,25 @@ SHADOW_OUTCOMES = (COMPARED, INCOMPARABLE, TOO_LARGE, FAILED, DROPPED)
 be compared (not JSON with an ``output``); answered 200, but its answer or the client's is over
 ``max_compare_bytes``; failed (another status, no answer, too slow); dropped (``max_in_flight``
 copies were open)."""
+
+SHADOW_HEADER = "X-Modelroll-Shadow"
+"""Sent with every shadow copy, as ``1``; the gateway passes no client's header of that name."""
+
+
+def copy_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a shadow copy of a request forwarded with ``headers``: marked as a copy,
+    with a request id of its own, and in the client's trace a span of its own (a traceparent
+    that is not W3C's is left out, with its tracestate)."""
+    copy = {k: v for k, v in headers.items() if k not in (REQUEST_ID, TRACEPARENT, TRACESTATE)}
+    copy[SHADOW_HEADER] = "1"
+    copy[REQUEST_ID] = str(uuid.uuid4())
+    parent = headers.get(TRACEPARENT)
+    span = new_span(parent) if parent is not None else None
+    if span is not None:
+        copy[TRACEPARENT] = span
+        if (state := headers.get(TRACESTATE)) is not None:
+            copy[TRACESTATE] = state
+    return copy
 
 
 @dataclass
@@ -132,16 +155,18 @@ class ShadowSender:
         mirror: Mirror,
         primary: str,
         body: bytes,
-        headers: bytes,
+        headers: Mapping[str, str],
         answer: bytes,
     ) -> None:
         """Copy a request that ``primary`` answered with ``answer`` to ``mirror``, in the
-        background (or drop it, counted, when ``max_in_flight`` copies are open)."""
+        background (or drop it, counted, when ``max_in_flight`` copies are open); ``headers``
+        are those the request was forwarded with."""
         if len(self._tasks) >= self.max_in_flight:
             self.metrics.shadow_requests.labels(model, mirror.name, DROPPED).inc()
             return
+        lines = UpstreamPool.encode_headers(copy_headers(headers))
         task = asyncio.get_running_loop().create_task(
-            self._copy(model, mirror, primary, body, headers, answer)
+            self._copy(model, mirror, primary, body, lines, answer)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -10,7 +10,7 @@ import json
 import math
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,8 @@ class Shadow:
     received: int = 0
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     output: Any = None
+    headers: list[Mapping[str, str]] = field(default_factory=list)
+    """The headers of each copy received."""
 
 
 SHADOW = web.AppKey("shadow", Shadow)
@@ -44,6 +46,7 @@ SHADOW = web.AppKey("shadow", Shadow)
 async def _shadow_infer(request: web.Request) -> web.Response:
     shadow = request.app[SHADOW]
     shadow.received += 1
+    shadow.headers.append(request.headers)
     n = shadow.received
     payload = (await request.json())["payload"]
     await shadow.gate.wait()
@@ -197,6 +200,21 @@ async def test_the_gateway_serves_while_a_comparison_runs(shadowed: Shadowed) ->
     await until(lambda: bool(outcomes(gateway)), "the comparison done")
     assert released == [True]
     assert outcomes(gateway) == {"compared": 1}
+
+
+async def test_a_copy_is_marked_and_has_its_own_request_id_and_span(shadowed: Shadowed) -> None:
+    gateway, shadow = await shadowed()
+
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    sent = {"X-Request-Id": "req-7", "traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
+    assert (await gateway.infer(MODEL, headers=sent))[:2] == (200, "stable-v1")
+    await until(lambda: bool(shadow.headers), "the copy received")
+    copy = shadow.headers[0]
+    assert copy["X-Modelroll-Shadow"] == "1"
+    assert copy["X-Request-Id"] not in ("", "req-7")
+    version, copy_trace, span, flags = copy["traceparent"].split("-")
+    assert (version, copy_trace, flags) == ("00", trace, "01")
+    assert span not in ("00f067aa0ba902b7", "0" * 16)
 
 
 def test_agreement_of_labels_vectors_and_batches_of_vectors() -> None:
