@@ -6,7 +6,9 @@ alone touches the route table. The proxy never waits on the API.
 
 A watch that ends is resumed from the last resourceVersion seen (bookmarks keep it fresh);
 410 Gone means that version is too old, so the watcher lists again. Any other failure is retried
-with capped, jittered exponential backoff. A missing ConfigMap means no routes; the watch goes on.
+with capped, jittered exponential backoff. A ConfigMap missing from the start means no routes;
+one deleted after it was read leaves the last routes in force (as Envoy keeps its last good
+configuration), rejected as a document, until it exists again. The watch goes on.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class ConfigMapWatcher:
         self.backoff = Backoff()
         self._selector = f"metadata.name={name}"
         self._missing_logged = False
+        self._read = False
+        """Whether the ConfigMap has been read: once it has, its absence keeps its routes."""
         self._watch: k8s_watch.Watch | None = None
 
     async def run(self, resume_from: str | None = None) -> None:
@@ -150,6 +154,11 @@ class ConfigMapWatcher:
         return version
 
     def _apply(self, configmap: dict[str, Any] | None) -> None:
+        if configmap is None and self._read:
+            self.table.reject_document(
+                "it was deleted; the routes read before stay in force until it exists again"
+            )
+            return
         if configmap is None:
             if not self._missing_logged:
                 log.warning(
@@ -159,6 +168,7 @@ class ConfigMapWatcher:
             self.table.apply_data(None)
             return
         self._missing_logged = False
+        self._read = True
         data = configmap.get("data")
         if data is not None and not isinstance(data, dict):
             self.table.reject_document("its data is not a mapping")

@@ -16,8 +16,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
+from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.kube import connect
 from modelroll_common.routes import (
@@ -229,20 +231,49 @@ async def test_a_missing_configmap_means_no_routes_while_the_watch_goes_on(
     assert await gw.infer("sentiment") == (404, "")
 
     await kubectl(routes.create, {})
-    await kubectl(routes.set_route, model_route("sentiment", stable=(1, "http://s:8000")))
-    await gw.until(lambda d: bool(d["models"]))
-
-    await kubectl(routes.delete)
-    await gw.until(lambda d: d["models"] == [])
-    assert await gw.infer("sentiment") == (404, "")
-
-    await kubectl(routes.create, {})
     await kubectl(routes.set_route, model_route("sentiment", v2=(3, "http://s:8000")))
     _, doc = await gw.until(lambda d: bool(d["models"]))
     assert doc["models"][0]["versions"][0]["weight"] == 3
 
     await kubectl(routes.merge, configmap_delete_patch("sentiment"))
     await gw.until(lambda d: d["models"] == [])
+
+
+async def test_a_deleted_configmap_leaves_the_last_routes_in_force(
+    aiohttp_server: AiohttpServer, routes: RoutesConfigMap, start_gateway: StartGateway
+) -> None:
+    """As Envoy keeps its last good configuration: a deleted ConfigMap is not "no routes"."""
+    sidecar = await stand_in_sidecar(aiohttp_server)
+    routes.create()
+    routes.set_route(model_route("sentiment", stable=(1, sidecar)))
+    gw = start_gateway()
+    await gw.until(lambda d: bool(d["models"]))
+
+    await kubectl(routes.delete)
+    _, doc = await gw.until(lambda d: "deleted" in d.get("invalid", ""))
+    assert "stay in force until it exists again" in doc["invalid"]
+    assert await gw.weights("sentiment") == {"stable": 1}
+    assert await gw.infer("sentiment") == (200, "stable")
+    assert "Rejected the routes document from configmap" in gw.proc.log()
+    assert "it was deleted" in gw.proc.log()
+
+    await kubectl(routes.create, {})
+    await kubectl(routes.set_route, model_route("sentiment", v2=(3, sidecar)))
+    _, doc = await gw.until(lambda d: [v["name"] for v in d["models"][0]["versions"]] == ["v2"])
+    assert "invalid" not in doc
+    assert await gw.infer("sentiment") == (200, "v2")
+
+
+async def stand_in_sidecar(aiohttp_server: AiohttpServer) -> str:
+    """A server that answers the sidecar's POST /v1/infer: its base URL."""
+
+    async def infer(request: web.Request) -> web.Response:
+        return web.json_response({"output": (await request.json())["payload"]})
+
+    app = web.Application()
+    app.router.add_post("/v1/infer", infer)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    return str(server.make_url("")).rstrip("/")
 
 
 async def test_the_watch_resumes_after_the_api_server_restarts(
