@@ -110,6 +110,8 @@ operator that was down) cannot skip a step's warm-up, ``minSeconds`` or ``maxSec
 MAX_SOURCES = 64
 """At most this many sources are remembered (the most recently read): a bound on the size of
 ``status.analysis``, far above a gateway's replica count."""
+NO_SOURCE = "no source had a series of the two versions"
+"""Why a reading that found no source at all holds."""
 
 
 STREAM_OUTCOMES_NOT_FAILED = ("completed", "whole", "client_disconnect", "client_stalled")
@@ -833,9 +835,12 @@ def evaluate(
     source_error: str | None = None,
 ) -> Decision:
     """One evaluation: ``snapshot`` is what the metrics source gave now (None, with
-    ``source_error``, when it could not be read)."""
+    ``source_error``, when it could not be read). A snapshot of no source at all is no reading
+    either: it holds, as an unreadable one does."""
     if state.finished or state.phase == PAUSED:
         return Decision(state)
+    if snapshot is not None and not snapshot.sources:
+        snapshot, source_error = None, NO_SOURCE
     if state.phase == PROMOTED:
         return _promotion(state, snapshot, source_error)
     if snapshot is None:

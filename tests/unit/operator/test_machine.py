@@ -597,14 +597,17 @@ def test_a_replica_that_appears_counts_from_its_first_reading_on() -> None:
         assert judged.baseline_errors - unseen.baseline_errors == counted.baseline_errors
 
 
-def test_an_empty_reading_adds_nothing_and_the_next_one_spans_it() -> None:
+def test_a_reading_of_no_source_holds_and_the_next_one_spans_it() -> None:
+    """A reading with no source at all (an answer with no series) is no reading: the step
+    holds, as for metrics that cannot be read, and the next reading's deltas span it."""
     story = incident()
     before = story.evidence()
     story.tick(**INCIDENT, read="")  # Prometheus answered with no series at all
-    assert_unharmed(story)
+    assert story.state.phase == machine.HOLDING
+    assert story.state.reason == machine.METRICS_UNAVAILABLE
+    assert story.state.message == f"Holding: the metrics cannot be read ({machine.NO_SOURCE})"
+    assert story.weights == [machine.Weights(10, 90)]
     assert story.evidence() == before
-    assert "gateway pod/gateway-a not read this interval" in story.state.message
-    assert "gateway pod/gateway-b not read this interval" in story.state.message
     story.run(10, **INCIDENT)
     assert_unharmed(story)
     assert story.evidence() == story.judged
