@@ -110,6 +110,10 @@ operator that was down) cannot skip a step's warm-up, ``minSeconds`` or ``maxSec
 MAX_SOURCES = 64
 """At most this many sources are remembered (the most recently read): a bound on the size of
 ``status.analysis``, far above a gateway's replica count."""
+MESSAGE_MAX = 32768
+"""The longest ``status.analysis.message``, in characters: the CRD's maxLength (and
+metav1.Condition's, whose messages the canary's conditions copy). A longer one is cut, so that
+a long reason (many sources not read, say) never gets the status patch refused."""
 NO_SOURCE = "no source had a series of the two versions"
 """Why a reading that found no source at all holds."""
 
@@ -581,7 +585,7 @@ class AnalysisState:
             "canaryWeight": self.canary_weight,
             "baselineStepWeight": self.baseline_step_weight,
             "reason": self.reason,
-            "message": self.message,
+            "message": clip(self.message, MESSAGE_MAX),
             "checks": [{"name": n, **c.to_dict()} for n, c in sorted(self.checks.items())],
             "guardrail": {"requests": self.guardrail.requests, "bad": self.guardrail.bad},
             "specHash": self.spec_hash,
@@ -764,6 +768,11 @@ def _fresh_step(state: AnalysisState, now: float) -> AnalysisState:
         checks={},
         guardrail=statistics.Counts(0, 0),
     )
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters ending in "…" if it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def rollback(state: AnalysisState, reason: str, why: str) -> Decision:

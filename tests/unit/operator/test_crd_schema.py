@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from modelroll_common.settings import BATCHING_CHOICES, BATCHING_SETTINGS, SIDECAR_SETTINGS
+from modelroll_operator.analysis.machine import MESSAGE_MAX
 from modelroll_operator.spec import Batching, parse_batching
 from modelroll_sidecar.config import SidecarConfig
 
@@ -190,3 +191,11 @@ def test_status_analysis_keeps_every_field_the_operator_writes() -> None:
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert pruned(written, status["analysis"], "status.analysis") == []
     assert pruned(shadowing, status["analysis"], "status.analysis") == []
+
+
+def test_the_operator_writes_status_analysis_within_the_crds_bounds() -> None:
+    """A status over one of them would be refused whole."""
+    (version,) = load()["spec"]["versions"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    analysis = status["analysis"]["properties"]
+    assert analysis["message"]["maxLength"] == MESSAGE_MAX

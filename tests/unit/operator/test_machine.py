@@ -373,6 +373,18 @@ def test_metrics_that_cannot_be_read_hold_and_never_roll_back() -> None:
     assert story.state.phase == machine.PROGRESSING
 
 
+def test_a_message_longer_than_the_crd_allows_is_cut_to_fit() -> None:
+    """The status patch would be refused whole (the CRD's maxLength), leaving the analysis
+    stuck with its reason only in the operator's log."""
+    story = Story(spec())
+    story.tick(readable=False)
+    bound = 32768  # status.analysis.message's maxLength (test_crd_schema.py: MESSAGE_MAX)
+    long = replace(story.state, message="x" * (bound * 2))
+    written = long.to_dict()["message"]
+    assert len(written) == bound
+    assert written.endswith("…")
+
+
 def splits(**by_letter: tuple[float | None, float | None]) -> Callable[[Snapshot], Snapshot]:
     """A snapshot edit: replica ``letter`` routes by the given canary/baseline weights."""
 
