@@ -16,6 +16,7 @@ from modelroll_common.flags import EnvArgumentParser, port_number, positive_int,
 from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # importing it registers the kopf handlers
+from .analysis.access import parse_url
 from .pod_security import DEFAULT_LEVEL, LEVELS
 from .settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
 from .spec import SpecError, parse_resources
@@ -33,6 +34,15 @@ def resources(text: str) -> dict[str, dict[str, int | str]]:
         return parse_resources(json.loads(text), "--sidecar-resources")
     except (ValueError, SpecError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def url_prefix(text: str) -> str:
+    """--analysis-url-prefix: an http(s) URL with a host, no credentials and no query."""
+    try:
+        parse_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
@@ -134,6 +144,30 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "HTTPRoute labelled modelroll.io/model=<model> gets its weights written into that "
         "route's backendRefs instead of the routes ConfigMap (needs the Gateway API CRDs)",
     )
+    show_default(
+        p.add_argument(
+            "--analysis-url-prefix",
+            action="append",
+            type=url_prefix,
+            default=[],
+            metavar="URL",
+            help="let canary analyses read metrics URLs under this prefix (repeatable): same "
+            "scheme and host, same port unless the prefix names none, a path at or under its "
+            "path",
+        ),
+        "none: Services of the version's namespace only (<service>.<namespace>.svc)",
+    )
+    show_default(
+        p.add_argument(
+            "--analysis-gateway-namespace",
+            action="append",
+            default=[],
+            metavar="NAMESPACE",
+            help="let canary analyses of every namespace read the gateway pods of this one "
+            "(spec.analysis.metrics.gateway.namespace; repeatable)",
+        ),
+        "none: the version's own namespace only",
+    )
     p.add_argument(
         "--pod-security",
         choices=LEVELS,
@@ -182,6 +216,8 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
         priority=int(priority),
         gateway_api=args.gateway_api,
         pod_security=args.pod_security,
+        analysis_url_prefixes=tuple(args.analysis_url_prefix),
+        analysis_gateway_namespaces=tuple(args.analysis_gateway_namespace),
     )
 
 

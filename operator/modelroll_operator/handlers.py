@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from modelroll_common.kube import connect
 from modelroll_common.routes import CONFIGMAP_NAME
 
+from .analysis.access import ReadAccess
 from .analysis.daemon import Canaries
 from .analysis.exporter import AnalysisMetrics, serve
 from .analysis.reader import MetricsReader
@@ -81,7 +82,11 @@ async def start(
     memo.canaries = Canaries(
         api,
         lambda key: list(versions_by_model.get(key) or ()),
-        MetricsReader(api, gateway_api=config.gateway_api),
+        MetricsReader(
+            api,
+            gateway_api=config.gateway_api,
+            access=ReadAccess.of(config.analysis_url_prefixes, config.analysis_gateway_namespaces),
+        ),
         memo.analysis_metrics,
     )
     mode = f"peering {config.peering!r}" if config.peering else "standalone"

@@ -94,6 +94,15 @@ class OperatorConfig:
     hostIPC, added capabilities, ...; pod_security.py) is the version's InvalidSpec, and nothing
     is applied, whatever the namespace's own Pod Security level (Kubernetes' default is
     "privileged"). "privileged" refuses none of it."""
+    analysis_url_prefixes: tuple[str, ...] = ()
+    """URL prefixes that a canary analysis may read besides its own namespace's Services
+    (--analysis-url-prefix, repeatable; analysis/access.py says how a URL matches one). Default
+    none: an analysis reads only Services of its version's namespace, since the operator reads
+    from its own network position for whoever may write a ModelVersion."""
+    analysis_gateway_namespaces: tuple[str, ...] = ()
+    """Namespaces besides its own whose gateway pods a canary analysis may read
+    (--analysis-gateway-namespace, repeatable). Default none: the chart's gateway serves the
+    models of its own namespace, so their versions find it there."""
     priority: int = 0
     """The peering priority (--priority): the replica with the highest is active. Default 0
     (standalone, unused); with --peering and no --priority, cli.py draws a random one, because

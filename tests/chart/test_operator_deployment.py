@@ -74,6 +74,26 @@ def test_the_operator_gets_gateway_api_only_with_the_switch(
     assert operator_cli.parse_config(operator_cli.build_parser({}).parse_args(args)).gateway_api
 
 
+def test_analyses_read_their_own_namespace_unless_values_allow_more(helm: Helm) -> None:
+    """By default the operator reads no URL outside a version's namespace's Services and no
+    other namespace's gateway pods; each value relaxes that with its flag."""
+    default = operator_cli.parse_config(
+        operator_cli.build_parser({}).parse_args(operator_args(helm.template()))
+    )
+    assert (default.analysis_url_prefixes, default.analysis_gateway_namespaces) == ((), ())
+    args = operator_args(
+        helm.template(
+            "--set",
+            "operator.analysis.urlPrefixes={http://prometheus-operated.monitoring.svc:9090/}",
+            "--set",
+            "operator.analysis.gatewayNamespaces={gateways,edge}",
+        )
+    )
+    config = operator_cli.parse_config(operator_cli.build_parser({}).parse_args(args))
+    assert config.analysis_url_prefixes == ("http://prometheus-operated.monitoring.svc:9090/",)
+    assert config.analysis_gateway_namespaces == ("gateways", "edge")
+
+
 def test_the_charts_default_sidecar_image_is_the_operators_default() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     image = values["sidecar"]["image"]

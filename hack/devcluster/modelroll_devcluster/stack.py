@@ -47,6 +47,9 @@ MODEL = "sentiment"
 API_VERSION = "modelroll.io/v1alpha1"
 CRD_NAME = "modelversions.modelroll.io"
 CONFIGMAP = "modelroll-routes"
+LOOPBACK = "http://127.0.0.1"
+"""Where the stack's gateway and Prometheus listen (any port): the operator's
+--analysis-url-prefix, so that analyses may read them."""
 #: Seconds a process of the stack may take to answer its readiness URL.
 READY_TIMEOUT = 60.0
 
@@ -426,6 +429,9 @@ class Stack:
             f"--liveness={liveness}",
             "--metrics-port=0",
             "--log-format=full",
+            # Everything here listens on loopback, outside any Service: the analyses read
+            # the gateway and Prometheus there.
+            f"--analysis-url-prefix={LOOPBACK}",
         ]
         if self.operator is not None:  # a restart: same log file, new process
             self._components.remove(self.operator)

@@ -5,7 +5,12 @@ By default the operator lists the gateway pods by label selector and reads every
 same counters come from Prometheus. Either way each source's counters come back apart (a pod's,
 ``pod/<name>``; in Prometheus, by its ``pod`` label, else its ``instance``): the analysis takes
 deltas per source (rollout.count), so a pod that is not read adds nothing instead of looking
-like a reset. A reading fails (and the analysis holds) only when no source could be read.
+like a reset. A reading fails (and the analysis holds) when no source could be read, or none
+had a series of the two versions.
+
+Every place read is one the version may read (analysis/access.py); no redirect is followed, no
+answer is read past MAX_ANSWER_BYTES, and what an answer held never reaches a message: a
+MetricsUnavailable names the URL and what was wrong with the answer, not its content.
 
 Requests are read by how the gateway chose their version (``routing``): those routed by weight,
 and by a cohort key within its budget, are judged (names.JUDGED_ROUTINGS); those pinned by
@@ -18,9 +23,11 @@ token and time per output token histograms.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -33,6 +40,7 @@ from ..api import UNREACHABLE, Api, KubeApiError, core_path
 from ..httproute import HTTPRouteInfo, httproute_path
 from ..settings import SIDECAR_PORT
 from ..spec import LABEL_MODEL, LABEL_VERSION
+from .access import URL_FLAG, ReadAccess, RefusedSource
 from .machine import Snapshot, Split, Tally, VersionCounts
 from .spec import MetricsSource
 
@@ -54,7 +62,20 @@ STREAM_FAMILIES = (TTFT_BUCKETS, TPOT_BUCKETS)
 JUDGED = f'routing=~"{"|".join(names.JUDGED_ROUTINGS)}|"'
 """The PromQL matcher of the judged requests (``|``: a series without the label too)."""
 READ_TIMEOUT_S = 2.0
-MAX_METRICS_BYTES = 16 << 20
+MAX_ANSWER_BYTES = 16 << 20
+"""The most bytes read of one answer (a /metrics, a Prometheus query's): a gateway serving
+thousands of models exports a few MiB; a larger answer is a read error, not a reason to grow
+the operator."""
+MAX_VALUES = 100
+"""The most status codes, buckets or outcomes of one family and one version read from one
+source: the CRD's bound on each list of ``status.analysis.sources`` (a gateway exports a few
+dozen). More is a bad answer, rather than a status the API server refuses whole."""
+MAX_LABEL = {"code": 16, "outcome": 64}
+"""The longest status code and stream outcome ``status.analysis.sources`` holds (the CRD's)."""
+FIELD = "spec.analysis.metrics"
+SOURCE_LABEL = re.compile(r"[A-Za-z0-9._:\[\]-]{0,253}")
+"""What a Prometheus series' ``pod`` or ``instance`` label may hold to name a source in the
+status: a pod's name, or a host:port."""
 
 
 QUERIES = {
@@ -75,6 +96,11 @@ version and the source, and whether only the requests routed by weight count."""
 
 class MetricsUnavailable(Exception):
     """The counters could not be read; the message says where and why."""
+
+
+class BadAnswer(MetricsUnavailable):
+    """An answer that is not what was asked for; the message says what was wrong with it
+    ("a body that is not Prometheus text"), never what it held."""
 
 
 _K = TypeVar("_K")
@@ -125,19 +151,19 @@ class _Sums:
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         """Add one sample; a counter that is NaN, infinite or negative is a read error."""
         if not math.isfinite(value) or value < 0:
-            raise MetricsUnavailable(f"{name}{dict(labels)} reads {value}, not a count")
+            raise BadAnswer(f"a {name} sample that is not a count (NaN, infinite or negative)")
         version = labels.get("version", "")
         weighted = labels.get("routing", names.ROUTED_BY_WEIGHT) in names.JUDGED_ROUTINGS
         if name == REQUESTS:
             codes = self.codes if weighted else self.pinned
-            codes[version][labels.get("code", "")] += value
+            _count(codes[version], _label(name, labels, "code"), value, name)
         elif name in HISTOGRAMS:
             if weighted:
-                self.histograms[name][version][float(labels.get("le", "+Inf"))] += value
+                _count(self.histograms[name][version], _bound(name, labels), value, name)
         elif name == OUTCOMES:
-            self.outcomes[version][labels.get("outcome", "")] += value
+            _count(self.outcomes[version], _label(name, labels, "outcome"), value, name)
         elif name == CALLS and weighted:
-            self.calls[version][labels.get("code", "")] += value
+            _count(self.calls[version], _label(name, labels, "code"), value, name)
         elif name == WEIGHT:
             self.weights[version] = value
         elif name in AGREEMENT_FAMILIES:
@@ -168,6 +194,30 @@ class _Sums:
         return Split(self.weights.get(canary), self.weights.get(baseline))
 
 
+def _count(counts: defaultdict[_K, float], key: _K, value: float, name: str) -> None:
+    """Add ``value`` to ``counts[key]``; a key past MAX_VALUES is a bad answer."""
+    if key not in counts and len(counts) >= MAX_VALUES:
+        raise BadAnswer(f"more than {MAX_VALUES} {name} series of one version")
+    counts[key] += value
+
+
+def _label(name: str, labels: Mapping[str, str], label: str) -> str:
+    """The value of ``label`` (a status code, an outcome); a longer one than the status holds
+    is a bad answer."""
+    value = labels.get(label, "")
+    if len(value) > MAX_LABEL[label]:
+        raise BadAnswer(f"a {name} sample whose {label} is over {MAX_LABEL[label]} characters")
+    return value
+
+
+def _bound(name: str, labels: Mapping[str, str]) -> float:
+    """A bucket's upper bound (its ``le``)."""
+    try:
+        return float(labels.get("le", "+Inf"))
+    except ValueError:
+        raise BadAnswer(f"a {name} bucket whose le is not a number") from None
+
+
 def _histogram(buckets: Mapping[float, float]) -> tuple[tuple[float, float], ...]:
     """Buckets by le as a cumulative histogram, ascending, +Inf last."""
     ordered = tuple(sorted(buckets.items()))
@@ -186,7 +236,7 @@ def add_exposition(
 ) -> None:
     """Add one server's /metrics (Prometheus text format): ``families`` of ``versions`` of
     ``model``. ``series`` names the family exported in place of each (the sidecar's); by
-    default each family is read under its own name (the gateway's)."""
+    default each family is read under its own name (the gateway's). Raises BadAnswer."""
     wanted = set(versions)
     if series is None:
         read = {f: f for f in families}
@@ -201,8 +251,8 @@ def add_exposition(
                     and sample.labels.get("version") in wanted
                 ):
                     sums.add(read[sample.name], sample.labels, sample.value)
-    except ValueError as exc:
-        raise MetricsUnavailable(f"the /metrics could not be parsed: {exc}") from exc
+    except ValueError:
+        raise BadAnswer("a body that is not Prometheus text") from None
 
 
 def source_name(labels: Mapping[str, str]) -> str:
@@ -216,10 +266,14 @@ def source_name(labels: Mapping[str, str]) -> str:
 class MetricsReader:
     """Reads both versions' counters for the analyses of one operator (one HTTP session)."""
 
-    def __init__(self, api: Api, *, gateway_api: bool = False) -> None:
+    def __init__(
+        self, api: Api, *, gateway_api: bool = False, access: ReadAccess | None = None
+    ) -> None:
         self.api = api
         self.gateway_api = gateway_api
         """Whether a model may be routed by an HTTPRoute (the operator's --gateway-api)."""
+        self.access = access or ReadAccess()
+        """What an analysis may read beyond its version's namespace (the operator's flags)."""
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -228,9 +282,12 @@ class MetricsReader:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            # Bodies as sent, uncompressed: MAX_ANSWER_BYTES bounds what is held, not a
+            # compressed size that could inflate past it.
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=READ_TIMEOUT_S),
-                headers={"User-Agent": "modelroll-operator"},
+                headers={"User-Agent": "modelroll-operator", "Accept-Encoding": "identity"},
+                auto_decompress=False,
             )
         return self._session
 
@@ -249,11 +306,13 @@ class MetricsReader:
     ) -> Snapshot:
         """Each source's counters of both versions now, with the stream histograms if
         ``streams``; raises MetricsUnavailable when no source could be read (a source that
-        could not be read is left out).
+        could not be read is left out), or when ``source`` names a place the version in
+        ``namespace`` may not read.
 
         A model that an HTTPRoute claims is read from its versions' sidecars, and the weights
         in force are the route's once its parents accepted it; ``backends`` names each
         version's backendRef there (default: the version's own name, its Service)."""
+        await self._check(source, namespace)
         versions = (canary, baseline)
         families = (
             FAMILIES
@@ -268,7 +327,11 @@ class MetricsReader:
             )
         series = SIDECAR_FAMILIES if claim is not None else None
         if source.prometheus_url:
-            found = await self._prometheus(source.prometheus_url, model, versions, families, series)
+            # The namespace of the pods Prometheus scraped: the sidecars', or the gateway's.
+            scraped = namespace if claim is not None else source.namespace or namespace
+            found = await self._prometheus(
+                source.prometheus_url, scraped, model, versions, families, series
+            )
         else:
             if source.url and claim is None:
                 targets = [(source.url, source.url)]
@@ -295,6 +358,39 @@ class MetricsReader:
         return Snapshot(
             now, {n: sums.tally(now, canary, baseline) for n, sums in found.items()}, splits
         )
+
+    async def _check(self, source: MetricsSource, namespace: str) -> None:
+        """Raise MetricsUnavailable unless the version in ``namespace`` may read every place
+        ``source`` names (analysis/access.py): before anything is read, so that a refusal
+        says nothing of what the place holds."""
+        try:
+            if source.namespace:
+                field = f"{FIELD}.gateway.namespace"
+                self.access.check_namespace(field, source.namespace, namespace)
+            for field, url in (
+                (f"{FIELD}.gateway.url", source.url),
+                (f"{FIELD}.prometheus.url", source.prometheus_url),
+            ):
+                if url and (service := self.access.check_url(field, url, namespace)):
+                    await self._check_service(f"{field} {url}", namespace, service)
+        except RefusedSource as exc:
+            raise MetricsUnavailable(str(exc)) from None
+
+    async def _check_service(self, what: str, namespace: str, service: str) -> None:
+        """Raise RefusedSource unless ``namespace`` has a Service ``service`` that is not an
+        alias (ExternalName) of a host outside it."""
+        try:
+            found = await self.api.get(core_path(namespace, "services", service))
+        except (KubeApiError, *UNREACHABLE) as exc:
+            raise MetricsUnavailable(f"cannot read Service {namespace}/{service}: {exc}") from exc
+        if found is None:
+            raise RefusedSource(f"{what} names Service {service}, which {namespace} does not hold")
+        if (found.get("spec") or {}).get("type") == "ExternalName":
+            raise RefusedSource(
+                f"{what} names Service {service}, an ExternalName (an alias of a host outside "
+                f"the namespace), which the operator does not read; its {URL_FLAG} can allow "
+                "the host it names"
+            )
 
     async def _claim(self, namespace: str, model: str) -> HTTPRouteInfo | None:
         """The HTTPRoute that claims the model, if one (and only one) does."""
@@ -336,6 +432,8 @@ class MetricsReader:
         try:
             text = await self._get_text(url)
             add_exposition(sums, text, model, versions, families, series)
+        except BadAnswer as exc:
+            return MetricsUnavailable(f"{url} answered {exc}")
         except MetricsUnavailable as exc:
             return exc
         return sums
@@ -358,31 +456,45 @@ class MetricsReader:
         return targets
 
     async def _get_text(self, url: str) -> str:
-        """The whole body at ``url``, however many reads it arrives in, up to the limit."""
+        """The body at ``url`` as text (see :meth:`_get`)."""
+        return (await self._get(url)).decode("utf-8", "replace")
+
+    async def _get(self, url: str, params: Mapping[str, str] | None = None) -> bytearray:
+        """The whole body at ``url``, however many reads it arrives in, up to
+        MAX_ANSWER_BYTES; a redirect is not followed. Raises MetricsUnavailable naming the URL
+        and what went wrong, never what the answer held."""
         body = bytearray()
         try:
-            async with self._client().get(url) as response:
+            async with self._client().get(url, params=params, allow_redirects=False) as response:
+                if 300 <= response.status < 400:
+                    raise MetricsUnavailable(
+                        f"{url} answered {response.status}, a redirect, which the operator "
+                        "does not follow"
+                    )
                 if response.status != 200:
                     raise MetricsUnavailable(f"{url} answered {response.status}")
                 async for chunk in response.content.iter_any():
                     body += chunk
-                    if len(body) > MAX_METRICS_BYTES:
-                        raise MetricsUnavailable(f"{url} is larger than {MAX_METRICS_BYTES} bytes")
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise MetricsUnavailable(
+                            f"{url} answered more than {MAX_ANSWER_BYTES} bytes"
+                        )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise MetricsUnavailable(f"cannot read {url}: {exc or type(exc).__name__}") from exc
-        return body.decode("utf-8", "replace")
+            raise MetricsUnavailable(f"cannot read {url}: {_failure(exc)}") from exc
+        return body
 
     async def _prometheus(
         self,
         base: str,
+        namespace: str,
         model: str,
         versions: tuple[str, str],
         families: tuple[str, ...],
         series: Mapping[str, str] | None,
     ) -> dict[str, _Sums]:
-        """The counters Prometheus holds, by source (:func:`source_name`); ``series`` as in
-        :func:`add_exposition`."""
-        match = f'model="{model}",version=~"{"|".join(versions)}"'
+        """The counters Prometheus holds of the pods of ``namespace``, by source
+        (:func:`source_name`); ``series`` as in :func:`add_exposition`."""
+        match = _selector(namespace, model, versions)
         weighted = f"{match},{JUDGED}"
         queries = {}
         for name in families:
@@ -397,18 +509,79 @@ class MetricsReader:
         url = base.rstrip("/") + "/api/v1/query"
         found: defaultdict[str, _Sums] = defaultdict(_Sums)
         for name, query in queries.items():
+            answer = await self._get(url, {"query": query})
             try:
-                async with self._client().get(url, params={"query": query}) as response:
-                    doc: Any = await response.json(content_type=None)
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                raise MetricsUnavailable(f"cannot query Prometheus at {base}: {exc}") from exc
-            if not isinstance(doc, dict) or doc.get("status") != "success":
-                error = doc.get("error") if isinstance(doc, dict) else doc
-                raise MetricsUnavailable(f"Prometheus at {base} refused the query: {error}")
-            for item in (doc.get("data") or {}).get("result") or []:
-                labels = item.get("metric") or {}
-                found[source_name(labels)].add(name, labels, float(item["value"][1]))
+                for labels, value in _instant_vector(answer):
+                    found[source_name(labels)].add(name, labels, value)
+            except BadAnswer as exc:
+                raise MetricsUnavailable(f"Prometheus at {base} answered {exc}") from None
+        if not found:
+            raise MetricsUnavailable(
+                f"Prometheus at {base} holds no series of model {model}'s versions "
+                f"{' and '.join(versions)} in namespace {namespace}"
+            )
         return dict(found)
+
+
+RE2_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
+"""The characters with a meaning in an RE2 pattern (Prometheus's ``=~``)."""
+
+
+def _selector(namespace: str, model: str, versions: Iterable[str]) -> str:
+    """The label matchers of the versions' series: exact names, never a pattern a name could
+    widen (a version ``v1.0`` does not match ``v1x0``)."""
+    pattern = "|".join(RE2_SPECIAL.sub(r"\\\g<0>", v) for v in versions)
+    return (
+        f"namespace={_promql_string(namespace)},model={_promql_string(model)},"
+        f"version=~{_promql_string(pattern)}"
+    )
+
+
+def _promql_string(text: str) -> str:
+    """``text`` as a double-quoted PromQL string."""
+    return json.dumps(text)
+
+
+def _instant_vector(answer: bytes | bytearray) -> Iterator[tuple[dict[str, str], float]]:
+    """Each series of a Prometheus instant query's answer: its labels and its value. Raises
+    BadAnswer when the answer is not one."""
+    try:
+        doc = json.loads(answer)
+    except (ValueError, RecursionError):
+        raise BadAnswer("a body that is not JSON") from None
+    data = doc.get("data") if isinstance(doc, dict) and doc.get("status") == "success" else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise BadAnswer("a body that is not a query's result")
+    for item in result:
+        labels = item.get("metric") if isinstance(item, dict) else None
+        value = item.get("value") if isinstance(item, dict) else None
+        if not (
+            isinstance(labels, dict)
+            and all(isinstance(v, str) for v in labels.values())
+            and all(SOURCE_LABEL.fullmatch(labels.get(k, "")) for k in ("pod", "instance"))
+            and isinstance(value, list)
+            and len(value) == 2
+            and isinstance(value[1], str)
+        ):
+            raise BadAnswer("a result that is not an instant vector of the query's series")
+        try:
+            number = float(value[1])
+        except ValueError:
+            raise BadAnswer("a sample value that is not a number") from None
+        yield labels, number
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a read failed, in the operator's words: the error's kind, and the system's reason for
+    a connection that failed, never what the other end sent."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {READ_TIMEOUT_S:g} s"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
+        return exc.strerror or type(exc).__name__
+    return type(exc).__name__
 
 
 def _pod_targets(pods: Mapping[str, Any], port: int) -> list[tuple[str, str]]:

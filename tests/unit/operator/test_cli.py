@@ -87,6 +87,18 @@ def parsed(*argv: str, **environ: str) -> argparse.Namespace:
             "MODELROLL_STANDALONE=maybe: invalid boolean (use 1/0, true/false, yes/no or on/off)",
         ),
         (
+            ["--analysis-url-prefix=prometheus.monitoring.svc:9090"],
+            {},
+            "--analysis-url-prefix prometheus.monitoring.svc:9090: "
+            "prometheus.monitoring.svc:9090 is not an http(s) URL with a host",
+        ),
+        (
+            [],
+            {"MODELROLL_ANALYSIS_URL_PREFIX": "http://u:p@prometheus/"},
+            "MODELROLL_ANALYSIS_URL_PREFIX=http://u:p@prometheus/: "
+            "http://u:p@prometheus/ carries credentials",
+        ),
+        (
             [],
             {"MODELROLL_PEERING": "modelroll", "MODELROLL_STANDALONE": "1"},
             "MODELROLL_STANDALONE=1: not allowed with MODELROLL_PEERING=modelroll",
@@ -100,6 +112,21 @@ def test_a_bad_value_names_the_flag_or_variable_it_came_from(
         parsed(*argv, **environ)
     assert exited.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"modelroll-operator: error: {error}"
+
+
+def test_analyses_read_only_their_own_namespace_unless_the_flags_allow_more() -> None:
+    assert (config().analysis_url_prefixes, config().analysis_gateway_namespaces) == ((), ())
+    cfg = parse_config(
+        parsed(
+            "--analysis-url-prefix=http://prometheus.monitoring.svc:9090/",
+            "--analysis-gateway-namespace=gateways",
+            MODELROLL_ANALYSIS_GATEWAY_NAMESPACE="ignored",
+        )
+    )
+    assert cfg.analysis_url_prefixes == ("http://prometheus.monitoring.svc:9090/",)
+    assert cfg.analysis_gateway_namespaces == ("gateways",)
+    from_env = parse_config(parsed(MODELROLL_ANALYSIS_GATEWAY_NAMESPACE="a,b"))
+    assert from_env.analysis_gateway_namespaces == ("a", "b")
 
 
 def test_metrics_are_served_next_to_the_liveness_probe_unless_turned_off() -> None:
@@ -146,6 +173,9 @@ DEFAULTS = {
     "--priority": "a random number when peering, else 0",
     "--gateway-api": "off",
     "--pod-security": "baseline",
+    "--analysis-url-prefix": "none: Services of the version's namespace only "
+    "(<service>.<namespace>.svc)",
+    "--analysis-gateway-namespace": "none: the version's own namespace only",
     "--workers": "4",
     "--log-format": "json",
     "--log-level": "INFO",

@@ -10,6 +10,7 @@ import yaml
 
 from modelroll_common.settings import BATCHING_CHOICES, BATCHING_SETTINGS, SIDECAR_SETTINGS
 from modelroll_operator.analysis.machine import MESSAGE_MAX
+from modelroll_operator.analysis.reader import MAX_LABEL, MAX_VALUES
 from modelroll_operator.spec import Batching, parse_batching
 from modelroll_sidecar.config import SidecarConfig
 
@@ -199,3 +200,9 @@ def test_the_operator_writes_status_analysis_within_the_crds_bounds() -> None:
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     analysis = status["analysis"]["properties"]
     assert analysis["message"]["maxLength"] == MESSAGE_MAX
+    counters = analysis["sources"]["items"]["properties"]["canary"]["properties"]
+    for name in ("codes", "pinned", "calls", "buckets", "callBuckets", "outcomes"):
+        assert counters[name]["maxItems"] == MAX_VALUES, name
+    assert counters["codes"]["items"]["properties"]["code"]["maxLength"] == MAX_LABEL["code"]
+    outcome = counters["outcomes"]["items"]["properties"]["outcome"]
+    assert outcome["maxLength"] == MAX_LABEL["outcome"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
@@ -14,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_operator.analysis import reader as reader_module
+from modelroll_operator.analysis.access import ReadAccess
 from modelroll_operator.analysis.machine import Split
 from modelroll_operator.analysis.reader import (
     AGREEMENT_FAMILIES,
@@ -28,6 +31,19 @@ from modelroll_operator.analysis.reader import (
 from modelroll_operator.analysis.spec import MetricsSource
 from modelroll_operator.api import Api
 from modelroll_sidecar.metrics import SidecarMetrics
+
+LOOPBACK = ReadAccess.of(["http://127.0.0.1"])
+"""The operator's flag that lets analyses read the test servers: loopback, any port."""
+
+
+@asynccontextmanager
+async def closing(reader: MetricsReader) -> AsyncIterator[MetricsReader]:
+    """``reader``, closed (its HTTP session) when done."""
+    try:
+        yield reader
+    finally:
+        await reader.close()
+
 
 ONE = """# HELP modelroll_gateway_requests_total Requests.
 # TYPE modelroll_gateway_requests_total counter
@@ -54,7 +70,7 @@ def test_one_gateways_counters_and_other_models_ignored() -> None:
 
 
 def test_text_that_is_not_the_exposition_format_is_unavailable() -> None:
-    with pytest.raises(MetricsUnavailable, match="could not be parsed"):
+    with pytest.raises(MetricsUnavailable, match="a body that is not Prometheus text"):
         add_exposition(_Sums(), 'modelroll_gateway_requests_total{model="m" 1\n', "m", ("a",))
 
 
@@ -130,80 +146,86 @@ async def test_each_gateway_says_the_weights_it_routes_by() -> None:
     assert snapshot.unapplied(10, 90) == ["pod/gw-b routes by none/none"]
 
 
-class Answer:
-    def __init__(self, doc: dict[str, Any]) -> None:
-        self.doc = doc
-
-    async def json(self, content_type: str | None = None) -> dict[str, Any]:
-        return self.doc
-
-    async def __aenter__(self) -> Answer:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        return None
-
-
-class Prometheus:
-    """Answers instant queries with ``series`` (label sets and values), recording the queries."""
+class PrometheusAnswers:
+    """What a server playing Prometheus answers to instant queries: ``requests`` for the
+    requests counter, ``buckets`` for any other query; the queries it got, in order."""
 
     def __init__(self, requests: list[Any], buckets: list[Any]) -> None:
         self.answers = {"requests_total": requests, "bucket": buckets}
         self.queries: list[str] = []
 
-    def get(self, url: str, params: dict[str, str]) -> Answer:
-        query = params["query"]
+    async def query(self, request: web.Request) -> web.Response:
+        query = request.query["query"]
         self.queries.append(query)
         found = self.answers["requests_total" if "requests_total" in query else "bucket"]
         result = [{"metric": m, "value": [0, str(v)]} for m, v in found]
-        return Answer({"status": "success", "data": {"resultType": "vector", "result": result}})
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
 
 
-async def test_prometheus_series_are_kept_apart_by_pod_or_by_instance() -> None:
+async def prometheus(aiohttp_server: AiohttpServer, answers: PrometheusAnswers) -> str:
+    """The base URL of a server that answers instant queries with ``answers``."""
+    app = web.Application()
+    app.router.add_get("/api/v1/query", answers.query)
+    server = await aiohttp_server(app)
+    return str(server.make_url("/"))
+
+
+async def test_prometheus_series_are_kept_apart_by_pod_or_by_instance(
+    aiohttp_server: AiohttpServer,
+) -> None:
     requests = [
         ({"version": "canary", "code": "200", "pod": "gw-a", "instance": "10.0.0.1:8080"}, 10),
         ({"version": "canary", "code": "200", "pod": "gw-b", "instance": "10.0.0.2:8080"}, 20),
         ({"version": "stable", "code": "200", "instance": "127.0.0.1:9000"}, 7),
     ]
     buckets = [({"version": "canary", "le": "+Inf", "pod": "gw-a"}, 10)]
-    prometheus = Prometheus(requests, buckets)
-    out = MetricsReader(cast(Api, Pods()))
-    out._client = lambda: prometheus  # type: ignore[assignment,method-assign,return-value]
-    source = MetricsSource(prometheus_url="http://prometheus:9090")
-    snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
+    answers = PrometheusAnswers(requests, buckets)
+    source = MetricsSource(prometheus_url=await prometheus(aiohttp_server, answers))
+    async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as out:
+        snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
     assert set(snapshot.sources) == {"pod/gw-a", "pod/gw-b", "instance/127.0.0.1:9000"}
     assert snapshot.sources["pod/gw-a"].canary.codes == {"200": 10.0}
     assert snapshot.sources["pod/gw-a"].canary.buckets == ((math.inf, 10.0),)
     assert snapshot.sources["pod/gw-b"].canary.codes == {"200": 20.0}
     assert snapshot.sources["instance/127.0.0.1:9000"].baseline.codes == {"200": 7.0}
-    assert all("by (version," in q and "pod, instance)" in q for q in prometheus.queries)
+    assert all("by (version," in q and "pod, instance)" in q for q in answers.queries)
 
 
-async def test_prometheus_requests_are_judged_by_how_the_gateway_routed_them() -> None:
+async def test_prometheus_requests_are_judged_by_how_the_gateway_routed_them(
+    aiohttp_server: AiohttpServer,
+) -> None:
     """Routed by weight, or by a cohort key within its budget: judged; pinned, or routed by a
     key past its budget: counted apart. The histograms are asked for the judged ones alone."""
     requests = [
         ({"version": "canary", "routing": routing, "code": "500", "pod": "gw"}, n)
         for routing, n in (("weight", 1), ("cohort", 10), ("cohort_over_budget", 30), ("pin", 2))
     ]
-    prometheus = Prometheus(requests, [])
-    out = MetricsReader(cast(Api, Pods()))
-    out._client = lambda: prometheus  # type: ignore[assignment,method-assign,return-value]
-    source = MetricsSource(prometheus_url="http://prometheus:9090")
-    snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
+    answers = PrometheusAnswers(requests, [])
+    source = MetricsSource(prometheus_url=await prometheus(aiohttp_server, answers))
+    async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as out:
+        snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
     canary = snapshot.sources["pod/gw"].canary
     assert (canary.codes, canary.pinned) == ({"500": 11.0}, {"500": 32.0})
-    judged = [q for q in prometheus.queries if "_bucket" in q or "model_calls_total" in q]
+    judged = [q for q in answers.queries if "_bucket" in q or "model_calls_total" in q]
     assert judged
     assert all('routing=~"weight|cohort|"' in q for q in judged)
 
 
-async def test_an_empty_prometheus_answer_is_a_reading_with_no_source() -> None:
-    out = MetricsReader(cast(Api, Pods()))
-    out._client = lambda: Prometheus([], [])  # type: ignore[assignment,method-assign,return-value]
-    source = MetricsSource(prometheus_url="http://prometheus:9090")
-    snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
-    assert snapshot.sources == {}
+async def test_an_empty_prometheus_answer_holds_and_says_where(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    """No series at all is no reading (docs/analysis.md): the analysis holds, and the message
+    says which Prometheus had nothing, for which namespace."""
+    base = await prometheus(aiohttp_server, PrometheusAnswers([], []))
+    async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as out:
+        with pytest.raises(MetricsUnavailable) as held:
+            await out.read(MetricsSource(prometheus_url=base), "ns", "m", "canary", "stable", 5.0)
+    assert str(held.value) == (
+        f"Prometheus at {base} holds no series of model m's versions canary and stable in "
+        "namespace ns"
+    )
 
 
 def test_a_series_without_pod_or_instance_is_one_source() -> None:
@@ -269,11 +291,8 @@ async def test_an_exposition_that_arrives_in_pieces_is_read_whole(
     """A gateway that has served many models answers /metrics in many TCP reads: the reading
     must be the whole text, not its first piece (which ends mid-line and fails to parse)."""
     url = await gateway(aiohttp_server, many_versions(5000))
-    reading = MetricsReader(cast(Api, Pods()))
-    try:
+    async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as reading:
         snapshot = await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
-    finally:
-        await reading.close()
     (tally,) = snapshot.sources.values()
     assert tally.canary.codes == {"200": 90.0, "422": 10.0}
     assert tally.baseline.codes == {"200": 900.0}
@@ -282,14 +301,11 @@ async def test_an_exposition_that_arrives_in_pieces_is_read_whole(
 async def test_an_exposition_over_the_limit_is_unavailable(
     aiohttp_server: AiohttpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reader_module, "MAX_METRICS_BYTES", 50_000)
+    monkeypatch.setattr(reader_module, "MAX_ANSWER_BYTES", 50_000)
     url = await gateway(aiohttp_server, many_versions(5000))
-    reading = MetricsReader(cast(Api, Pods()))
-    try:
-        with pytest.raises(MetricsUnavailable, match="larger than 50000 bytes"):
+    async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as reading:
+        with pytest.raises(MetricsUnavailable, match="answered more than 50000 bytes"):
             await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
-    finally:
-        await reading.close()
 
 
 def test_the_weighted_streams_histograms_are_read_from_the_gateways_own_metrics() -> None:
@@ -401,3 +417,236 @@ async def test_a_shadow_gate_on_a_model_an_httproute_claims_holds_and_says_why()
     out.gateway_api = True
     with pytest.raises(MetricsUnavailable, match="sends no shadow copies"):
         await out.read(MetricsSource(), "ns", "m", "canary", "stable", 5.0, agreement=True)
+
+
+# -- what an analysis may read, and what it says of an answer -----------------------------------
+
+SECRET = "ASIA-SECRET-KEY"
+METADATA = '{"Code": "Success", "AccessKeyId": "' + SECRET + '"}\n'
+"""What a cloud's instance metadata answers: never to be read, and never copied into a message."""
+
+
+class Site:
+    """A server on loopback: ``pages`` by path (a str is a 200 text body, an int a redirect
+    with that status to /secret), and the paths asked for, in order."""
+
+    def __init__(self, pages: dict[str, str | int]) -> None:
+        self.pages = {"/secret": METADATA, **pages}
+        self.asked: list[str] = []
+
+    async def answer(self, request: web.Request) -> web.Response:
+        self.asked.append(request.path)
+        page = self.pages[request.path]
+        if isinstance(page, int):
+            return web.Response(status=page, headers={"Location": "/secret"})
+        return web.Response(text=page)
+
+    async def start(self, aiohttp_server: AiohttpServer) -> str:
+        app = web.Application()
+        app.router.add_get("/{path:.*}", self.answer)
+        server = await aiohttp_server(app)
+        return str(server.make_url("/"))
+
+
+async def unavailable(source: MetricsSource, access: ReadAccess = LOOPBACK, api: Any = None) -> str:
+    """The message of the MetricsUnavailable that reading ``source`` raises."""
+    async with closing(MetricsReader(cast(Api, api or Pods()), access=access)) as out:
+        with pytest.raises(MetricsUnavailable) as held:
+            await out.read(source, "prod", "m", "canary", "stable", 1.0)
+    return str(held.value)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_a_redirect_is_an_error_that_names_it_and_is_not_followed(
+    aiohttp_server: AiohttpServer, status: int
+) -> None:
+    """A redirect would take the operator past the rules on what it may read (the URL is
+    checked, the Location would not be)."""
+    site = Site({"/metrics": status, "/api/v1/query": status})
+    base = await site.start(aiohttp_server)
+    message = await unavailable(MetricsSource(url=f"{base}metrics"))
+    assert (
+        message
+        == f"{base}metrics answered {status}, a redirect, which the operator does not follow"
+    )
+    message = await unavailable(MetricsSource(prometheus_url=base))
+    assert f"{base}api/v1/query answered {status}, a redirect" in message
+    assert site.asked == ["/metrics", "/api/v1/query"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "said"),
+    [
+        ("metrics", METADATA, "answered a body that is not Prometheus text"),
+        ("metrics", "ami-id\nhostname\n", "answered a body that is not Prometheus text"),
+        (
+            "metrics",
+            f'modelroll_gateway_requests_total{{model="m",version="canary"}} {SECRET}\n',
+            "answered a body that is not Prometheus text",
+        ),
+        ("", METADATA, "answered a body that is not a query's result"),
+        ("", f'["{SECRET}"]', "answered a body that is not a query's result"),
+        (
+            "",
+            '{"status": "error", "error": "' + SECRET + '"}',
+            "answered a body that is not a query's result",
+        ),
+        ("", f"{SECRET}", "answered a body that is not JSON"),
+        (
+            "",
+            '{"status": "success", "data": {"result": [{"metric": {}, "value": [0, "'
+            + SECRET
+            + '"]}]}}',
+            "answered a sample value that is not a number",
+        ),
+        (
+            "",
+            '{"status": "success", "data": {"result": [{"metric": {"pod": "'
+            + SECRET
+            + ' x"}, "value": [0, "1"]}]}}',
+            "answered a result that is not an instant vector of the query's series",
+        ),
+    ],
+)
+async def test_an_answer_that_is_not_metrics_is_described_never_copied(
+    aiohttp_server: AiohttpServer, path: str, body: str, said: str
+) -> None:
+    """The message (status.analysis.message, a Warning event) says what was wrong and where:
+    never a byte of what came back."""
+    site = Site({"/metrics": body, "/api/v1/query": body})
+    base = await site.start(aiohttp_server)
+    source = MetricsSource(url=base + path) if path else MetricsSource(prometheus_url=base)
+    message = await unavailable(source)
+    assert said in message
+    assert base in message
+    assert SECRET not in message
+
+
+async def test_a_prometheus_answer_over_the_limit_is_unavailable(
+    aiohttp_server: AiohttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read whole, one answer per canary per interval could take the operator's memory."""
+    monkeypatch.setattr(reader_module, "MAX_ANSWER_BYTES", 50_000)
+    series = [({"version": "canary", "code": str(i), "pod": "gw-a"}, i) for i in range(5000)]
+    base = await prometheus(aiohttp_server, PrometheusAnswers(series, []))
+    message = await unavailable(MetricsSource(prometheus_url=base))
+    assert message == f"{base}api/v1/query answered more than 50000 bytes"
+
+
+@pytest.mark.parametrize("field", ["gateway.url", "prometheus.url"])
+async def test_a_url_outside_the_namespace_is_refused_unless_a_prefix_allows_it(
+    aiohttp_server: AiohttpServer, field: str
+) -> None:
+    """Without the operator's --analysis-url-prefix, an analysis reads only Services of its
+    own namespace: the operator never asks the server."""
+    site = Site({"/metrics": ONE + WEIGHTS, "/api/v1/query": "{}"})
+    base = await site.start(aiohttp_server)
+    url = f"{base}metrics" if field == "gateway.url" else base
+    source = MetricsSource(url=url) if field == "gateway.url" else MetricsSource(prometheus_url=url)
+    message = await unavailable(source, access=ReadAccess())
+    assert message == (
+        f"spec.analysis.metrics.{field} {url} names no Service of namespace prod (write its "
+        "host as <service>.prod.svc), and the operator's --analysis-url-prefix allows no prefix "
+        "of it"
+    )
+    assert site.asked == []
+    other_port = ReadAccess.of([f"http://127.0.0.1:{int(base.split(':')[2][:-1]) + 1}"])
+    assert "names no Service" in await unavailable(source, access=other_port)
+    assert site.asked == []
+
+
+class Namespaces:
+    """The API server's answer to a list of pods, by namespace (a namespace not listed: no
+    pods); the namespaces listed, in order."""
+
+    def __init__(self, pods: dict[str, list[dict[str, Any]]]) -> None:
+        self.pods = pods
+        self.listed: list[str] = []
+
+    async def send(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        namespace = path.split("/namespaces/")[1].split("/")[0]
+        self.listed.append(namespace)
+        return {"items": self.pods.get(namespace, [])}
+
+
+async def test_gateway_pods_of_another_namespace_are_refused_unless_the_operator_allows_it() -> (
+    None
+):
+    """The operator lists pods with its cluster-wide rights: a canary may not make it list
+    another namespace's, nor learn from the message whether that namespace has any."""
+    source = MetricsSource(namespace="kube-system")
+    holding = Namespaces({"kube-system": [pod("etcd-0", "10.0.0.9")]})
+    empty = Namespaces({})
+    refused = await unavailable(source, api=holding)
+    assert refused == (
+        "spec.analysis.metrics.gateway.namespace kube-system is not this version's namespace "
+        "(prod), and the operator's --analysis-gateway-namespace does not list it"
+    )
+    assert await unavailable(source, api=empty) == refused
+    assert holding.listed == empty.listed == []
+    allowed = ReadAccess(gateway_namespaces=("kube-system",))
+    assert "no Ready gateway pod in kube-system" in await unavailable(source, allowed, empty)
+    assert empty.listed == ["kube-system"]
+
+
+class Services:
+    """The API server's answers: a Service by name (a name not listed: 404)."""
+
+    def __init__(self, services: dict[str, dict[str, Any]]) -> None:
+        self.services = services
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        assert path.startswith("/api/v1/namespaces/prod/services/"), path
+        return self.services.get(path.rsplit("/", 1)[1])
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (
+            "alias",
+            "names Service alias, an ExternalName (an alias of a host outside the namespace)",
+        ),
+        ("gone", "names Service gone, which prod does not hold"),
+    ],
+)
+async def test_a_service_url_must_name_a_service_of_the_namespace_that_is_no_alias(
+    name: str, said: str
+) -> None:
+    """An ExternalName Service is a DNS alias of any host (the cloud's metadata service too):
+    naming it is as good as naming that host."""
+    api = Services({"alias": {"spec": {"type": "ExternalName", "externalName": "example.com"}}})
+    url = f"http://{name}.prod.svc:8080/metrics"
+    message = await unavailable(MetricsSource(url=url), ReadAccess(), api)
+    assert message.startswith(f"spec.analysis.metrics.gateway.url {url} {said}")
+
+
+async def test_a_url_of_a_service_of_the_namespace_is_read() -> None:
+    api = Services({"gateway": {"spec": {"type": "ClusterIP"}}})
+    async with closing(MetricsReader(cast(Api, api))) as out:
+        for url in (
+            "http://gateway.prod.svc:8080/metrics",
+            "http://gateway.prod.svc.cluster.local/",
+        ):
+            await out._check(MetricsSource(url=url), "prod")
+            await out._check(MetricsSource(prometheus_url=url), "prod")
+
+
+@pytest.mark.parametrize(
+    ("series", "said"),
+    [
+        (
+            [f'code="{400 + i}"' for i in range(101)],
+            "more than 100 modelroll_gateway_requests_total series of one version",
+        ),
+        (['code="2000000000000000000"'], "whose code is over 16 characters"),
+    ],
+)
+def test_counters_the_status_could_not_hold_are_a_bad_answer(series: list[str], said: str) -> None:
+    """status.analysis.sources keeps each source's counters within the CRD's bounds: more
+    would get every status patch refused, the analysis stuck with no reason given."""
+    text = "".join(
+        f'modelroll_gateway_requests_total{{model="m",version="canary",{s}}} 1\n' for s in series
+    )
+    with pytest.raises(MetricsUnavailable, match=said):
+        add_exposition(_Sums(), text, "m", ("canary", "stable"))
