@@ -29,9 +29,17 @@ def test_containers_run_non_root_with_read_only_root_and_a_writable_tmp(
         assert "emptyDir" in volumes[mounts["/tmp"]], name
 
 
-def test_resources_are_unset_by_default_and_passed_through_when_set(helm: Helm) -> None:
-    for name, _, container in containers(helm.template()):
-        assert "resources" not in container, name
+def test_the_operators_memory_is_limited_by_default_and_resources_pass_through(
+    helm: Helm,
+) -> None:
+    """The operator reads answers of the cluster's canaries (each up to 16 MiB) in one process:
+    its limit keeps one that grows from taking the node's memory."""
+    default = {n: c for n, _, c in containers(helm.template())}
+    assert default["modelroll-operator"]["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    assert "resources" not in default["modelroll-gateway"]
     full = {n: c for n, _, c in containers(helm.template(values=[FULL_VALUES]))}
     assert full["modelroll-operator"]["resources"]["limits"] == {"memory": "256Mi"}
 
