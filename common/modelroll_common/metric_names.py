@@ -35,6 +35,11 @@ LLM_PROMPT_TOKENS = "modelroll_llm_prompt_tokens_total"
 LLM_IN_FLIGHT = "modelroll_llm_requests_in_flight"
 LLM_REQUESTS = "modelroll_llm_requests_total"
 
+GATEWAY_ADMIN_PORT = 9090
+"""Where the gateway serves its series (GET /metrics): its admin port (--admin-port), apart from
+the port clients call, and where a canary analysis reads gateway pods by default
+(spec.analysis.metrics.gateway.port). No other port of the chart's pods is 9090."""
+
 # The gateway's.
 GATEWAY_REQUESTS = "modelroll_gateway_requests_total"
 GATEWAY_REQUEST_DURATION = "modelroll_gateway_request_duration_seconds"
@@ -61,7 +66,7 @@ GATEWAY_SHADOW_DURATION = "modelroll_gateway_shadow_duration_seconds"
 ROUTED_BY_WEIGHT = "weight"
 """Picked by the routes' weights, in turn."""
 ROUTED_BY_PIN = "pin"
-"""Pinned by the version header: any client may pin, so never judged."""
+"""Pinned by the version header (a trusted client's): sent there on purpose, so never judged."""
 ROUTED_BY_COHORT = "cohort"
 """Picked by the request's cohort key, within that key's budget of judged requests."""
 ROUTED_BY_COHORT_OVER_BUDGET = "cohort_over_budget"

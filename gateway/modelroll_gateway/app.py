@@ -2,6 +2,8 @@
 
 `create_app(config)` builds a fresh app each call; its cleanup contexts open the upstream session
 and start the routes source (the ConfigMap watch, or the routes file), and close both on exit.
+`create_admin_app(app)` serves that app's metrics and routes on the admin port, apart from the
+clients' port.
 Setting the app's `STOPPING_KEY` event begins its shutdown (cli.serve does it on SIGTERM): /readyz
 answers 503 and every inference answer closes its connection, while requests go on being served.
 
@@ -168,12 +170,13 @@ class Proxy:
                 self.shadows.send(model, mirror, target.name, body, headers, answer)
 
     def _pin(self, request: web.Request) -> str | None:
-        """The version the request pins, if any. With --pin-trusted-only, a client outside
-        --trusted-networks pins nothing: its request is routed by weight, as if unpinned, so
-        that clients which always send the header keep working."""
+        """The version the request pins, if any. A client outside --trusted-networks pins
+        nothing (unless --pins-from-any-client): its request is routed by weight, as if
+        unpinned, whatever version the header names, so that its answer never tells a version's
+        name from a guess, and clients which always send the header keep working."""
         pinned = request.headers.get(VERSION_HEADER)
         config = self.config
-        if pinned is None or not config.pin_trusted_only or config.trusts(request.remote):
+        if pinned is None or config.pins_from_any_client or config.trusts(request.remote):
             return pinned
         self.table.metrics.pins_ignored.inc()
         if not self._pin_ignored_logged:
@@ -335,15 +338,8 @@ async def _model(request: web.Request) -> web.Response:
 
 
 async def _routes(request: web.Request) -> web.Response:
-    """GET /v1/routes: the routes in force, with versions, weights, endpoints and per-version
-    counts. Only for clients in --trusted-networks: it names internal endpoints."""
-    if not request.app[CONFIG_KEY].trusts(request.remote):
-        message = (
-            f"GET /v1/routes is for operators: the client address {request.remote} is not in "
-            "the gateway's --trusted-networks (kubectl port-forward reaches it from loopback, "
-            "which is trusted by default); GET /v1/models lists the models"
-        )
-        return _refusal(Refused(403, message), openai=False)
+    """GET /v1/routes on the admin port: the routes in force, with versions (weight-0 ones
+    too), weights, internal endpoints and per-version counts."""
     return web.json_response(request.app[TABLE_KEY].describe())
 
 
@@ -479,10 +475,22 @@ def create_app(
         app.router.add_post(path, proxy.openai)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model}", _model)
-    app.router.add_get("/v1/routes", _routes)
-    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
     app.cleanup_ctx.append(_upstream_pool)
     app.cleanup_ctx.append(_routes_source(kube))
     return app
+
+
+def create_admin_app(app: web.Application) -> web.Application:
+    """The admin app of a gateway that `create_app` built: GET /metrics and GET /v1/routes,
+    which name every version, weight-0 ones included, and their endpoints. It shares that
+    app's metrics and routes (which that app starts and stops) and is served on --admin-port,
+    which the chart's NetworkPolicy keeps to the scraper and the operator: on the clients'
+    port both paths are unknown (404)."""
+    admin = web.Application(middlewares=[json_errors("gateway")])
+    admin[METRICS_KEY] = app[METRICS_KEY]
+    admin[TABLE_KEY] = app[TABLE_KEY]
+    admin.router.add_get("/v1/routes", _routes)
+    admin.router.add_get("/metrics", _metrics)
+    return admin

@@ -20,10 +20,11 @@ from modelroll_common.flags import (
     show_default,
 )
 from modelroll_common.kube import Connection, KubeConfigError, connect
+from modelroll_common.metric_names import GATEWAY_ADMIN_PORT
 from modelroll_common.routes import CONFIGMAP_NAME
 from modelroll_common.server import ClientLimits, new_event_loop, start_server, stop_signal
 
-from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_app
+from .app import METRICS_KEY, PROXY_KEY, STOPPING_KEY, create_admin_app, create_app
 from .config import (
     DEFAULT_COHORT_KEY_BUDGET,
     DEFAULT_SERIES_GRACE,
@@ -45,6 +46,9 @@ STREAM_CUT_REASON = "the gateway is shutting down"
 LAST_ANSWER_SECONDS = 1.0
 """Seconds, past the upstream timeout, for the requests still open to have their answers written
 (a 504 included) before they are cut off."""
+ADMIN_SHUTDOWN_TIMEOUT = 1.0
+"""Seconds the admin listener's cleanup waits for a scrape still open: it stops after the
+clients' listener, whose drain is what answers requests, so nothing is lost when it is cut."""
 
 
 def drain_seconds(config: GatewayConfig) -> float:
@@ -75,7 +79,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         environ=environ,
     )
     p.add_argument("--host", default="0.0.0.0", help="listen address")
-    p.add_argument("--port", type=port_number, default=8080, help="listen port")
+    p.add_argument("--port", type=port_number, default=8080, help="listen port for clients")
+    p.add_argument(
+        "--admin-port",
+        type=port_number,
+        default=GATEWAY_ADMIN_PORT,
+        help="listen port (on --host too) of GET /metrics and GET /v1/routes, for the scraper "
+        "and the operator; on --port they are unknown paths. 0: not served",
+    )
     show_default(
         p.add_argument("--namespace", help="namespace of the routes ConfigMap"),
         "the service account's, else the kubeconfig context's, else 'default'",
@@ -179,18 +190,22 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         help="seconds a client has to send its whole request, from its first byte (a new "
         "connection: from connecting); slower ones get 408 and are disconnected",
     )
-    p.add_argument(
-        "--trusted-networks",
-        type=networks,
-        default=DEFAULT_TRUSTED_NETWORKS,
-        help="comma-separated CIDR networks whose clients may read GET /v1/routes (and pin "
-        "versions, with --pin-trusted-only), by their connection's address; empty: none",
+    show_default(
+        p.add_argument(
+            "--trusted-networks",
+            type=networks,
+            default=DEFAULT_TRUSTED_NETWORKS,
+            help="comma-separated CIDR networks whose clients may pin a version with the "
+            "X-Modelroll-Version header, by their connection's address (the header of any "
+            "other client is ignored: its request is routed by weight)",
+        ),
+        "none (loopback too is a proxy's address in a pod with a mesh's sidecar)",
     )
     p.add_argument(
-        "--pin-trusted-only",
+        "--pins-from-any-client",
         action="store_true",
-        help="ignore the X-Modelroll-Version header of clients outside --trusted-networks: "
-        "their requests are routed by weight as if unpinned",
+        help="let every client pin any version, a weight-0 one too, with the "
+        "X-Modelroll-Version header (and tell a version's name from a guess by the 404)",
     )
     p.add_argument(
         "--event-loop",
@@ -212,6 +227,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(
         host=args.host,
         port=args.port,
+        admin_port=args.admin_port,
         namespace=args.namespace,
         configmap=args.configmap,
         routes_file=args.routes_file,
@@ -229,7 +245,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_body_bytes=args.max_body_bytes,
         read_timeout=args.read_timeout,
         trusted_networks=args.trusted_networks,
-        pin_trusted_only=args.pin_trusted_only,
+        pins_from_any_client=args.pins_from_any_client,
     )
 
 
@@ -291,7 +307,21 @@ async def serve(
         # the engine spends anything on it (and a batch request stops waiting for its answer).
         handler_cancellation=True,
     )
+    admin: web.AppRunner | None = None
     try:
+        if config.admin_port:
+            admin, _ = await start_server(
+                create_admin_app(app),
+                config.host,
+                config.admin_port,
+                ClientLimits(config.read_timeout),  # not the clients' metric
+                shutdown_timeout=ADMIN_SHUTDOWN_TIMEOUT,
+            )
+            log.info(
+                "Serving GET /metrics and GET /v1/routes on %s:%d",
+                config.host,
+                config.admin_port,
+            )
         await stop()
         app[STOPPING_KEY].set()
         log.info("Turned the gateway unready; serving %g s more, then closing", unready_seconds)
@@ -303,4 +333,6 @@ async def serve(
         loop.call_later(config.upstream_timeout, _cut_streams, app)
     finally:
         await runner.cleanup()
+        if admin is not None:  # a last scrape sees what the drain answered
+            await admin.cleanup()
     log.info("Stopped the gateway")

@@ -6,13 +6,16 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from pathlib import Path
 
+from modelroll_common.metric_names import GATEWAY_ADMIN_PORT
 from modelroll_common.routes import CONFIGMAP_NAME
 
 Network = IPv4Network | IPv6Network
 
-DEFAULT_TRUSTED_NETWORKS = "127.0.0.0/8,::1/128"
-"""Loopback only: the gateway's own host, and `kubectl port-forward`, whose connections reach
-the pod from its own loopback."""
+DEFAULT_TRUSTED_NETWORKS = ""
+"""None. Every address a default could name is some proxy's in a pod: Istio's sidecar hands
+each inbound connection to the gateway from 127.0.0.6, an authenticating proxy or another mesh's
+proxy in the gateway's pod connects from 127.0.0.1, and so does `kubectl port-forward`. A
+default network would trust every client such a proxy forwards; the platform names its own."""
 
 DEFAULT_COHORT_KEY_BUDGET = 10
 """Judged requests a cohort key a minute: a tenth of a step's default minRequests (100), half
@@ -38,6 +41,9 @@ class GatewayConfig:
 
     host: str = "0.0.0.0"
     port: int = 8080
+    admin_port: int = GATEWAY_ADMIN_PORT
+    """Where GET /metrics and GET /v1/routes are served (on `host` too), for the scraper and
+    the operator; never on `port`, which clients reach. 0: nowhere."""
     namespace: str | None = None
     """Namespace of the routes ConfigMap; None: the service account's, else the kubeconfig's."""
     configmap: str = CONFIGMAP_NAME
@@ -77,11 +83,11 @@ class GatewayConfig:
     watch_timeout_seconds: int = 300
     """How long one watch request lasts before it is renewed (the server ends it then)."""
     trusted_networks: tuple[Network, ...] = parse_networks(DEFAULT_TRUSTED_NETWORKS)
-    """Clients allowed GET /v1/routes (the versions' internal endpoints), and pins when
-    `pin_trusted_only`; judged by the connection's peer address, never by a header."""
-    pin_trusted_only: bool = False
-    """Ignore the version header of clients outside `trusted_networks` (route them by weight).
-    Off by default: any client may pin, a weight-0 version too."""
+    """Clients whose version header pins a version; judged by the connection's peer address,
+    never by a header. Another client's header is ignored (its request routed by weight)."""
+    pins_from_any_client: bool = False
+    """Let every client pin any version of a route, a weight-0 one too, and tell a version's
+    name from a guess by the answer (404 for a guess). Off: only `trusted_networks` pin."""
 
     def trusts(self, address: str | None) -> bool:
         """Whether a peer at `address` (aiohttp's `request.remote`) is in `trusted_networks`; an
@@ -97,8 +103,11 @@ class GatewayConfig:
         return any(peer in network for network in self.trusted_networks)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port {self.port} is outside 0..65535")
+        for name, port in (("port", self.port), ("admin_port", self.admin_port)):
+            if not 0 <= port <= 65535:
+                raise ValueError(f"{name} {port} is outside 0..65535")
+        if self.admin_port and self.admin_port == self.port:
+            raise ValueError(f"--admin-port must differ from --port, got {self.port} for both")
         timeouts = (self.upstream_timeout, self.generation_timeout, self.connect_timeout)
         if min(*timeouts, self.read_timeout) <= 0:
             raise ValueError("timeouts must be positive")

@@ -134,7 +134,7 @@ class GatewayMetrics:
         self.pins_ignored = Counter(
             names.GATEWAY_PINS_IGNORED,
             "Requests whose version header was ignored (routed by weight instead): the client "
-            "was outside --trusted-networks and --pin-trusted-only is on.",
+            "was outside --trusted-networks (and --pins-from-any-client is off).",
             registry=registry,
         )
         self.llm_ttft = Histogram(

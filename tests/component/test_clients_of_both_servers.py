@@ -24,12 +24,14 @@ class Server:
     port: int
     infer_path: str
     timeouts_metric: str
+    metrics_port: int
+    """Where GET /metrics is served: the sidecar's own port, the gateway's admin port."""
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
     def cut_offs(self, phase: str) -> float:
-        url = f"http://127.0.0.1:{self.port}/metrics"
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as resp:
             text = resp.read().decode()
         for line in text.splitlines():
@@ -64,19 +66,21 @@ def server(request: pytest.FixtureRequest, spawn: Spawn, tmp_path: Path) -> Serv
     model = _model(spawn)
     if request.param == "sidecar":
         port = _sidecar(spawn, model, f"--read-timeout-ms={READ_TIMEOUT_S * 1000:g}")
-        return Server(port, "/v1/infer", "modelroll_client_timeouts_total")
+        return Server(port, "/v1/infer", "modelroll_client_timeouts_total", port)
     sidecar = f"http://127.0.0.1:{_sidecar(spawn, model)}"
     routes = tmp_path / "routes.json"
     routes.write_text(json.dumps({"sentiment": route("sentiment", ("v1", 1, sidecar))}))
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     spawn(
         "modelroll-gateway",
         f"--port={port}",
+        f"--admin-port={admin_port}",
         f"--routes-file={routes}",
         f"--read-timeout={READ_TIMEOUT_S:g}",
         ready=f"http://127.0.0.1:{port}/readyz",
     )
-    return Server(port, "/v1/models/sentiment/infer", "modelroll_gateway_client_timeouts_total")
+    metric = "modelroll_gateway_client_timeouts_total"
+    return Server(port, "/v1/models/sentiment/infer", metric, admin_port)
 
 
 async def test_slow_clients_get_408_and_are_counted_while_others_are_served(

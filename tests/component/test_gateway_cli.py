@@ -15,11 +15,13 @@ from tests.unit.common.test_flags import help_entries
 from tests.unit.gateway.conftest import route
 
 
-def _post(url: str, payload: object) -> tuple[int, str, dict[str, object]]:
+def _post(
+    url: str, payload: object, headers: dict[str, str] | None = None
+) -> tuple[int, str, dict[str, object]]:
     request = urllib.request.Request(  # noqa: S310 (loopback URL)
         url,
         data=json.dumps({"payload": payload}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(headers or {})},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
@@ -27,6 +29,14 @@ def _post(url: str, payload: object) -> tuple[int, str, dict[str, object]]:
     except urllib.error.HTTPError as exc:
         version = exc.headers["X-Modelroll-Version"]
         return exc.code, version, {"error": exc.read().decode(errors="replace")}
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (loopback URL)
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
@@ -53,7 +63,11 @@ def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
     gateway = spawn(
         "modelroll-gateway",
         ready=f"http://127.0.0.1:{gw_port}/readyz",
-        env={"MODELROLL_PORT": str(gw_port), "MODELROLL_ROUTES_FILE": str(routes)},
+        env={
+            "MODELROLL_PORT": str(gw_port),
+            "MODELROLL_ADMIN_PORT": str(free_port()),
+            "MODELROLL_ROUTES_FILE": str(routes),
+        },
     )
 
     url = f"http://127.0.0.1:{gw_port}/v1/models/sentiment/infer"
@@ -66,6 +80,58 @@ def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
     log = gateway.log()
     assert "Added the routes of model sentiment: stable-v1=1" in log
     assert "secret-payload-7f3a" not in log  # no payloads in logs
+
+
+def test_unreleased_versions_are_out_of_reach_of_the_clients_port(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """With its defaults, what a client can send to the gateway's port reaches no weight-0
+    version and does not tell its name from a guess; the routes and the metrics, which name it,
+    are on the admin port."""
+    model_port, sidecar_port, gw_port, admin_port = (free_port() for _ in range(4))
+    spawn(
+        "modelroll-demo-model",
+        f"--port={model_port}",
+        ready=f"http://127.0.0.1:{model_port}/readyz",
+    )
+    stable = f"http://127.0.0.1:{sidecar_port}"
+    spawn(
+        "modelroll-sidecar",
+        f"--port={sidecar_port}",
+        f"--upstream=http://127.0.0.1:{model_port}",
+        "--model=sentiment",
+        "--version=stable-v1",
+        ready=f"{stable}/readyz",
+    )
+    dark = f"http://127.0.0.1:{free_port()}"  # nothing listens: a request it got would be 502
+    routes = tmp_path / "routes.json"
+    versions = (("stable-v1", 1, stable), ("canary-v2", 0, dark))
+    routes.write_text(json.dumps({"sentiment": route("sentiment", *versions)}))
+    base, admin = f"http://127.0.0.1:{gw_port}", f"http://127.0.0.1:{admin_port}"
+    gateway = spawn(
+        "modelroll-gateway",
+        f"--port={gw_port}",
+        f"--admin-port={admin_port}",
+        f"--routes-file={routes}",
+        ready=f"{base}/readyz",
+    )
+
+    url = f"{base}/v1/models/sentiment/infer"
+    real = _post(url, "hi", {"X-Modelroll-Version": "canary-v2"})
+    guess = _post(url, "hi", {"X-Modelroll-Version": "canary-v9"})
+    assert real == guess == _post(url, "hi"), gateway.log()
+    assert real[:2] == (200, "stable-v1")
+    for path in ("/metrics", "/v1/routes"):
+        assert _get(f"{base}{path}") == (404, json.dumps({"error": f"no such path '{path}'"}))
+    status, text = _get(f"{admin}/metrics")
+    assert status == 200
+    assert 'modelroll_gateway_weight{model="sentiment",version="canary-v2"} 0.0' in text
+    assert "modelroll_gateway_pins_ignored_total 2.0" in text
+    status, text = _get(f"{admin}/v1/routes")
+    assert status == 200
+    (model,) = json.loads(text)["models"]
+    assert [v["name"] for v in model["versions"]] == ["stable-v1", "canary-v2"]
+    assert "Serving GET /metrics and GET /v1/routes on 0.0.0.0:" in gateway.log()
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -121,11 +187,16 @@ def test_bad_values_are_refused_naming_the_flag_or_variable_they_came_from() -> 
     assert result.returncode == 2
     error = "modelroll-gateway: error: MODELROLL_PORT=80000: invalid port number (0 to 65535)"
     assert result.stderr.splitlines()[-1] == error
+    result = _run("--routes-file=x.json", "--admin-port=8080")
+    assert result.returncode == 2
+    error = "modelroll-gateway: error: --admin-port must differ from --port, got 8080 for both"
+    assert result.stderr.splitlines()[-1] == error
 
 
 DEFAULTS = {
     "--host": "0.0.0.0",
     "--port": "8080",
+    "--admin-port": "9090",
     "--namespace": "the service account's, else the kubeconfig context's, else 'default'",
     "--configmap": "modelroll-routes",
     "--routes-file": "none: routes come from the API",
@@ -137,10 +208,13 @@ DEFAULTS = {
     "--upstream-connection-max-age": "10.0",
     "--upstream-max-connections": "100",
     "--shadow-max-in-flight": "64",
+    "--shadow-max-compare-bytes": "1048576",
+    "--cohort-key-budget": "10",
+    "--series-grace-seconds": "600.0",
     "--max-body-bytes": "1048576",
     "--read-timeout": "30.0",
-    "--trusted-networks": "127.0.0.0/8,::1/128",
-    "--pin-trusted-only": "off",
+    "--trusted-networks": "none (loopback too is a proxy's address in a pod with a mesh's sidecar)",
+    "--pins-from-any-client": "off",
     "--event-loop": "auto",
     "--log-level": "INFO",
 }

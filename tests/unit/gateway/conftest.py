@@ -21,7 +21,8 @@ from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.calls import CALL_SIZE_HEADER
 from modelroll_demo.llm import DemoLLMConfig, create_demo_llm_app
-from modelroll_gateway import GatewayConfig, create_app
+from modelroll_gateway import GatewayConfig, create_admin_app, create_app
+from modelroll_gateway.config import parse_networks
 
 
 @dataclass
@@ -137,16 +138,27 @@ def routes_file(tmp_path: Path) -> RoutesFile:
     return RoutesFile(tmp_path / "routes.json")
 
 
+TEST_CLIENT = parse_networks("127.0.0.1/32")
+"""The network of the tests' clients: the gateways the fixture starts trust it (they pin), unless
+a test gives its own ``trusted_networks``."""
+
+
 @dataclass
 class Gateway:
-    """A running gateway app and a client session pointed at it."""
+    """A running gateway app, its admin app, and a client session pointed at them."""
 
     server: TestServer
+    admin: TestServer
     session: aiohttp.ClientSession
     registry: CollectorRegistry
 
     def url(self, path: str) -> str:
+        """A URL on the clients' port."""
         return str(self.server.make_url(path))
+
+    def admin_url(self, path: str) -> str:
+        """A URL on the admin port (GET /metrics, GET /v1/routes)."""
+        return str(self.admin.make_url(path))
 
     async def infer(
         self,
@@ -167,7 +179,7 @@ class Gateway:
             return resp.status, resp.headers["X-Modelroll-Version"], body
 
     async def routes(self) -> dict[str, Any]:
-        async with self.session.get(self.url("/v1/routes")) as resp:
+        async with self.session.get(self.admin_url("/v1/routes")) as resp:
             assert resp.status == 200
             doc: dict[str, Any] = await resp.json()
             return doc
@@ -229,18 +241,22 @@ StartGateway = Callable[..., Awaitable[Gateway]]
 async def start_gateway(
     aiohttp_server: AiohttpServer, routes_file: RoutesFile
 ) -> AsyncIterator[StartGateway]:
-    """``await start_gateway(**config)``: a gateway reading `routes_file`, served on loopback."""
+    """``await start_gateway(**config)``: a gateway reading `routes_file`, and its admin app,
+    served on loopback; it trusts the tests' client (TEST_CLIENT) unless told otherwise."""
     sessions: list[aiohttp.ClientSession] = []
 
     async def start(**settings: Any) -> Gateway:
         settings.setdefault("routes_poll_seconds", 0.05)
         settings.setdefault("routes_file", routes_file.path)
+        settings.setdefault("trusted_networks", TEST_CLIENT)
         config = GatewayConfig(**settings)
         registry = CollectorRegistry()
-        server = await aiohttp_server(create_app(config, registry=registry), host="127.0.0.1")
+        app = create_app(config, registry=registry)
+        server = await aiohttp_server(app, host="127.0.0.1")
+        admin = await aiohttp_server(create_admin_app(app), host="127.0.0.1")
         session = aiohttp.ClientSession()
         sessions.append(session)
-        return Gateway(server, session, registry)
+        return Gateway(server, admin, session, registry)
 
     yield start
     for session in sessions:

@@ -30,7 +30,7 @@ def a_key_on(version: str) -> str:
 async def judged(gateway: Gateway) -> tuple[dict[str, float], dict[str, float]]:
     """The canary's judged and unjudged requests by code, as a canary analysis reads them from
     the gateway's /metrics."""
-    async with gateway.session.get(gateway.url("/metrics")) as resp:
+    async with gateway.session.get(gateway.admin_url("/metrics")) as resp:
         text = await resp.text()
     sums = _Sums()
     add_exposition(sums, text, MODEL, (CANARY, STABLE))

@@ -95,6 +95,7 @@ async def test_the_generation_timeout_flag_reaches_the_served_gateway(
     routes_file.write({"chat": route("chat", ("chat-v1", 1, engine.url))})
     port = free_port()
     flags = {"--routes-file": str(routes_file.path), "--host": "127.0.0.1", "--port": str(port)}
+    flags["--admin-port"] = "0"  # not served
     argv = [word for pair in flags.items() for word in pair]
     args = build_parser(environ={}).parse_args([*argv, "--generation-timeout", "0.4"])
     config = config_from_args(args)

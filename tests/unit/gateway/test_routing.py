@@ -237,7 +237,7 @@ async def test_probes_and_metrics_are_served(
     for path in ("/livez", "/readyz"):
         async with gw.session.get(gw.url(path)) as resp:
             assert resp.status == 200
-    async with gw.session.get(gw.url("/metrics")) as resp:
+    async with gw.session.get(gw.admin_url("/metrics")) as resp:
         text = await resp.text()
     assert 'modelroll_gateway_weight{model="sentiment",version="v1"} 3.0' in text
     # series exist at 0 before any request, so an error ratio is never "no data"

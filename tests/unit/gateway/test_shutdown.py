@@ -64,9 +64,13 @@ async def test_stopping_turns_unready_at_once_and_still_answers_every_request(
 ) -> None:
     standin = await start_standin("v1")
     routes_file.write({"m": route("m", ("v1", 1, standin.url))})
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     config = GatewayConfig(
-        host="127.0.0.1", port=port, routes_file=routes_file.path, routes_poll_seconds=0.05
+        host="127.0.0.1",
+        port=port,
+        admin_port=admin_port,
+        routes_file=routes_file.path,
+        routes_poll_seconds=0.05,
     )
     stop = asyncio.Event()
     serving = _serving(config, stop, UNREADY_SECONDS)
@@ -83,12 +87,15 @@ async def test_stopping_turns_unready_at_once_and_still_answers_every_request(
             # Kubernetes may still send requests for a moment: they are served, and told to
             # reconnect (to another replica).
             late = await _infer(session, base, "late")
+            async with session.get(f"http://127.0.0.1:{admin_port}/metrics") as resp:
+                scraped = resp.status  # the scraper still reads the drain's counts
             in_the_unready_phase = time.monotonic() - stopped
             answer = await in_flight
             answered = time.monotonic() - stopped
             await asyncio.wait_for(serving, 5.0)  # it exits once the last answer is out
-        with pytest.raises(ConnectionRefusedError):
-            await asyncio.open_connection("127.0.0.1", port)
+        for closed in (port, admin_port):
+            with pytest.raises(ConnectionRefusedError):
+                await asyncio.open_connection("127.0.0.1", closed)
     finally:
         if not serving.done():
             serving.cancel()
@@ -97,6 +104,7 @@ async def test_stopping_turns_unready_at_once_and_still_answers_every_request(
 
     assert ready == (503, {"error": "the gateway is shutting down"})
     assert late == (200, "close", {"output": "late", "model": "m", "version": "v1"})
+    assert scraped == 200
     assert in_the_unready_phase < UNREADY_SECONDS, "the checks above came too late to count"
     # The request in flight at the stop gets its answer, after the gateway stopped listening.
     assert answer == (
@@ -123,6 +131,7 @@ async def test_a_stream_outlasting_the_drain_ends_with_an_error_event_not_a_sile
     config = GatewayConfig(
         host="127.0.0.1",
         port=port,
+        admin_port=0,
         routes_file=routes_file.path,
         routes_poll_seconds=0.05,
         upstream_timeout=1.0,
