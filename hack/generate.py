@@ -4,8 +4,9 @@
 - ``crds/modelversion.yaml``: the fields that ``modelroll_common.settings`` declares
   (spec.batching, spec.protocol and the integer fields of spec.sidecar) are written from it:
   type, default, bounds, enum and description. So are the latency checks of
-  spec.analysis.checks (:data:`LATENCY_CHECKS`), which share their fields, and the stream
-  histograms and the shadow agreement of every counters object in status.analysis. The rest
+  spec.analysis.checks (:data:`LATENCY_CHECKS`), which share their fields, the stream
+  histograms and the shadow agreement of every counters object in status.analysis, and the
+  default of spec.analysis.metrics.gateway.port, the gateway's admin port. The rest
   of the schema is edited in the file and only laid out again here, so every edit ends in the
   same layout.
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
@@ -34,6 +35,7 @@ import dashboard  # hack/dashboard.py, likewise
 import reference  # hack/reference.py, likewise
 import yaml
 
+from modelroll_common.metric_names import GATEWAY_ADMIN_PORT
 from modelroll_common.settings import (
     BATCHING_CHOICES,
     BATCHING_SETTINGS,
@@ -196,6 +198,19 @@ def with_stream_histograms(analysis: dict[str, Any]) -> None:
             counters["agreement"] = agreement()
 
 
+def gateway_port() -> dict[str, Any]:
+    """spec.analysis.metrics.gateway.port: where the gateway serves /metrics by default."""
+    return {
+        "type": "integer",
+        "description": "The gateway pods' admin port, where they serve /metrics "
+        f"(default {GATEWAY_ADMIN_PORT}, the gateway's --admin-port).",
+        "format": "int32",
+        "default": GATEWAY_ADMIN_PORT,
+        "minimum": 1,
+        "maximum": 65535,
+    }
+
+
 def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
     """``crd`` with the declared fields written in place (a new one goes last)."""
     (version,) = crd["spec"]["versions"]
@@ -205,6 +220,8 @@ def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
     for name, description in LATENCY_CHECKS.items():
         checks[name] = latency_check(name, description)
     checks["guardrail"] = guardrail
+    metrics = spec["analysis"]["properties"]["metrics"]["properties"]
+    metrics["gateway"]["properties"]["port"] = gateway_port()
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     with_stream_histograms(status["analysis"]["properties"])
     batching = spec["batching"]["properties"]

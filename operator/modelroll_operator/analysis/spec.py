@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelroll_common.metric_names import GATEWAY_ADMIN_PORT
+
 from ..spec import SpecError
 
 HOLD = "Hold"
@@ -114,7 +116,8 @@ class MetricsSource:
     selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GATEWAY_SELECTOR))
     namespace: str | None = None
     """The gateway pods' namespace (default: the ModelVersion's)."""
-    port: int = 8080
+    port: int = GATEWAY_ADMIN_PORT
+    """The gateway pods' admin port, where they serve /metrics."""
     url: str | None = None
     """A fixed /metrics URL of the gateway (a gateway outside the cluster, say)."""
     prometheus_url: str | None = None
@@ -230,7 +233,7 @@ def _metrics(raw: Mapping[str, Any] | None, where: str) -> MetricsSource:
     return MetricsSource(
         selector={str(k): str(v) for k, v in selector.items()},
         namespace=gateway.get("namespace") or None,
-        port=_int(gateway, "port", f"{where}.gateway", 8080),
+        port=_int(gateway, "port", f"{where}.gateway", GATEWAY_ADMIN_PORT),
         url=gateway.get("url") or None,
         prometheus_url=(prometheus or {}).get("url") or None,
     )

@@ -68,7 +68,7 @@ def test_the_metrics_source() -> None:
         "app.kubernetes.io/name": "modelroll",
         "app.kubernetes.io/component": "gateway",
     }
-    assert default.port == 8080
+    assert default.port == 9090  # the gateway's admin port, where it serves /metrics
     prom = parsed(
         {"steps": [{"weight": 10}], "metrics": {"prometheus": {"url": "http://p:9090"}}}
     ).metrics
