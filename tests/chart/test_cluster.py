@@ -171,16 +171,24 @@ def test_helm_install_creates_the_release_and_prints_the_next_commands(
     assert "STATUS: deployed" in output
     fullname = f"{release}-modelroll"
     assert f"port-forward service/{fullname}-gateway 8080:8080" in output
+    assert f"port-forward service/{fullname}-gateway-admin 9090:9090" in output
+    assert "No client may pin a version with X-Modelroll-Version" in output
     assert f"rollout status deployment/{fullname}-operator" in output
     assert (
         f"NetworkPolicy/{fullname}-model-pods lets only the gateway, the scraper "
         f"(networkPolicy.scraper) reach the model pods in {namespace}, on the sidecar's port 8000"
     ) in output
+    assert (
+        f"NetworkPolicy/{fullname}-gateway lets only the scraper (networkPolicy.scraper) and "
+        "the operator reach the gateway's admin port 9090."
+    ) in output
     for kind, name in (
         ("deployment", f"{fullname}-operator"),
         ("deployment", f"{fullname}-gateway"),
         ("service", f"{fullname}-gateway"),
+        ("service", f"{fullname}-gateway-admin"),
         ("networkpolicy", f"{fullname}-model-pods"),
+        ("networkpolicy", f"{fullname}-gateway"),
         ("podmonitor", f"{fullname}-sidecars"),
         ("podmonitor", f"{fullname}-operator"),
         ("servicemonitor", f"{fullname}-gateway"),

@@ -1,6 +1,7 @@
 """The gateway's Deployment: the routes ConfigMap it follows; as Kubernetes stops it, a grace
 period that outlasts the gateway's own drain, and a PodDisruptionBudget when there are replicas
-to keep serving; and the clients it trusts, from values to flags."""
+to keep serving; the clients it trusts to pin, from values to flags; and its admin port, on a
+Service of its own."""
 
 from __future__ import annotations
 
@@ -108,27 +109,58 @@ def test_a_budget_that_would_block_every_drain_or_means_nothing_is_refused(
     assert "values don't meet the specifications of the schema" in result.stderr
 
 
-def test_trusted_networks_and_trusted_pins_reach_the_gateway_as_its_flags(helm: Helm) -> None:
-    """Empty by default: the gateway's own default (loopback) stands, and anyone may pin."""
-    parser = gateway_cli.build_parser()
+def gateway_config(helm: Helm, *settings: str) -> GatewayConfig:
+    """The gateway's settings as the chart's arguments give them."""
+    args = pod_template(helm.template(*settings))["spec"]["containers"][0]["args"]
+    return gateway_cli.config_from_args(gateway_cli.build_parser({}).parse_args(args))
 
-    def config(*settings: str) -> GatewayConfig:
-        args = pod_template(helm.template(*settings))["spec"]["containers"][0]["args"]
-        return gateway_cli.config_from_args(parser.parse_args(args))
 
-    default = config()
-    assert [str(n) for n in default.trusted_networks] == ["127.0.0.0/8", "::1/128"]
-    assert not default.pin_trusted_only
-    trusted = config(
-        "--set",
-        "gateway.trustedNetworks={10.244.0.0/16,fd00::/8}",
-        "--set",
-        "gateway.pinTrustedOnly=true",
-    )
+def test_trusted_networks_and_pins_from_any_client_reach_the_gateway_as_its_flags(
+    helm: Helm,
+) -> None:
+    """By default no client pins, loopback (a mesh's sidecar, an in-pod proxy) included."""
+    default = gateway_config(helm)
+    assert (default.trusted_networks, default.pins_from_any_client) == ((), False)
+    assert not any(default.trusts(a) for a in ("127.0.0.6", "127.0.0.1", "::1", "10.244.3.1"))
+    trusted = gateway_config(helm, "--set", "gateway.trustedNetworks={10.244.0.0/16,fd00::/8}")
     assert [str(n) for n in trusted.trusted_networks] == ["10.244.0.0/16", "fd00::/8"]
-    assert trusted.pin_trusted_only
     assert trusted.trusts("10.244.3.1")
     assert not trusted.trusts("127.0.0.1")
+    assert gateway_config(helm, "--set", "gateway.pinsFromAnyClient=true").pins_from_any_client
+
+
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+def test_the_admin_port_is_a_container_port_with_a_clusterip_service_of_its_own(
+    helm: Helm, values: tuple[Path, ...]
+) -> None:
+    """Whatever type the clients' Service has (a LoadBalancer in the full values), the admin
+    port is on a ClusterIP Service that has no other port, and the clients' Service lacks it."""
+    docs = helm.template(values=values)
+    config = gateway_cli.config_from_args(
+        gateway_cli.build_parser({}).parse_args(pod_template(docs)["spec"]["containers"][0]["args"])
+    )
+    container = pod_template(docs)["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": config.port, "admin": config.admin_port}
+    assert config.admin_port == (9091 if values else 9090)
+    admin = one(docs, "Service", "-gateway-admin")["spec"]
+    assert admin["type"] == "ClusterIP"
+    assert admin["ports"] == [
+        {"name": "admin", "port": config.admin_port, "targetPort": "admin", "protocol": "TCP"}
+    ]
+    assert (
+        admin["selector"] == one(docs, "Deployment", "-gateway")["spec"]["selector"]["matchLabels"]
+    )
+    clients = one(docs, "Service", "-gateway")["spec"]
+    assert [p["targetPort"] for p in clients["ports"]] == ["http"]
+
+
+def test_the_same_port_for_clients_and_admin_is_refused(helm: Helm) -> None:
+    result = helm.run(
+        "template", "modelroll", str(CHART), "--set", "gateway.adminPort=8080", check=False
+    )
+    assert result.returncode != 0
+    assert "gateway.adminPort and gateway.port are both 8080" in result.stderr
 
 
 def test_gateway_follows_the_routes_configmap_of_its_own_namespace(helm: Helm) -> None:

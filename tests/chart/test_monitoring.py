@@ -68,9 +68,18 @@ def test_the_operator_serves_metrics_on_a_port_its_podmonitor_scrapes(helm: Helm
     assert {"name": "metrics", "containerPort": 9102, "protocol": "TCP"} in container["ports"]
 
 
-def test_servicemonitor_selects_the_gateway_service(helm: Helm) -> None:
+def test_servicemonitor_scrapes_the_gateways_admin_port(helm: Helm) -> None:
+    """The gateway serves /metrics on its admin port alone: the ServiceMonitor's endpoint is the
+    admin Service's one port, and no port of the clients' Service."""
     docs = helm.template(values=[MONITORING_ON])
     monitor = one(docs, "ServiceMonitor")["spec"]
-    service = one(docs, "Service", "-gateway")
-    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    (endpoint,) = monitor["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("admin", "/metrics")
+    admin, clients = one(docs, "Service", "-gateway-admin"), one(docs, "Service", "-gateway")
+    for service in (admin, clients):
+        assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [p["name"] for p in admin["spec"]["ports"]] == ["admin"]
+    assert "admin" not in {p["name"] for p in clients["spec"]["ports"]}
+    pod = one(docs, "Deployment", "-gateway")["spec"]["template"]["spec"]
+    ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+    assert f"--admin-port={ports['admin']}" in pod["containers"][0]["args"]

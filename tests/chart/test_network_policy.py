@@ -1,7 +1,9 @@
-"""The chart's NetworkPolicy over the managed model pods: on by default, it admits the gateway's
-pods (and the scraper, when the sidecars are scraped) to the sidecar's port and nothing else, so
-no other pod reaches the model server's own port. Rendered here, and accepted as it is by the
-real API server (a server-side dry run with strict field validation).
+"""The chart's NetworkPolicies. Over the managed model pods: on by default, it admits the
+gateway's pods (and the scraper, when the sidecars are scraped) to the sidecar's port and nothing
+else, so no other pod reaches the model server's own port. Over the gateway's pods: every client
+reaches the clients' port, only the scraper and the operator the admin port, whose metrics and
+routes name every version. Rendered here, and accepted as they are by the real API server (a
+server-side dry run with strict field validation).
 
 Whether the policy is enforced is the network plugin's business: the local node's bridge CNI
 does not enforce NetworkPolicy, so no test sends traffic against it.
@@ -20,7 +22,7 @@ from modelroll_devcluster import Cluster
 from modelroll_operator.settings import SIDECAR_PORT, OperatorConfig
 from modelroll_operator.snapshots import VersionInfo
 from modelroll_operator.workload import deployment_manifest
-from tests.chart.conftest import CHART, EXAMPLES, Helm, Manifest, by_kind, one
+from tests.chart.conftest import CHART, EXAMPLES, FULL_VALUES, Helm, Manifest, by_kind, one
 
 MODEL_POD_SELECTOR = {
     "app.kubernetes.io/managed-by": "modelroll-operator",
@@ -35,6 +37,10 @@ SIDECAR_PORT_RULE = [{"protocol": "TCP", "port": SIDECAR_PORT}]
 
 def policy(docs: list[Manifest]) -> Manifest:
     return one(docs, "NetworkPolicy", "-model-pods")
+
+
+def gateway_policy(docs: list[Manifest]) -> Manifest:
+    return one(docs, "NetworkPolicy", "-gateway")
 
 
 def managed_pod(example: str = "sentiment-stable.yaml") -> Manifest:
@@ -146,7 +152,65 @@ def test_with_the_sidecars_scraped_the_scraper_is_admitted_to_the_sidecar_port(
 
 def test_the_values_default_to_the_kube_prometheus_stack_scraper() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]
-    assert values == {"enabled": True, "scraper": KUBE_PROMETHEUS_STACK, "extraIngress": []}
+    assert values == {
+        "enabled": True,
+        "scraper": KUBE_PROMETHEUS_STACK,
+        "extraIngress": [],
+        "gatewayAdminFrom": [],
+    }
+
+
+def container_ports(docs: list[Manifest], suffix: str) -> dict[str, int]:
+    """The named ports of the first container of the Deployment whose name ends with suffix."""
+    pod = one(docs, "Deployment", suffix)["spec"]["template"]["spec"]
+    return {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+
+
+@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+def test_only_the_scraper_and_the_operator_reach_the_gateways_admin_port(
+    helm: Helm, values: tuple[Path, ...]
+) -> None:
+    """Every client reaches the clients' port; the admin port, whose /metrics and /v1/routes
+    name every version, admits the scraper and the operator's pods, and no other pod (the
+    gateway's own and the model pods included)."""
+    docs = helm.template(values=values)
+    spec = gateway_policy(docs)["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    gateway = one(docs, "Deployment", "-gateway")
+    assert spec["podSelector"] == {"matchLabels": gateway["spec"]["selector"]["matchLabels"]}
+    ports = container_ports(docs, "-gateway")
+    assert set(ports) == {"http", "admin"}
+    clients, admin = spec["ingress"]
+    assert clients == {"ports": [{"protocol": "TCP", "port": ports["http"]}]}  # from anywhere
+    assert admin["ports"] == [{"protocol": "TCP", "port": ports["admin"]}]
+    scraper, operator = admin["from"]
+    assert scraper == KUBE_PROMETHEUS_STACK
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+        for d in by_kind(docs, "Deployment")
+    }
+    pods["model-pod"] = managed_pod()["metadata"]["labels"]
+    admitted = [name for name, labels in pods.items() if selects(operator["podSelector"], labels)]
+    assert admitted == ["modelroll-operator"]
+    selected = [name for name, labels in pods.items() if selects(spec["podSelector"], labels)]
+    assert selected == ["modelroll-gateway"]
+
+
+def test_without_the_operator_the_scraper_and_the_named_peers_alone_reach_the_admin_port(
+    helm: Helm,
+) -> None:
+    """An operator of another release is named in networkPolicy.gatewayAdminFrom."""
+    elsewhere = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
+    docs = helm.template(
+        "--set",
+        "operator.enabled=false",
+        "--set-json",
+        f"networkPolicy.gatewayAdminFrom=[{json.dumps(elsewhere)}]",
+    )
+    _, admin = gateway_policy(docs)["spec"]["ingress"]
+    assert admin["from"] == [KUBE_PROMETHEUS_STACK, elsewhere]
+    no_gateway = by_kind(helm.template("--set", "gateway.enabled=false"), "NetworkPolicy")
+    assert [p["metadata"]["name"] for p in no_gateway] == ["modelroll-model-pods"]
 
 
 def test_extra_ingress_rules_are_added_and_the_policy_can_be_turned_off(helm: Helm) -> None:
@@ -154,6 +218,7 @@ def test_extra_ingress_rules_are_added_and_the_policy_can_be_turned_off(helm: He
     docs = helm.template("--set-json", f"networkPolicy.extraIngress={json.dumps(extra)}")
     assert policy(docs)["spec"]["ingress"][1:] == extra
     assert not by_kind(helm.template("--set", "networkPolicy.enabled=false"), "NetworkPolicy")
+    assert gateway_policy(docs) == gateway_policy(helm.template())  # the model pods' rules only
 
 
 def test_without_the_gateway_nothing_reaches_the_model_pods(helm: Helm) -> None:
@@ -193,21 +258,27 @@ def test_a_misspelt_key_is_refused_rather_than_opening_the_policy(
             'networkPolicy.extraIngress=[{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}], '
             '"ports": [{"protocol": "TCP", "port": 8000}]}]',
         ),
+        (
+            "--set",
+            "operator.enabled=false",
+            "--set-json",
+            'networkPolicy.gatewayAdminFrom=[{"ipBlock": {"cidr": "10.0.0.0/8"}}]',
+        ),
     ],
-    ids=["default", "scraped", "no-gateway", "extra"],
+    ids=["default", "scraped", "no-gateway", "extra", "admin-from"],
 )
-def test_the_api_server_accepts_the_policy_as_rendered(
+def test_the_api_server_accepts_the_policies_as_rendered(
     helm: Helm, cluster: Cluster, namespace: str, settings: tuple[str, ...]
 ) -> None:
     """No field is unknown to the API server (strict validation), and it keeps every one."""
-    rendered = policy(helm.template(*settings, namespace=namespace))
-    result = cluster.kubectl(
-        *("apply", "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-"),
-        namespace=namespace,
-        input=yaml.safe_dump(rendered),
-    )
-    stored = json.loads(result.stdout)
-    assert stored["kind"] == "NetworkPolicy"
-    assert stored["metadata"]["namespace"] == namespace
-    # No rule (nothing admitted) is stored without the empty list.
-    assert {"ingress": [], **stored["spec"]} == rendered["spec"]
+    for rendered in by_kind(helm.template(*settings, namespace=namespace), "NetworkPolicy"):
+        result = cluster.kubectl(
+            *("apply", "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-"),
+            namespace=namespace,
+            input=yaml.safe_dump(rendered),
+        )
+        stored = json.loads(result.stdout)
+        assert stored["kind"] == "NetworkPolicy"
+        assert stored["metadata"]["namespace"] == namespace
+        # No rule (nothing admitted) is stored without the empty list.
+        assert {"ingress": [], **stored["spec"]} == rendered["spec"]

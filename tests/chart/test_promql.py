@@ -394,12 +394,13 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
                 }
             )
         )
-        gateway_port = free_port()
+        gateway_port, admin_port = free_port(), free_port()
         gateway = _start(
             "gateway",
             [
                 str(VENV_BIN / "modelroll-gateway"),
                 f"--port={gateway_port}",
+                f"--admin-port={admin_port}",
                 "--host=127.0.0.1",
                 f"--routes-file={routes_file}",
             ],
@@ -416,12 +417,13 @@ def stack(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
         operator_server = serve(operator_registry, operator_port, "127.0.0.1")
 
         # `namespace` is what the PodMonitor/ServiceMonitor add in a cluster; the operator's
-        # series carry their own (its PodMonitor honors them).
+        # series carry their own (its PodMonitor honors them). The gateway is scraped on its
+        # admin port, as the ServiceMonitor does.
         server = PrometheusServer(
             tmp / "prometheus",
             [
                 static_job("modelroll-sidecars", sidecars, namespace=NAMESPACE),
-                static_job("modelroll-gateway", [f"127.0.0.1:{gateway_port}"], namespace=NAMESPACE),
+                static_job("modelroll-gateway", [f"127.0.0.1:{admin_port}"], namespace=NAMESPACE),
                 static_job("modelroll-operator", [f"127.0.0.1:{operator_port}"]),
             ],
             rule_files=[write_rules(helm, tmp)],
