@@ -292,7 +292,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup) -> dict[str, Any]:
     gport = free_port()
     gateway_argv = [python, "-m", "modelroll_gateway", "--host", "127.0.0.1", "--port", str(gport)]
     gateway_argv += ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace]
-    gateway_argv += ["--log-level", "WARNING"]
+    gateway_argv += ["--log-level", "WARNING", "--admin-port", "0"]  # no metrics read here
     recorder_argv = [python, "-m", "modelroll_bench.recorder", "--host", address]
     report: dict[str, Any] = {
         "setup": {**asdict(setup), "kubeconfig": str(setup.kubeconfig or "")},

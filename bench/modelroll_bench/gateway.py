@@ -115,6 +115,10 @@ async def gateway_to(
         port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(port), "--routes-file", str(routes)]
         args += ["--event-loop", event_loop, "--log-level", "WARNING"]
+        if python == sys.executable:
+            # No metrics are read here: no admin port, so that the arms running at once do not
+            # all take its default. (The baseline, one arm, may predate --admin-port.)
+            args += ["--admin-port", "0"]
         async with serve_module(
             "modelroll_gateway", args, port, _cpu(cpu, setup), python
         ) as server:

@@ -388,6 +388,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
     gport = free_port()
     kube = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace]
     gateway = [python, "-m", "modelroll_gateway", "--host", "127.0.0.1", "--port", str(gport)]
+    gateway += ["--admin-port", "0"]  # no metrics read here
     report: dict[str, Any] = {
         "setup": {**asdict(setup), "kubeconfig": str(setup.kubeconfig or "")},
         "modes": {},

@@ -8,7 +8,8 @@
 #   2. build the operator, gateway, sidecar and demo images and `kind load` them
 #   3. install kube-prometheus-stack (Prometheus Operator + Prometheus) and the modelroll chart
 #      with monitoring on (PodMonitor, ServiceMonitor, PrometheusRule)
-#   4. port-forward the gateway and Prometheus, and run the scenario against them: the versions
+#   4. port-forward the gateway, its admin port and Prometheus, and run the scenario against
+#      them (it pins versions through the port-forward, which arrives from loopback): the versions
 #      are the managed examples (examples/managed/) renamed stable-v1 and canary-v2
 #   5. stop the port-forwards and delete the cluster (KEEP_CLUSTER=1 keeps it)
 #
@@ -23,6 +24,7 @@ RELEASE=modelroll
 MONITORING_NAMESPACE=monitoring
 PROMETHEUS_RELEASE=kube-prometheus-stack   # examples/values-monitoring.yaml selects on it
 GATEWAY_PORT=${GATEWAY_PORT:-18080}
+GATEWAY_ADMIN_PORT=${GATEWAY_ADMIN_PORT:-18090}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-19090}
 HELM=${HELM:-.bin/helm}
 KUBECTL=${KUBECTL:-.bin/kubectl}
@@ -74,16 +76,21 @@ step "Installing the modelroll chart with monitoring on"
 "$HELM" upgrade --install "$RELEASE" charts/modelroll \
   --namespace "$NAMESPACE" --create-namespace --wait --timeout 5m \
   -f examples/values-monitoring.yaml \
-  --set monitoring.podMonitor.interval=5s --set monitoring.serviceMonitor.interval=5s
+  --set monitoring.podMonitor.interval=5s --set monitoring.serviceMonitor.interval=5s \
+  --set 'gateway.trustedNetworks={127.0.0.1/32}'
 
-step "Port-forwarding the gateway (:$GATEWAY_PORT) and Prometheus (:$PROMETHEUS_PORT)"
+step "Port-forwarding the gateway (:$GATEWAY_PORT, admin :$GATEWAY_ADMIN_PORT) and Prometheus (:$PROMETHEUS_PORT)"
 "$KUBECTL" --namespace "$NAMESPACE" port-forward "service/$RELEASE-gateway" \
   "$GATEWAY_PORT:8080" >/dev/null &
+forwards+=($!)
+"$KUBECTL" --namespace "$NAMESPACE" port-forward "service/$RELEASE-gateway-admin" \
+  "$GATEWAY_ADMIN_PORT:9090" >/dev/null &
 forwards+=($!)
 "$KUBECTL" --namespace "$MONITORING_NAMESPACE" port-forward \
   "service/$PROMETHEUS_RELEASE-prometheus" "$PROMETHEUS_PORT:9090" >/dev/null &
 forwards+=($!)
-for url in "http://127.0.0.1:$GATEWAY_PORT/readyz" "http://127.0.0.1:$PROMETHEUS_PORT/-/ready"; do
+for url in "http://127.0.0.1:$GATEWAY_PORT/readyz" "http://127.0.0.1:$GATEWAY_ADMIN_PORT/metrics" \
+  "http://127.0.0.1:$PROMETHEUS_PORT/-/ready"; do
   for _ in $(seq 60); do curl -fsS "$url" >/dev/null 2>&1 && break; sleep 1; done
   curl -fsS "$url" >/dev/null || { echo "$url does not answer" >&2; exit 1; }
 done
@@ -95,5 +102,6 @@ MODELROLL_KUBECTL=$KUBECTL \
 MODELROLL_E2E_NAMESPACE=$NAMESPACE \
 MODELROLL_E2E_RELEASE=$RELEASE \
 MODELROLL_E2E_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT \
+MODELROLL_E2E_GATEWAY_ADMIN_URL=http://127.0.0.1:$GATEWAY_ADMIN_PORT \
 MODELROLL_E2E_PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT \
   .venv/bin/python -m pytest tests/e2e/test_rollout.py tests/node ${PYTEST_ARGS:-}

@@ -73,8 +73,9 @@ def metric(url: str, sample: str, **labels: str) -> float:
 
 
 def gateway_metric(stack: Stack, sample: str, **labels: str) -> float:
-    """A sample of the stack's gateway's /metrics (summed over the labels not given)."""
-    return metric(f"{stack.gateway_url}/metrics", sample, **labels)
+    """A sample of the stack's gateway's /metrics, on its admin port (summed over the labels not
+    given)."""
+    return metric(f"{stack.gateway_admin_url}/metrics", sample, **labels)
 
 
 def eventually(check: Callable[[], T | None], what: str, within: float) -> T:
@@ -91,9 +92,9 @@ def eventually(check: Callable[[], T | None], what: str, within: float) -> T:
 
 def canary_manifest(stack: Stack, name: str, analysis: dict[str, Any]) -> str:
     """The ModelVersion of the stack's version ``name`` at weight 0, with ``analysis`` reading
-    the gateway's /metrics."""
+    the gateway's /metrics (on its admin port)."""
     manifest = stack.manifest(name, weight=0)
-    metrics = {"gateway": {"url": f"{stack.gateway_url}/metrics"}}
+    metrics = {"gateway": {"url": f"{stack.gateway_admin_url}/metrics"}}
     manifest["spec"]["analysis"] = {"metrics": metrics, **analysis}
     return yaml.safe_dump(manifest)
 

@@ -1,8 +1,10 @@
 """The e2e scenario against a real cluster (``make e2e-kind``): the chart's operator and gateway,
 managed versions running as pods, and the cluster's Prometheus.
 
-hack/kind/e2e.sh installs the chart with monitoring on, then reaches the gateway and Prometheus
-through ``kubectl port-forward`` and names them here through the environment:
+hack/kind/e2e.sh installs the chart with monitoring on, trusting the pins of clients on the
+gateway pod's loopback (where ``kubectl port-forward`` arrives), then reaches the gateway, its
+admin port and Prometheus through ``kubectl port-forward`` and names them here through the
+environment:
 
 | variable | meaning | default |
 |---|---|---|
@@ -10,6 +12,7 @@ through ``kubectl port-forward`` and names them here through the environment:
 | ``MODELROLL_E2E_NAMESPACE`` | the release namespace (the versions go there) | ``modelroll`` |
 | ``MODELROLL_E2E_RELEASE`` | the chart's release name | ``modelroll`` |
 | ``MODELROLL_E2E_GATEWAY_URL`` | the gateway, port-forwarded | ``http://127.0.0.1:18080`` |
+| ``MODELROLL_E2E_GATEWAY_ADMIN_URL`` | its admin port, forwarded | ``http://127.0.0.1:18090`` |
 | ``MODELROLL_E2E_PROMETHEUS_URL`` | Prometheus, port-forwarded | ``http://127.0.0.1:19090`` |
 
 The versions are the managed examples (examples/managed/), renamed to the story's stable-v1 and
@@ -58,6 +61,8 @@ class InCluster:
     namespace: str
     release: str
     gateway_url: str
+    gateway_admin_url: str
+    """The gateway's admin port: GET /metrics and GET /v1/routes."""
     prometheus_url: str
     settle_s: float = 240.0
     install_seconds: float | None = None
@@ -72,6 +77,7 @@ class InCluster:
             namespace=env("MODELROLL_E2E_NAMESPACE", "modelroll"),
             release=env("MODELROLL_E2E_RELEASE", "modelroll"),
             gateway_url=env("MODELROLL_E2E_GATEWAY_URL", "http://127.0.0.1:18080"),
+            gateway_admin_url=env("MODELROLL_E2E_GATEWAY_ADMIN_URL", "http://127.0.0.1:18090"),
             prometheus_url=env("MODELROLL_E2E_PROMETHEUS_URL", "http://127.0.0.1:19090"),
         )
 
@@ -97,7 +103,7 @@ class InCluster:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True)
 
     def routes(self) -> dict[str, Any]:
-        doc = get_json(f"{self.gateway_url}/v1/routes")
+        doc = get_json(f"{self.gateway_admin_url}/v1/routes")
         return {m["model"]: m for m in doc["models"]}
 
     def configmap_data(self) -> dict[str, str]:

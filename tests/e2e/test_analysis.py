@@ -164,7 +164,7 @@ def test_a_canary_with_a_few_requests_a_minute_holds_and_is_not_rolled_back(
 def test_eighty_pinned_requests_the_canary_fails_change_no_verdict(
     start_stack: StartStack,
 ) -> None:
-    """Any client may pin a version. 80 pinned requests that a healthy canary fails (inputs
+    """A trusted client may pin a version. 80 pinned requests that a healthy canary fails (inputs
     longer than its model's maximum length; both versions have the same limit) while it is
     analysed: it is promoted all the same, and its evidence holds none of them."""
     limit = ("--max-length=24",)  # Traffic's inputs are 1 to 24 words
@@ -280,14 +280,15 @@ def test_a_gateway_that_has_not_applied_a_step_holds_it_until_it_does(
         routes.write_text(json.dumps({MODEL: {"model": MODEL, "versions": versions}}))
 
     route(**{STABLE: 100})
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{admin_port}"
     spawn(
         "modelroll-gateway",
         f"--routes-file={routes}",
         "--host=127.0.0.1",
         f"--port={port}",
-        ready=f"{base}/readyz",
+        f"--admin-port={admin_port}",
+        ready=f"http://127.0.0.1:{port}/readyz",
     )
     manifest = yaml.safe_load(canary_manifest(stack, {**FAST, "steps": [{"weight": 20}]}))
     manifest["spec"]["analysis"]["metrics"] = {"gateway": {"url": f"{base}/metrics"}}

@@ -42,8 +42,9 @@ TOKEN_REREAD = 60.0
 the kubelet rotates a projected token long before it expires, at 80% of its life."""
 
 
-def gateway_weights(port: int, model: str) -> dict[str, int] | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/routes", timeout=5) as resp:
+def gateway_weights(admin_port: int, model: str) -> dict[str, int] | None:
+    """The weights the gateway routes `model` by, from GET /v1/routes on its admin port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/v1/routes", timeout=5) as resp:
         doc = json.load(resp)
     for item in doc["models"]:
         if item["model"] == model:
@@ -51,8 +52,8 @@ def gateway_weights(port: int, model: str) -> dict[str, int] | None:
     return None
 
 
-def gateway_source(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/routes", timeout=5) as resp:
+def gateway_source(admin_port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/v1/routes", timeout=5) as resp:
         return str(json.load(resp)["source"])
 
 
@@ -66,10 +67,15 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
         first = service_account_token(cluster, namespace, account, bound_to="first-token")
         pod = PodIdentity.create(cluster, tmp_path / "serviceaccount", namespace, first)
         in_pod = {"prefix": pod.prefix(), "env": pod.env(home=tmp_path)}
-        port, liveness = free_port(), f"http://127.0.0.1:{free_port()}/healthz"
+        gateway_port, admin_port = free_port(), free_port()
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
         # No --kubeconfig, and no --namespace for the gateway: the service account's namespace.
         gateway = spawn(
-            "modelroll-gateway", f"--port={port}", ready=f"http://127.0.0.1:{port}/readyz", **in_pod
+            "modelroll-gateway",
+            f"--port={gateway_port}",
+            f"--admin-port={admin_port}",
+            ready=f"http://127.0.0.1:{gateway_port}/readyz",
+            **in_pod,
         )
         flags = [
             f"--namespace={namespace}",
@@ -81,14 +87,14 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
             spawn("modelroll-operator", *flags, ready=liveness, **in_pod), liveness
         )
         loaded = time.monotonic()  # both have read the token file by now
-        assert gateway_source(port) == f"configmap {namespace}/modelroll-routes"
+        assert gateway_source(admin_port) == f"configmap {namespace}/modelroll-routes"
 
         endpoint = "http://stable-v1.example:8000"
         cluster.apply(
             model_version("stable-v1", "sentiment", weight=3, endpoint=endpoint),
             namespace=namespace,
         )
-        eventually(lambda: gateway_weights(port, "sentiment") == {"stable-v1": 3}, "routing")
+        eventually(lambda: gateway_weights(admin_port, "sentiment") == {"stable-v1": 3}, "routing")
         assert operator.logged("Initial authentication has finished")
 
         # The kubelet's rotation: a new token in the file; here the old one is also revoked.
@@ -111,7 +117,7 @@ def test_in_cluster_credentials_and_a_rotated_token_need_no_restart(
             namespace=namespace,
         )
         eventually(
-            lambda: gateway_weights(port, "sentiment") == {"stable-v1": 5},
+            lambda: gateway_weights(admin_port, "sentiment") == {"stable-v1": 5},
             "the new weight through the operator and the gateway",
             within=60.0,
         )

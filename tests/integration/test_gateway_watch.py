@@ -86,13 +86,17 @@ def routes(cluster: Cluster, namespace: str) -> RoutesConfigMap:
 
 
 class GatewayProcess:
-    def __init__(self, proc: Proc, port: int, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, proc: Proc, port: int, admin_port: int, session: aiohttp.ClientSession
+    ) -> None:
         self.proc = proc
         self.base = f"http://127.0.0.1:{port}"
+        self.admin = f"http://127.0.0.1:{admin_port}"
+        """Its admin port: GET /metrics and GET /v1/routes."""
         self.session = session
 
     async def routes(self) -> dict[str, Any]:
-        async with self.session.get(f"{self.base}/v1/routes") as resp:
+        async with self.session.get(f"{self.admin}/v1/routes") as resp:
             assert resp.status == 200
             doc: dict[str, Any] = await resp.json()
             return doc
@@ -123,7 +127,7 @@ class GatewayProcess:
             return resp.status, resp.headers["X-Modelroll-Version"]
 
     async def metric(self, line_start: str) -> float:
-        async with self.session.get(f"{self.base}/metrics") as resp:
+        async with self.session.get(f"{self.admin}/metrics") as resp:
             for line in (await resp.text()).splitlines():
                 if line.startswith(line_start):
                     return float(line.rsplit(" ", 1)[1])
@@ -141,16 +145,17 @@ async def start_gateway(
     session = aiohttp.ClientSession()
 
     def start(*extra: str, kubeconfig: Path | None = None) -> GatewayProcess:
-        port = free_port()
+        port, admin_port = free_port(), free_port()
         proc = spawn(
             "modelroll-gateway",
             f"--port={port}",
+            f"--admin-port={admin_port}",
             f"--namespace={namespace}",
             f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
             *extra,
             ready=f"http://127.0.0.1:{port}/readyz",
         )
-        return GatewayProcess(proc, port, session)
+        return GatewayProcess(proc, port, admin_port, session)
 
     yield start
     await session.close()

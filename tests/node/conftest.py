@@ -39,10 +39,12 @@ INSTALL_TIMEOUT_S = 110  # within Helm.run's own 120 s
 
 
 #: What the local node needs on top of the chart's defaults: nothing can be pulled, so the images
-#: `make images` imported are used as they are; and the tests, on the host, read the gateway's
-#: GET /v1/routes through its Service, whose connections from the host kube-proxy masquerades to
-#: the host's address on the pod network (the CNI bridge's): the gateway trusts that network.
-#: The operator also routes models that an HTTPRoute claims (test_httproute_on_node.py).
+#: `make images` imported are used as they are; and the tests, on the host, pin versions through
+#: the gateway's Service, whose connections from the host kube-proxy masquerades to the host's
+#: address on the pod network (the CNI bridge's): the gateway trusts that network to pin. (They
+#: read GET /v1/routes on its admin Service, which the node's CNI lets the host reach: it does
+#: not enforce NetworkPolicy.) The operator also routes models that an HTTPRoute claims
+#: (test_httproute_on_node.py).
 NODE_VALUES = (
     "operator.image.pullPolicy=Never",
     "gateway.image.pullPolicy=Never",
@@ -108,6 +110,9 @@ def on_cluster(
     installed = install_chart(node_cluster, helm)
     gateway = node_cluster.kubectl_json("get", "service", f"{RELEASE}-gateway", namespace=NAMESPACE)
     port = gateway["spec"]["ports"][0]["port"]
+    admin = node_cluster.kubectl_json(
+        "get", "service", f"{RELEASE}-gateway-admin", namespace=NAMESPACE
+    )
     job = pod_monitor_job(rendered_pod_monitor(helm), node_cluster.kubeconfig)
     prometheus = Prometheus(tmp_path_factory.mktemp("prometheus"), [job])
     prometheus.start()
@@ -117,6 +122,7 @@ def on_cluster(
         release=RELEASE,
         # Through the Service's cluster IP, which kube-proxy serves on the node's host too.
         gateway_url=f"http://{gateway['spec']['clusterIP']}:{port}",
+        gateway_admin_url=f"http://{admin['spec']['clusterIP']}:{admin['spec']['ports'][0]['port']}",
         prometheus_url=prometheus.url,
         settle_s=120.0,
     )

@@ -45,7 +45,7 @@ def test_the_gateway_pod_read_its_routes_through_the_api(on_cluster: InCluster) 
     only with its service account's token (its Role allows exactly that ConfigMap)."""
     with urllib.request.urlopen(f"{on_cluster.gateway_url}/readyz", timeout=5) as resp:  # noqa: S310
         assert resp.status == 200
-    with urllib.request.urlopen(f"{on_cluster.gateway_url}/v1/routes", timeout=5) as resp:  # noqa: S310
+    with urllib.request.urlopen(f"{on_cluster.gateway_admin_url}/v1/routes", timeout=5) as resp:  # noqa: S310
         assert "models" in json.loads(resp.read())
     logs = on_cluster.kubectl("logs", f"deployment/{on_cluster.release}-gateway").stdout
     assert "Unauthorized" not in logs, logs[-2000:]

@@ -228,6 +228,7 @@ def run(stack: Stack, out: TextIO, once: bool, every: float) -> None:
     stack.start()
     say("")
     say(f"Gateway:    {stack.gateway_url}/v1/models/{stack.model}/infer")
+    say(f"Its admin:  {stack.gateway_admin_url}/v1/routes and /metrics")
     if stack.prometheus is not None:
         say(f"Prometheus: {stack.prometheus.url}/graph (per-version series, 1 s scrapes)")
     shell = shell_lines(stack)

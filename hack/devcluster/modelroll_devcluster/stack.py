@@ -4,9 +4,11 @@
 The local control plane (or a cluster the caller already has), the ModelVersion CRD, and in one
 namespace: per version a model server (a demo model by default, or the real sentence encoder,
 ``modelroll-encoder``) behind its own batching sidecar, the operator serving that namespace, the
-gateway watching its ``modelroll-routes`` ConfigMap, and Prometheus scraping the sidecars and the
-gateway every second. Versions run in external mode: each ModelVersion's ``spec.endpoint`` is its
-sidecar's URL, and the operator creates no workload for it.
+gateway watching its ``modelroll-routes`` ConfigMap (its admin port apart, and trusting the pins
+of clients on 127.0.0.1, where the demo's and the tests' requests come from), and Prometheus
+scraping the sidecars and the gateway's admin port every second. Versions run in external mode:
+each ModelVersion's ``spec.endpoint`` is its sidecar's URL, and the operator creates no workload
+for it.
 """
 
 from __future__ import annotations
@@ -222,6 +224,8 @@ class Stack:
         self.operator_liveness = ""
         self.gateway: Component | None = None
         self.gateway_url = ""
+        self.gateway_admin_url = ""
+        """The gateway's admin port: GET /metrics and GET /v1/routes."""
         self.prometheus: Prometheus | None = None
         self._components: list[Component] = []
 
@@ -448,14 +452,18 @@ class Stack:
         self.operator.stop()  # reaps it and closes its log
 
     def _start_gateway(self) -> None:
-        port = free_port()
+        port, admin_port = free_port(), free_port()
         self.gateway_url = f"http://127.0.0.1:{port}"
+        self.gateway_admin_url = f"http://127.0.0.1:{admin_port}"
         self.gateway = self._spawn(
             "gateway",
             [
                 venv_script("modelroll-gateway"),
                 "--host=127.0.0.1",
                 f"--port={port}",
+                f"--admin-port={admin_port}",
+                # Everything on this machine may pin: the demo's curl lines and the tests do.
+                "--trusted-networks=127.0.0.1/32",
                 f"--namespace={self.namespace}",
                 f"--configmap={CONFIGMAP}",
                 f"--kubeconfig={self._cluster().kubeconfig}",
@@ -465,7 +473,7 @@ class Stack:
 
     def _start_prometheus(self) -> None:
         sidecars = [v.sidecar_url.removeprefix("http://") for v in self.versions.values()]
-        gateway = self.gateway_url.removeprefix("http://")
+        gateway = self.gateway_admin_url.removeprefix("http://")
         server = Prometheus(
             self.run_dir / "prometheus",
             [
@@ -548,7 +556,7 @@ class Stack:
 
     def routes(self) -> dict[str, Any]:
         """The gateway's view of the routes (``GET /v1/routes``), by model."""
-        doc = get_json(f"{self.gateway_url}/v1/routes")
+        doc = get_json(f"{self.gateway_admin_url}/v1/routes")
         return {m["model"]: m for m in doc["models"]}
 
     def configmap_data(self) -> dict[str, str]:
