@@ -930,6 +930,7 @@ def shadow() -> list[Panel]:
             44,
             "Shadow copies by outcome",
             "Copies per second by how they ended: compared, incomparable (a 200 that cannot be "
+            "compared), too_large (an answer over the gateway's --shadow-max-compare-bytes, not "
             "compared), failed (another status, no answer, too slow), dropped (the gateway's "
             "--shadow-max-in-flight copies were open). No copy is ever queued.",
             "reqps",
