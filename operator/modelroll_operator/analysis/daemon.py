@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from ..api import Api, KubeApiError, mv_path
+from ..api import UNREACHABLE, Api, KubeApiError, mv_path
 from ..snapshots import ModelKey, VersionInfo, VersionKey
 from ..spec import PREFIX, SpecError
 from . import machine
@@ -42,7 +42,12 @@ ANNOTATION_COMMAND = f"{PREFIX}/analysis-command"
 """``<verb>:<nonce>``, verb one of COMMANDS; set by ``kubectl modelroll analysis``."""
 COMMANDS = ("resume", "abort", "skip")
 RETRY_S = 2.0
-"""Seconds before a tick that failed on the API server is tried again."""
+"""Seconds before a tick that failed on the API server (an error, or no connection) is tried
+again."""
+FAULT_RETRY_S = 30.0
+"""Seconds before a tick that failed on a fault of the operator's own (logged with its
+traceback) is tried again: soon enough to go on once the cause is gone, seldom enough that
+the log is not one traceback after another."""
 FINISHED_CHECK_S = 10.0
 """Seconds between two looks at a canary whose analysis is over."""
 PENDING = machine.PENDING
@@ -100,14 +105,25 @@ class Canaries:
         self, namespace: str, name: str, sleep: Callable[[float], Awaitable[bool]]
     ) -> None:
         """Tick until the canary has no analysis left to run; ``sleep(seconds)`` returns True
-        when the daemon is asked to stop."""
+        when the daemon is asked to stop. A tick that fails is tried again, whatever failed:
+        the task ends only when the analysis does."""
         try:
             while True:
                 try:
                     delay = await self.tick(namespace, name)
-                except (KubeApiError, OSError) as exc:
+                except (KubeApiError, *UNREACHABLE) as exc:
+                    # With no API server, no status can say so: the log does, and the step
+                    # holds (no weight is written) until the server is back.
                     log.warning("Analysis of %s/%s: %s; trying again", namespace, name, exc)
                     delay = RETRY_S
+                except Exception:
+                    log.exception(
+                        "Analysis of %s/%s failed; trying again in %.0fs",
+                        namespace,
+                        name,
+                        FAULT_RETRY_S,
+                    )
+                    delay = FAULT_RETRY_S
                 if delay is None or await sleep(delay):
                     return
         finally:  # gone, no longer a canary, or another replica runs it now
@@ -191,9 +207,14 @@ class Canaries:
                 backends=self._backends(info.model_key),
             )
         except MetricsUnavailable as exc:
-            self.metrics.source_error(info.namespace, info.model, info.name)
-            return machine.evaluate(spec, state, None, now, str(exc))
-        return machine.evaluate(spec, state, snapshot, now)
+            error = str(exc)
+        except Exception:  # a fault of the operator's own: the step holds, saying so
+            log.exception("Reading the metrics of %s/%s failed", info.namespace, info.name)
+            error = "the operator failed to read them: an internal error, in its log"
+        else:
+            return machine.evaluate(spec, state, snapshot, now)
+        self.metrics.source_error(info.namespace, info.model, info.name)
+        return machine.evaluate(spec, state, None, now, error)
 
     def _backends(self, model: ModelKey) -> dict[str, str]:
         """Each version's backendRef name in an HTTPRoute: an external version's
@@ -329,7 +350,7 @@ class Canaries:
             await self.api.post_event(
                 info.owner_body(), reason, message, kind="Warning" if warning else "Normal"
             )
-        except (KubeApiError, OSError) as exc:
+        except (KubeApiError, *UNREACHABLE) as exc:
             log.debug("Could not post an event for %s: %s", info.name, exc)
 
 

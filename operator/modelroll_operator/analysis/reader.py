@@ -547,7 +547,9 @@ def _instant_vector(answer: bytes | bytearray) -> Iterator[tuple[dict[str, str],
     BadAnswer when the answer is not one."""
     try:
         doc = json.loads(answer)
-    except (ValueError, RecursionError):
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise BadAnswer("a body of JSON nested too deep to decode") from None
+    except ValueError:
         raise BadAnswer("a body that is not JSON") from None
     data = doc.get("data") if isinstance(doc, dict) and doc.get("status") == "success" else None
     result = data.get("result") if isinstance(data, dict) else None

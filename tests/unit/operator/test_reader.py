@@ -506,6 +506,20 @@ async def test_a_redirect_is_an_error_that_names_it_and_is_not_followed(
             + ' x"}, "value": [0, "1"]}]}}',
             "answered a result that is not an instant vector of the query's series",
         ),
+        ("", "[" * 100_000 + "]" * 100_000, "answered a body of JSON nested too deep to decode"),
+        ("", '{"status": "success", "data": []}', "answered a body that is not a query's result"),
+        (
+            "",
+            '{"status": "success", "data": {"result": [{"metric": {"code": [200]}, '
+            '"value": [0, "1"]}]}}',
+            "answered a result that is not an instant vector of the query's series",
+        ),
+        (
+            "",
+            '{"status": "success", "data": {"result": [{"metric": {"le": "high"}, '
+            '"value": [0, "1"]}]}}',
+            "bucket whose le is not a number",
+        ),
     ],
 )
 async def test_an_answer_that_is_not_metrics_is_described_never_copied(
