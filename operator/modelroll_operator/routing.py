@@ -101,12 +101,6 @@ def placement(route: ModelRoute | None, version: str) -> Placement | None:
     return Placement(entry.weight, route.total_weight, entry.endpoint)
 
 
-def share_of(route: ModelRoute | None, version: str) -> str:
-    """The version's share as status shows it ("0.0%" when it is not routed)."""
-    where = placement(route, version)
-    return format_share(where.share if where else 0.0)
-
-
 @dataclass(frozen=True)
 class RouteChange:
     """One version's routing before and after a route update (None: not routed)."""

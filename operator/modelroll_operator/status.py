@@ -1,8 +1,12 @@
-"""A ModelVersion's status: Ready and Routed conditions (metav1.Condition shape), share, endpoint.
+"""A ModelVersion's status: Ready and Routed conditions (metav1.Condition shape), the weight it
+is routed by, endpoint.
 
 The desired status is computed from what the operator observed; ``status_patch`` turns it into
 a merge patch, or None when nothing changed, so a replay or a restart writes nothing. A
-condition keeps its lastTransitionTime while its status stays the same.
+condition keeps its lastTransitionTime while its status stays the same. A status holds only
+what is the version's own: its share of the model's traffic, which moves with every sibling's
+weight, is computed where it is shown (``kubectl modelroll status``), so that a weight change
+writes the status of the version that changed and no other.
 
 Every condition type and reason the operator writes is listed here (``CONDITION_TYPES``,
 ``ReadyReason``, ``RoutedReason``, ``ANALYSIS_REASONS``): the CRD validates conditions as
@@ -20,7 +24,7 @@ from typing import Any, Literal
 from modelroll_common.routes import ModelRoute
 
 from .analysis import machine
-from .routing import Acceptance, placement, share_of
+from .routing import Acceptance, placement
 
 READY = "Ready"
 ROUTED = "Routed"
@@ -125,7 +129,7 @@ def routed_condition(
     where = placement(route, name)
     if problem is not None:
         in_force = (
-            f"the gateway still sends it {where.describe(model)}"
+            f"the gateway still routes it with weight {where.weight}"
             if where is not None
             else "the gateway does not route it"
         )
@@ -147,7 +151,7 @@ def routed_condition(
             f"In the routes of model {model} with weight 0: it gets no traffic unless a request "
             "pins it with the X-Modelroll-Version header",
         )
-    return _routed("True", "Routed", f"Receives {where.describe(model)}")
+    return _routed("True", "Routed", f"In the routes of model {model} with weight {where.weight}")
 
 
 def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -247,11 +251,9 @@ def desired_status(
                 "lastTransitionTime": transition or now,
             }
         )
-    status: dict[str, Any] = {
-        "observedGeneration": generation,
-        "share": share_of(route, name),
-        "conditions": conditions,
-    }
+    status: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
+    if (where := placement(route, name)) is not None:
+        status["routedWeight"] = where.weight
     if readiness.endpoint:
         status["endpoint"] = readiness.endpoint
     if httproute:

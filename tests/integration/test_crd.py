@@ -351,7 +351,7 @@ def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> Non
     assert "Relative routing weight, 0 to 1000" in " ".join(spec.split())
 
 
-COLUMNS = ["NAME", "MODEL", "WEIGHT", "SHARE", "READY", "ANALYSIS", "STEP", "AGE"]
+COLUMNS = ["NAME", "MODEL", "WEIGHT", "READY", "ROUTED", "ANALYSIS", "STEP", "AGE"]
 """What ``kubectl get mv`` prints; ``-o wide`` adds more after them."""
 
 
@@ -361,7 +361,7 @@ def test_kubectl_get_shows_the_columns_people_scan(cluster: Cluster, ns: str) ->
     assert header.split() == COLUMNS
     assert row.split()[:3] == ["stable-v1", "sentiment", "9"]
     wide = cluster.kubectl("get", "modelversions", "stable-v1", "-o", "wide", namespace=ns).stdout
-    assert wide.splitlines()[0].split() == [*COLUMNS, "ROUTED", "REPLICAS", "ENDPOINT", "MESSAGE"]
+    assert wide.splitlines()[0].split() == [*COLUMNS, "REPLICAS", "ENDPOINT", "MESSAGE"]
     # The category lists ModelVersions along with anything else modelroll adds later.
     assert (
         "modelversion.modelroll.io/stable-v1"

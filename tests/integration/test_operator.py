@@ -61,7 +61,7 @@ def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str]]
     return [(e["reason"], e["message"]) for e in items if e["source"]["component"] != "kopf"]
 
 
-def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
+def test_ready_versions_are_routed_by_weight_with_conditions_and_events(
     cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
 ) -> None:
     operator = start_operator()
@@ -76,16 +76,16 @@ def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
 
     stable = eventually(lambda: settled(cluster, namespace, "stable-v1"), "stable-v1's status")
     status = stable["status"]
-    assert status["share"] == "90.0%"
+    assert status["routedWeight"] == 9
     assert status["endpoint"] == "http://stable-v1.example:8000"
     ready, routed = conditions(stable)["Ready"], conditions(stable)["Routed"]
     assert (ready["status"], ready["reason"]) == ("True", "ExternalEndpoint")
     assert (routed["status"], routed["reason"]) == ("True", "Routed")
-    assert routed["message"] == "Receives 90.0% of model sentiment's traffic (weight 9 of 10)"
+    assert routed["message"] == "In the routes of model sentiment with weight 9"
     assert routed["observedGeneration"] == stable["metadata"]["generation"]
 
     row = cluster.kubectl("get", "mv", "stable-v1", "--no-headers", namespace=namespace).stdout
-    assert row.split()[:5] == ["stable-v1", "sentiment", "9", "90.0%", "True"]
+    assert row.split()[:5] == ["stable-v1", "sentiment", "9", "True", "Routed"]
 
     eventually(
         lambda: (
@@ -111,7 +111,7 @@ def test_ready_versions_are_routed_by_weight_with_share_conditions_and_events(
     )
     eventually(lambda: routes.weights("sentiment") == {"canary-v2": 0, "stable-v1": 9}, "dark")
     canary = eventually(lambda: settled(cluster, namespace, "canary-v2"), "canary-v2's status")
-    assert canary["status"]["share"] == "0.0%"
+    assert canary["status"]["routedWeight"] == 0
     assert conditions(canary)["Routed"]["reason"] == "WeightZero"
     assert conditions(canary)["Ready"]["status"] == "True"
     eventually(
@@ -180,7 +180,7 @@ def test_deleting_versions_edits_only_their_models_key_and_keys_without_versions
     cluster.kubectl("delete", "mv", "a", namespace=namespace)  # waits for our finalizer
     assert routes.weights("sentiment") == {"b": 3}  # out of the route before it is gone
     b = eventually(lambda: settled(cluster, namespace, "b"), "b's status")
-    eventually(lambda: mv(cluster, namespace, "b")["status"]["share"] == "100.0%", "b's share")
+    assert b["status"]["routedWeight"] == 3
     assert b["metadata"]["finalizers"] == ["modelroll.io/finalizer"]
 
     cluster.kubectl("delete", "mv", "b", namespace=namespace)

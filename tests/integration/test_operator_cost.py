@@ -1,10 +1,12 @@
 """What one weight change costs: passes over models (counted from the operator's debug log, one
-"Reconciled model" line per pass) and events posted."""
+"Reconciled model" line per pass), events posted, and status writes (counted by the
+resourceVersion of each ModelVersion, which every write moves on)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -43,6 +45,18 @@ def settled(operator: OperatorProcess, quiet: float = 2.0) -> Counter[str]:
         last = now
 
 
+def wide_versions(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    """The wide model's versions as the API server has them, by name."""
+    items = cluster.kubectl_json("get", "mv", namespace=namespace)["items"]
+    return {b["metadata"]["name"]: b for b in items if b["spec"]["model"] == "wide"}
+
+
+def reported(body: dict[str, Any]) -> bool:
+    """Whether the operator's status is of the version's current spec."""
+    status = body.get("status") or {}
+    return bool(status.get("observedGeneration") == body["metadata"]["generation"])
+
+
 def routed_events(cluster: Cluster, namespace: str) -> int:
     events = cluster.kubectl_json(
         "get", "events", "--field-selector=reason=Routed", namespace=namespace
@@ -50,7 +64,7 @@ def routed_events(cluster: Cluster, namespace: str) -> int:
     return len(events)
 
 
-def test_a_weight_change_reconciles_only_its_model_and_posts_one_event(
+def test_a_weight_change_reconciles_only_its_model_and_writes_and_posts_for_it_alone(
     cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
 ) -> None:
     operator = start_operator("--log-level=DEBUG")
@@ -75,9 +89,32 @@ def test_a_weight_change_reconciles_only_its_model_and_posts_one_event(
     assert set(cost) == {f"{namespace}/m07"}
     assert cost[f"{namespace}/m07"] <= 2  # the change, and the status write it caused
 
-    patch_mv(cluster, namespace, "wide-v05", {"spec": {"weight": 5}})
-    eventually(lambda: (routes.weights("wide") or {}).get("wide-v05") == 5, "wide's new weight")
+    eventually(
+        lambda: all(reported(b) for b in wide_versions(cluster, namespace).values()),
+        "the wide model's statuses",
+    )
+    revisions = {
+        name: b["metadata"]["resourceVersion"]
+        for name, b in wide_versions(cluster, namespace).items()
+    }
+    # The last version by name: a pass writes statuses in name order, so once its status is of
+    # its new weight, the pass has written every sibling's that it was going to.
+    patch_mv(cluster, namespace, "wide-v59", {"spec": {"weight": 5}})
+
+    def reported_reweighted() -> dict[str, Any] | None:
+        body = wide_versions(cluster, namespace)["wide-v59"]
+        return body if reported(body) else None
+
+    changed = eventually(reported_reweighted, "wide-v59's status of its new weight")
+    assert changed["status"]["routedWeight"] == 5
     settled(operator)
+    written = sorted(
+        name
+        for name, b in wide_versions(cluster, namespace).items()
+        if b["metadata"]["resourceVersion"] != revisions[name]
+    )
+    print(f"ModelVersions written by one weight change in a model of 60 versions: {len(written)}")
+    assert written == ["wide-v59"]  # not the 59 whose share moved with it
     posted = routed_events(cluster, namespace) - events_before
     print(f"Routed events after two weight changes (one in a model of 60 versions): {posted}")
-    assert posted == 2  # m07-v1's and wide-v05's, not the 59 whose share moved with it
+    assert posted == 2  # m07-v1's and wide-v59's

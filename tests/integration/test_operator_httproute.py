@@ -162,7 +162,7 @@ def test_weights_go_into_the_claiming_rule_and_nothing_else_changes(
     eventually(lambda: routes.weights("sentiment") is None, "the model leaving the ConfigMap")
     mv = cluster.kubectl_json("get", "mv", "stable", namespace=namespace)
     assert mv["status"]["httpRoute"] == "models"
-    assert mv["status"]["share"] == "90.0%"
+    assert mv["status"]["routedWeight"] == 90
     pending = condition(cluster, namespace, "stable", "HTTPRouteAccepted")
     assert (pending["status"], pending["reason"]) == ("Unknown", "Pending")
 

@@ -94,7 +94,7 @@ def test_a_version_refused_by_a_quota_leaves_its_siblings_and_the_route_working(
     patch_mv(cluster, namespace, "stable", {"spec": {"weight": 4}})
     eventually(lambda: routes.weights("sentiment") == {"stable": 4, "old": 1}, "the new weight")
     stable = eventually(lambda: caught_up(cluster, namespace, "stable"), "stable's status")
-    assert stable["status"]["share"] == "80.0%"
+    assert stable["status"]["routedWeight"] == 4
     assert condition(get(cluster, namespace, "mv", "old"), "Routed") == ("True", "Routed")
     cluster.kubectl("delete", "mv", "old", "--timeout=30s", namespace=namespace)
     assert routes.weights("sentiment") == {"stable": 4}
@@ -141,7 +141,7 @@ def test_a_configmap_made_immutable_is_replaced_and_routes_move_on(
     eventually(lambda: routes.weights("m") == {"a": 3, "b": 1}, "the new weight in force")
     assert not (routes.configmap() or {}).get("immutable")
     a = eventually(lambda: caught_up(cluster, namespace, "a"), "a's status")
-    assert a["status"]["share"] == "75.0%"
+    assert a["status"]["routedWeight"] == 3
     assert operator.logged("Replaced ConfigMap")
     assert operator.errors() == []
 
@@ -177,7 +177,7 @@ def test_a_route_over_the_configmap_limit_is_reported_and_never_holds_deletions(
     assert len(in_force) < HUGE
     first = conditions(cluster, namespace, "huge-000")["Routed"]
     assert first["reason"] == "RoutesNotWritten"
-    assert "the gateway still sends it" in first["message"]  # its share in force, not a new one
+    assert "the gateway still routes it with weight 1" in first["message"]  # the route in force
     assert routes.weights("small") == {"small-v1": 1}
     assert any("Could not route model" in r.get("message", "") for r in operator.errors())
 
@@ -195,11 +195,11 @@ def test_a_route_over_the_configmap_limit_is_reported_and_never_holds_deletions(
     )
 
 
-def test_a_refused_route_write_is_reported_and_statuses_keep_the_share_in_force(
+def test_a_refused_route_write_is_reported_and_statuses_keep_the_weight_in_force(
     cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
 ) -> None:
     """An admission policy refuses the operator's ConfigMap updates: the versions say so, and
-    their share stays the one the gateway has."""
+    their routed weight stays the one the gateway has."""
     start_operator()
     for name, weight in (("a", 1), ("b", 1)):
         cluster.apply(
@@ -268,16 +268,17 @@ def test_a_refused_route_write_is_reported_and_statuses_keep_the_share_in_force(
         patch_mv(cluster, namespace, "a", {"spec": {"weight": 3}})
         routed = condition_reason(cluster, namespace, "b", "Routed", "RoutesNotWritten")
         assert "routes are frozen for maintenance" in routed["message"]
-        assert "50.0% of model m's traffic" in routed["message"]
-        assert get(cluster, namespace, "mv", "b")["status"]["share"] == "50.0%"  # not 25%
-        assert get(cluster, namespace, "mv", "a")["status"]["share"] == "50.0%"  # not 75%
+        assert routed["message"].endswith("the gateway still routes it with weight 1")
+        assert get(cluster, namespace, "mv", "a")["status"]["routedWeight"] == 1  # not 3
         assert routes.weights("m") == {"a": 1, "b": 1}
     finally:
         cluster.kubectl("delete", "validatingadmissionpolicybinding", policy, check=False)
         cluster.kubectl("delete", "validatingadmissionpolicy", policy, check=False)
     eventually(lambda: routes.weights("m") == {"a": 3, "b": 1}, "the route once allowed", within=60)
-    b = eventually(
-        lambda: (body := get(cluster, namespace, "mv", "b"))["status"]["share"] == "25.0%" and body,
-        "b's share once the route is written",
+    a = eventually(
+        lambda: (
+            (body := get(cluster, namespace, "mv", "a"))["status"].get("routedWeight") == 3 and body
+        ),
+        "a's weight once the route is written",
     )
-    assert condition(b, "Routed") == ("True", "Routed")
+    assert condition(a, "Routed") == ("True", "Routed")

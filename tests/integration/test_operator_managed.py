@@ -155,7 +155,7 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
     )
     assert condition(canary, "Ready") == ("True", "ReplicasReady")
     status = canary["status"]
-    assert (status["share"], status["endpoint"]) == ("25.0%", endpoint)
+    assert (status["routedWeight"], status["endpoint"]) == (1, endpoint)
     assert (status["replicas"], status["readyReplicas"]) == (1, 1)
 
     # Deleting the version unroutes it first, then its workload is garbage-collected.

@@ -138,8 +138,8 @@ def test_an_api_server_restart_ends_with_the_same_routes_and_no_errors(
     eventually(lambda: all_routed(cluster, namespace), "statuses caught up again")
     assert operator.errors(since=recovered) == []
     assert alive(operator)
-    shares = {
-        b["metadata"]["name"]: b["status"]["share"]
+    weights = {
+        b["metadata"]["name"]: b["status"]["routedWeight"]
         for b in cluster.kubectl_json("get", "mv", namespace=namespace)["items"]
     }
-    assert shares == {"canary-v2": "10.0%", "stable-v1": "90.0%"}
+    assert weights == {"canary-v2": 1, "stable-v1": 9}

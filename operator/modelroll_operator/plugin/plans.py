@@ -8,12 +8,13 @@ so the unit tests exercise every rule without a cluster.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from modelroll_common.routes import MAX_WEIGHT
+from modelroll_common.routes import MAX_WEIGHT, format_share
 
 from ..spec import ANNOTATION_BEFORE_PROMOTE
 
@@ -82,7 +83,9 @@ class Version:
     model: str
     weight: int
     generation: int
-    share: str
+    routed_weight: int | None
+    """The weight its model's route in force gives it (status.routedWeight); None when it is
+    not in the route."""
     ready: str
     ready_reason: str
     ready_message: str
@@ -122,7 +125,7 @@ class Version:
             model=str(spec.get("model") or ""),
             weight=int(spec.get("weight") or 0),
             generation=int(meta.get("generation") or 0),
-            share=str(status.get("share") or "-"),
+            routed_weight=weight if isinstance(weight := status.get("routedWeight"), int) else None,
             ready=str(ready.get("status") or "Unknown"),
             ready_reason=str(ready.get("reason") or "NotReconciled"),
             ready_message=str(ready.get("message") or "the operator has not reported yet"),
@@ -136,6 +139,13 @@ class Version:
                 f"{accepted.get('status')}: {accepted.get('message')}" if accepted else "Unknown"
             ),
         )
+
+    def share(self, total: int) -> str:
+        """Its share of its model's traffic, ``total`` the routed weights of the model's
+        versions added up; "-" when it is not in the route."""
+        if self.routed_weight is None or self.deleting:
+            return "-"
+        return format_share(self.routed_weight / total if total else 0.0)
 
     @property
     def is_ready(self) -> bool:
@@ -152,13 +162,20 @@ class Version:
 
 
 def render_table(versions: Sequence[Version], all_namespaces: bool = False) -> str:
-    """Rows grouped by model (then version name), columns aligned like kubectl's."""
+    """Rows grouped by model (then version name), columns aligned like kubectl's. SHARE is
+    each version's routed weight over its model's (statuses hold only the weight: a share
+    moves whenever a sibling's weight does)."""
     header = ["MODEL", "VERSION", "WEIGHT", "SHARE", "READY", "ROUTED", "ENDPOINT"]
     if all_namespaces:
         header.insert(0, "NAMESPACE")
     rows = [header]
+    totals: Counter[tuple[str, str]] = Counter()
+    for v in versions:
+        if v.routed_weight is not None and not v.deleting:
+            totals[v.namespace, v.model] += v.routed_weight
     for v in sorted(versions, key=lambda v: (v.namespace, v.model, v.name)):
-        row = [v.model, v.name, str(v.weight), v.share, v.ready, v.routed, v.endpoint]
+        share = v.share(totals[v.namespace, v.model])
+        row = [v.model, v.name, str(v.weight), share, v.ready, v.routed, v.endpoint]
         if all_namespaces:
             row.insert(0, v.namespace)
         rows.append(row)

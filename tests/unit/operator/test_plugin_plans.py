@@ -46,7 +46,8 @@ def body(
                     "message": "1 of 1 replicas ready" if ready else "0 of 1 replicas ready",
                 },
                 {"type": "Routed", "status": "True", "reason": "Routed"},
-            ]
+            ],
+            **({"routedWeight": weight} if ready else {}),
         },
     }
 
@@ -304,8 +305,9 @@ def test_a_memory_round_trips_through_its_annotation() -> None:
     assert Memory.parse(text) == memory
 
 
-def test_the_status_table_lists_versions_by_model() -> None:
-    table = render_table([mv("stable", 9), mv("canary", 1)]).splitlines()
+def test_the_status_table_lists_versions_by_model_with_their_shares() -> None:
+    """A share is computed from the weights the versions are routed by (their statuses)."""
+    table = render_table([mv("stable", 9), mv("canary", 1), mv("cold", 5, False)]).splitlines()
     assert table[0].split() == [
         "MODEL",
         "VERSION",
@@ -315,7 +317,11 @@ def test_the_status_table_lists_versions_by_model() -> None:
         "ROUTED",
         "ENDPOINT",
     ]
-    assert [line.split()[1] for line in table[1:]] == ["canary", "stable"]
+    assert [line.split()[1:4] for line in table[1:]] == [
+        ["canary", "1", "10.0%"],
+        ["cold", "5", "-"],
+        ["stable", "9", "90.0%"],
+    ]
 
 
 def test_the_namespace_flag_may_come_before_or_after_the_command() -> None:

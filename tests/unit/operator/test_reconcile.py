@@ -163,6 +163,34 @@ async def test_a_pass_writes_the_route_statuses_and_events_and_a_replay_writes_n
     assert world.api.events == []
 
 
+def reweighted(world: World, name: str, weight: int) -> None:
+    """``name``'s spec.weight set to ``weight`` (its generation moves on), as the watch shows."""
+    world.versions[("prod", "sentiment")] = [
+        dataclasses.replace(
+            v, spec=dataclasses.replace(v.spec, weight=weight), generation=v.generation + 1
+        )
+        if v.name == name and v.spec is not None
+        else v
+        for v in world.versions[("prod", "sentiment")]
+    ]
+
+
+async def test_a_weight_change_writes_the_status_of_that_version_only() -> None:
+    """Its siblings' shares move, but their statuses hold only what is their own: a change to
+    one of 50 versions is one status write, not 50."""
+    world = World(*(external(f"v{i:02}", 1) for i in range(50)))
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    world.observe()
+    world.api.writes.clear()
+
+    reweighted(world, "v07", 5)
+    await world.reconciler.reconcile(("prod", "sentiment"))
+    assert [p for op, p in world.api.writes if p.endswith("/status")] == [
+        "/apis/modelroll.io/v1alpha1/namespaces/prod/modelversions/v07/status"
+    ]
+    assert status_of(world, "v07")["routedWeight"] == 5
+
+
 async def test_the_last_version_gone_takes_the_models_key_and_leaves_others_alone() -> None:
     world = World(external("stable-v1", 9))
     world.api.objects[CM] = {"metadata": {"name": "modelroll-routes"}, "data": {"other": "{}"}}
@@ -248,7 +276,7 @@ async def test_a_refused_workload_is_reported_on_its_version_and_the_rest_goes_o
     world.api.refuse[deployment] = KubeApiError(403, "Forbidden", "exceeded quota: q")
     result = await world.reconciler.reconcile(("prod", "sentiment"))
     assert [v["name"] for v in world.route("sentiment")["versions"]] == ["stable-v1"]
-    assert status_of(world, "stable-v1")["share"] == "100.0%"
+    assert status_of(world, "stable-v1")["routedWeight"] == 9
     ready = condition_of(world, "canary-v2", "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "WorkloadRefused")
     assert "exceeded quota: q" in ready["message"]
@@ -266,20 +294,15 @@ async def test_a_refused_route_leaves_statuses_on_the_route_in_force() -> None:
     await world.reconciler.reconcile(("prod", "sentiment"))
     world.observe()
     world.api.refuse[CM] = KubeApiError(422, "Invalid", "frozen")
-    world.versions[("prod", "sentiment")] = [
-        dataclasses.replace(v, spec=dataclasses.replace(v.spec, weight=3), generation=2)
-        if v.name == "stable-v1" and v.spec is not None
-        else v
-        for v in world.versions[("prod", "sentiment")]
-    ]
+    reweighted(world, "stable-v1", 3)
     result = await world.reconciler.reconcile(("prod", "sentiment"))
     assert result.in_force is not None
     assert {v.name: v.weight for v in result.in_force.versions} == {"stable-v1": 1, "canary-v2": 1}
-    assert status_of(world, "stable-v1")["share"] == "50.0%"  # what the gateway has, not 75%
-    routed = condition_of(world, "canary-v2", "Routed")
+    assert status_of(world, "stable-v1")["routedWeight"] == 1  # what the gateway has, not 3
+    routed = condition_of(world, "stable-v1", "Routed")
     assert routed["reason"] == "RoutesNotWritten"
     assert "frozen" in routed["message"]
-    assert "50.0%" in routed["message"]
+    assert routed["message"].endswith("the gateway still routes it with weight 1")
     assert result.problems
 
 

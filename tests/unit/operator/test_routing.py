@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from modelroll_common.routes import dump_model_route, parse_model_route
-from modelroll_operator.routing import Candidate, compute_route, route_changes, share_of
+from modelroll_operator.routing import Candidate, compute_route, route_changes
 
 
 def test_only_ready_versions_are_routed_and_the_document_is_in_name_order() -> None:
@@ -26,8 +26,7 @@ def test_only_ready_versions_are_routed_and_the_document_is_in_name_order() -> N
             {"name": "stable-v1", "weight": 9, "endpoint": "http://stable:8000"},
         ],
     }
-    assert share_of(route, "stable-v1") == "90.0%"
-    assert share_of(route, "cold-v3") == "0.0%"
+    assert route.shares() == {"canary-v2": 0.1, "stable-v1": 0.9}
 
 
 def test_the_same_versions_in_any_order_write_the_same_text() -> None:
@@ -63,7 +62,7 @@ def test_a_dark_version_is_listed_with_weight_zero_so_it_can_be_pinned() -> None
     )
     assert route is not None
     assert [(v.name, v.weight) for v in route.versions] == [("a", 1), ("b", 0)]
-    assert share_of(route, "b") == "0.0%"
+    assert route.shares()["b"] == 0.0
 
 
 def test_changes_name_each_version_whose_share_moved() -> None:

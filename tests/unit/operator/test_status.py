@@ -36,15 +36,15 @@ def conditions(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in doc["conditions"]}
 
 
-def test_a_routed_version_says_so_with_its_share() -> None:
+def test_a_routed_version_says_so_with_its_weight() -> None:
     doc = status(READY, weight=1)
-    assert doc["share"] == "25.0%"
+    assert doc["routedWeight"] == 1
     assert doc["observedGeneration"] == 4
     assert doc["endpoint"] == "http://a:8000"
     ready, routed = conditions(doc)["Ready"], conditions(doc)["Routed"]
     assert (ready["status"], ready["reason"]) == ("True", "ReplicasReady")
     assert (routed["status"], routed["reason"]) == ("True", "Routed")
-    assert routed["message"] == "Receives 25.0% of model sentiment's traffic (weight 1 of 4)"
+    assert routed["message"] == "In the routes of model sentiment with weight 1"
     for cond in (ready, routed):
         assert cond["observedGeneration"] == 4
         assert cond["lastTransitionTime"] == "T1"
@@ -54,7 +54,7 @@ def test_a_version_that_is_not_ready_is_not_routed() -> None:
     doc = status(NOT_READY, weight=1)
     routed = conditions(doc)["Routed"]
     assert (routed["status"], routed["reason"]) == ("False", "NotReady")
-    assert doc["share"] == "0.0%"
+    assert "routedWeight" not in doc
 
 
 def test_a_ready_version_with_weight_zero_is_dark() -> None:
@@ -67,7 +67,7 @@ def test_transition_times_move_only_when_a_condition_flips() -> None:
     first = status(READY, weight=1, now="T1")
     reweighted = status(READY, weight=2, current=first, now="T2")
     assert conditions(reweighted)["Routed"]["lastTransitionTime"] == "T1"
-    assert conditions(reweighted)["Routed"]["message"].startswith("Receives 40.0%")
+    assert conditions(reweighted)["Routed"]["message"].endswith("with weight 2")
     flipped = status(NOT_READY, weight=2, current=reweighted, now="T3")
     assert conditions(flipped)["Ready"]["lastTransitionTime"] == "T3"
     assert conditions(flipped)["Routed"]["lastTransitionTime"] == "T3"
@@ -79,8 +79,8 @@ def test_replaying_the_same_state_patches_nothing() -> None:
 
 
 def test_a_patch_nulls_fields_that_no_longer_apply() -> None:
-    managed = {"share": "0.0%", "replicas": 1, "readyReplicas": 0, "selector": "x=y"}
-    external = {"share": "0.0%"}
+    managed = {"routedWeight": 0, "replicas": 1, "readyReplicas": 0, "selector": "x=y"}
+    external = {"routedWeight": 0}
     assert status_patch(managed, external) == {
         "replicas": None,
         "readyReplicas": None,
