@@ -39,14 +39,14 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
-    spawn: Spawn, tmp_path: Path
-) -> None:
-    model_port, sidecar_port, gw_port = free_port(), free_port(), free_port()
+def _stable_v1(spawn: Spawn, *model_args: str) -> str:
+    """The URL of a sidecar of version stable-v1 of model sentiment, in front of a demo model
+    started with ``model_args``."""
+    model_port, sidecar_port = free_port(), free_port()
     spawn(
         "modelroll-demo-model",
         f"--port={model_port}",
-        "--fixed-ms=1",
+        *model_args,
         ready=f"http://127.0.0.1:{model_port}/readyz",
     )
     spawn(
@@ -57,8 +57,14 @@ def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
         "--version=stable-v1",
         ready=f"http://127.0.0.1:{sidecar_port}/readyz",
     )
+    return f"http://127.0.0.1:{sidecar_port}"
+
+
+def test_the_gateway_command_routes_to_a_sidecar_and_stops_on_sigterm(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    endpoint, gw_port = _stable_v1(spawn, "--fixed-ms=1"), free_port()
     routes = tmp_path / "routes.json"
-    endpoint = f"http://127.0.0.1:{sidecar_port}"
     routes.write_text(json.dumps({"sentiment": route("sentiment", ("stable-v1", 1, endpoint))}))
     gateway = spawn(
         "modelroll-gateway",
@@ -88,21 +94,7 @@ def test_unreleased_versions_are_out_of_reach_of_the_clients_port(
     """With its defaults, what a client can send to the gateway's port reaches no weight-0
     version and does not tell its name from a guess; the routes and the metrics, which name it,
     are on the admin port."""
-    model_port, sidecar_port, gw_port, admin_port = (free_port() for _ in range(4))
-    spawn(
-        "modelroll-demo-model",
-        f"--port={model_port}",
-        ready=f"http://127.0.0.1:{model_port}/readyz",
-    )
-    stable = f"http://127.0.0.1:{sidecar_port}"
-    spawn(
-        "modelroll-sidecar",
-        f"--port={sidecar_port}",
-        f"--upstream=http://127.0.0.1:{model_port}",
-        "--model=sentiment",
-        "--version=stable-v1",
-        ready=f"{stable}/readyz",
-    )
+    stable, gw_port, admin_port = _stable_v1(spawn), free_port(), free_port()
     dark = f"http://127.0.0.1:{free_port()}"  # nothing listens: a request it got would be 502
     routes = tmp_path / "routes.json"
     versions = (("stable-v1", 1, stable), ("canary-v2", 0, dark))
