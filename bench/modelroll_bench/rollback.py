@@ -303,13 +303,14 @@ class Routes:
                 namespace=self.namespace,
             )
 
-    def share(self, version: str) -> str:
+    def routed_weight(self, version: str) -> str:
+        """The weight the routes in force give ``version`` (its status.routedWeight)."""
         return self.cluster.kubectl(
             "get",
             "modelversion",
             version,
             "-o",
-            "jsonpath={.status.share}",
+            "jsonpath={.status.routedWeight}",
             namespace=self.namespace,
             check=False,
         ).stdout
@@ -484,8 +485,8 @@ async def with_operator(
             await asyncio.to_thread(routes.create_versions)
 
             async def routed() -> bool:
-                shares = [await asyncio.to_thread(routes.share, v) for v in VERSIONS]
-                return shares == ["50.0%", "50.0%"] and proc.returncode is None
+                weights = [await asyncio.to_thread(routes.routed_weight, v) for v in VERSIONS]
+                return weights == ["1", "1"] and proc.returncode is None
 
             await wait_for("the operator routing both ModelVersions", routed)
             configmap = WeightChanges.of_configmap(client, namespace)
