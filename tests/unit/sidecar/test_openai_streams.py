@@ -61,8 +61,10 @@ async def test_clients_that_stop_reading_are_cut_off_and_free_their_slots(
     aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
 ) -> None:
     engine = await serve_engine(aiohttp_server, "floods")
+    # The engine runs in this process: a timeout short enough for the loop to be held that long
+    # on a busy machine would end a stream as the engine's silence before its client's stall.
     sidecar = await start_sidecar(
-        engine.url, protocol="openai", max_in_flight=8, upstream_timeout_ms=300
+        engine.url, protocol="openai", max_in_flight=8, upstream_timeout_ms=2000
     )
     port = sidecar.client.server.port
     assert port is not None
