@@ -193,10 +193,8 @@ def test_an_update_is_judged_only_when_it_changes_spec_server(
     admission_policy()
 
     def patch(change: dict[str, Any]) -> Any:
-        return cluster.kubectl(
-            "patch", "mv", "older", "--type=merge", "-p", json.dumps(change),
-            namespace=namespace, check=False,
-        )  # fmt: skip
+        args = ("patch", "mv", "older", "--type=merge", "-p", json.dumps(change))
+        return cluster.kubectl(*args, namespace=namespace, check=False)
 
     assert patch({"spec": {"weight": 0}}).returncode == 0
     assert patch({"metadata": {"labels": {"team": "search"}}}).returncode == 0
@@ -264,10 +262,9 @@ def test_every_rule_refuses_at_kubectl_apply_as_the_operator_does(
         )
         for i, p in enumerate(RULES)
     ]
-    stored = cluster.kubectl(
-        "create", "--dry-run=server", "--validate=false", "-o", "json", "-f", "-",
-        namespace=namespace, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
-    )  # fmt: skip
+    create = ("create", "--dry-run=server", "--validate=false", "-o", "json", "-f", "-")
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    stored = cluster.kubectl(*create, namespace=namespace, input=listed)
     servers = {
         item["metadata"]["name"]: item["spec"]["server"] for item in json_documents(stored.stdout)
     }
