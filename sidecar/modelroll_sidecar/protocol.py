@@ -61,12 +61,29 @@ def decode_request(raw: bytes) -> Any:
     """:func:`decode` a client's request, refusing strings that are not Unicode text (NotText,
     whose message names no payload)."""
     value = decode(raw)
-    if any(LONE_SURROGATE.search(text) for text in _strings(value)):
+    if _may_hold_surrogates(raw) and any(LONE_SURROGATE.search(text) for text in _strings(value)):
         raise NotText(
             "undecodable text: a string holds a lone surrogate (an escape from \\ud800 to "
             "\\udfff that is not half of a surrogate pair); send Unicode text"
         )
     return value
+
+
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate, which a string of the body may hold alone."""
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    """Whether a string of the body may hold a surrogate: only through an escape, or through a
+    surrogate's bytes, which strict UTF-8 refuses. Most bodies have neither, and their strings
+    need not be walked."""
+    if SURROGATE_ESCAPE.search(raw):
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _strings(value: Any) -> Iterator[str]:
