@@ -26,6 +26,24 @@ CLIENT_TIMEOUTS = "modelroll_client_timeouts_total"
 FAILED_BATCHES = "modelroll_failed_batches_total"
 FAILED_BATCH_REQUESTS = "modelroll_failed_batch_requests_total"
 TOKENIZER_FALLBACKS = "modelroll_tokenizer_fallbacks_total"
+LENGTH_UNIT = "modelroll_length_unit"
+"""1 for the unit the sidecar counts request lengths in (label ``unit``: words or tokens)."""
+
+# What the self-tuning batching policy learned and chose.
+BATCH_COST_TERM = "modelroll_batch_cost_term_seconds"
+"""The fitted cost surface, one series per ``term``: ``call`` (seconds a model call costs
+whatever it holds), ``row`` (per request), ``token`` (per request and padded token) and
+``token_squared`` (per request and padded token squared)."""
+BATCH_COST_ERROR = "modelroll_batch_cost_error_ratio"
+"""How far the fitted surface's predictions are from the batches' observed durations: a
+recent mean of abs(observed - predicted) / observed."""
+BATCH_COST_OBSERVED_OVER_PREDICTED = "modelroll_batch_cost_observed_over_predicted"
+"""Each batch's observed duration over the duration the surface predicted for it."""
+BATCH_COST_TRUSTED = "modelroll_batch_cost_trusted"
+"""1 while the fitted surface is trusted to decide waits, 0 while batches go at once."""
+BATCH_HOLD = "modelroll_batch_hold_seconds"
+"""How long each batch was held, a model slot free, for company expected to pay for the
+wait (0 for a batch sent the moment it could go)."""
 
 # The sidecar's in front of an OpenAI-compatible engine.
 LLM_TTFT = "modelroll_llm_time_to_first_token_seconds"
