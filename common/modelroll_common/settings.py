@@ -120,29 +120,35 @@ BATCHING_CHOICES = (
         "batchBy",
         "batch_by",
         "--batch-by",
-        "Arrival",
-        ("Arrival", "Length"),
-        "Which queued requests a batch takes (sidecar --batch-by). Arrival (the default): the "
-        "oldest ones, first in, first out. Length: the oldest request and the queued requests "
-        "nearest its length, so less of each batch is padding and the model does more useful "
-        "work per call when request lengths vary. The oldest request always goes in the next "
-        "batch, so none is passed over indefinitely; a request whose length is unlike its "
-        "neighbours' may wait a batch or two longer than under Arrival. No difference when "
-        "every request has the same length.",
+        "Length",
+        ("Length", "Arrival"),
+        "Which queued requests a batch takes (sidecar --batch-by). Length (the default): the "
+        "oldest request and the queued requests that serve the queue for the least model time, "
+        "by a cost surface the sidecar learns while serving (a batch's duration against its "
+        "size and padded length, call cost included): requests of neighbouring lengths go "
+        "together, as many as pay for themselves, so a model with a large cost per call (a "
+        "GPU) gets large batches and a model whose cost follows padded tokens (a CPU encoder) "
+        "gets batches of like lengths; no batch costs more, by the surface, than sending its "
+        "requests one by one. The oldest request always goes in the next batch, so none is "
+        "passed over indefinitely. Arrival: the oldest requests, first in, first out, as many "
+        "as maxBatchSize and maxBatchTokens allow.",
     ),
     Choice(
         "waitPolicy",
         "wait_policy",
         "--wait-policy",
-        "Fixed",
-        ("Fixed", "Adaptive"),
-        "When a batch that is not full is sent (sidecar --wait-policy). Fixed (the default): "
-        "when its oldest request has waited maxWaitMs. Adaptive: as soon as a model slot is "
-        "free and no request is expected soon enough to be worth waiting for, judged from the "
-        "arrival rate and how long batches take (both learned while serving). This cuts latency "
-        "at low load, where a fixed wait only delays requests, at the cost of smaller batches "
-        "there. maxWaitMs stays the bound: under either policy no batch waits longer, so with "
-        "maxWaitMs 0 the two behave alike.",
+        "Auto",
+        ("Auto", "Fixed", "Adaptive"),
+        "When a batch that is not full is sent, a model slot being free (sidecar "
+        "--wait-policy). Auto (the default): at once, unless the model time the next arrival "
+        "would save by joining it (the call it would otherwise make, less the padding it adds) "
+        "exceeds the time the model would stand idle waiting for it, judged from the arrival "
+        "rate and the learned cost surface; then for that long at most. While the surface "
+        "predicts batch durations poorly (a noisy or shared model) every batch goes at once. "
+        "On a CPU model with little cost per call this comes out at no wait. Fixed: when its "
+        "oldest request has waited maxWaitMs. Adaptive: as soon as a model slot is free and no "
+        "request is expected soon enough to save the waiting requests time. Under every policy "
+        "no batch waits longer than maxWaitMs, and a batch closes as soon as it is full.",
     ),
     Choice(
         "lengthFrom",
@@ -160,7 +166,7 @@ BATCHING_CHOICES = (
     ),
 )
 """spec.batching's enum fields. Unlike BATCHING_SETTINGS they become flags only when they differ
-from their default, so adding them changed (rolled) no existing Deployment."""
+from their default, so adding one, or a value, rolls no Deployment that does not use it."""
 PROTOCOL = Choice(
     "protocol",
     "protocol",

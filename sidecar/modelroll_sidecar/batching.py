@@ -2,8 +2,8 @@
 
 A batch closes on whichever comes first: it holds ``max_batch_size`` requests (``full``); its
 oldest request has waited ``max_wait`` since its own arrival (``timeout``); the next request would
-push size x longest length over ``max_batch_tokens`` (``tokens``); under the adaptive wait, a
-model slot is free and no arrival is expected soon enough to be worth waiting for (``idle``); or
+push size x longest length over ``max_batch_tokens`` (``tokens``); under the adaptive and auto
+waits, a model slot is free and waiting for the next arrival would not pay (``idle``); or
 shutdown drains the queue (``drain``). A batch is sent the moment it closes and one of
 ``max_concurrent_batches`` slots is free; while every slot is busy the open batch keeps filling,
 so a saturated model gets full batches. Every accepted request is answered exactly once: by the
@@ -11,9 +11,15 @@ model, by its deadline (504: before its batch was sent, or while a batch the mod
 split to find the request at fault), or by a shutdown that ran out of time (503).
 
 Which requests make up the batch: the oldest ones (``batch_by="arrival"``), or the oldest one and
-the queued requests nearest its length (``"length"``, :mod:`.forming`); in either case only
-requests with the oldest one's ``key`` (the options a model call is made with), the others waiting
-for a later batch.
+the queued requests that serve the queue for the least model time by the learned cost surface
+(``"length"``, :mod:`.forming`); in either case only requests with the oldest one's ``key`` (the
+options a model call is made with), the others waiting for a later batch.
+
+How long a batch that could go is held, a model slot free, for company: until its oldest request
+has waited ``max_wait`` (``wait_policy="fixed"``); while arrivals are dense enough that waiting
+saves the requests time by a line fitted to the cost (``"adaptive"``); or for the expected gap to
+the next arrival when the model time that arrival would save by joining exceeds that gap, and
+only while the cost surface predicts batches well (``"auto"``, :func:`.cost_model.hold_pays`).
 """
 
 from __future__ import annotations
@@ -26,14 +32,13 @@ from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
 from . import forming
-from .cost_model import ArrivalRate, CostModel, worth_waiting
+from .cost_model import Arrivals, CostSurface, hold_pays, worth_waiting
 from .metrics import SidecarMetrics
 from .protocol import (
     BatchResult,
     ModelError,
     ModelFailed,
     ModelRejected,
-    padded_tokens,
     payload_length,
 )
 
@@ -115,8 +120,8 @@ class Batcher:
         max_batch_tokens: int,
         timeout_s: float,
         max_concurrent_batches: int,
-        batch_by: str = "arrival",
-        wait_policy: str = "fixed",
+        batch_by: str,
+        wait_policy: str,
     ) -> None:
         self._model = model
         self._metrics = metrics
@@ -127,9 +132,12 @@ class Batcher:
         self._timeout = timeout_s
         self._max_running = max_concurrent_batches
         self._by_length = batch_by == "length"
-        self._adaptive = wait_policy == "adaptive"
-        self.cost = CostModel()
-        self.arrivals = ArrivalRate()
+        self._wait_policy = wait_policy
+        self._learns_arrivals = wait_policy != "fixed"
+        self.cost = CostSurface()
+        self.arrivals = Arrivals()
+        self._held_since: float | None = None
+        """When the batch about to go was first held, a slot free, for company."""
         self._queue: deque[Pending] = deque()
         self._live = 0  # queued requests still waiting (the deque may also hold finished ones)
         self._running = 0
@@ -139,6 +147,7 @@ class Batcher:
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.queue_depth.set_function(lambda: self._live)
+        metrics.watch_cost(self.cost)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -223,14 +232,14 @@ class Batcher:
         pending = Pending(payload, length, now, loop.create_future(), key)
         self._queue.append(pending)
         self._live += 1
-        if self._adaptive:
-            self.arrivals.arrived(now)
+        if self._learns_arrivals:
+            self.arrivals.arrived(now, length)
         # Wake the former only when this arrival can change its decision: the first queued
         # request sets its timers (max-wait, and its deadline even while every slot is busy);
         # later ones matter only while a slot is free.
         if self._live == 1 or (
             self._running < self._max_running
-            and (self._live >= self._max_size or self._budget or self._adaptive)
+            and (self._live >= self._max_size or self._budget or self._learns_arrivals)
         ):
             self._wake()
         return pending
@@ -310,13 +319,12 @@ class Batcher:
         """The batch that would go now, and whether the token budget (rather than the size
         limit or the end of the queue) is what stopped it."""
         if self._by_length:
+            candidates = self._queued(forming.LOOKAHEAD * self._max_size)
             cost = self.cost
+            if not cost.known:
+                return forming.by_length(candidates, self._max_size, self._budget)
             return forming.by_length(
-                self._queued(forming.LOOKAHEAD * self._max_size),
-                self._max_size,
-                self._budget,
-                cost.fixed if cost.known else 0.0,
-                cost.per_token if cost.known else 0.0,
+                candidates, self._max_size, self._budget, cost.terms.call, cost.row_seconds
             )
         members = self._queued(self._max_size)
         longest = 0
@@ -327,12 +335,27 @@ class Batcher:
             longest = longer
         return forming.Choice(members, False, longest)
 
-    def _idle_slot(self, batch: forming.Choice[Pending], now: float) -> bool:
-        """Under the adaptive wait: send ``batch`` now rather than wait for more company."""
+    def _hold_until(self, batch: forming.Choice[Pending], now: float, oldest_due: float) -> float:
+        """Under the adaptive and auto waits: until when to hold ``batch``, a slot free, for
+        company; ``now`` or earlier to send it now."""
         if self._running + 1 < self._max_running:
-            return True  # another slot stays free for whatever arrives next
+            return now  # another slot stays free for whatever arrives next
         rate = self.arrivals.per_second(now)
-        return not worth_waiting(self.cost, rate, len(batch.members), batch.longest)
+        size = len(batch.members)
+        if self._wait_policy == "adaptive":
+            return oldest_due if worth_waiting(self.cost, rate, size, batch.longest) else now
+        hold = hold_pays(self.cost, rate, self.arrivals.mean_length, size, batch.longest)
+        if not hold:
+            return now
+        held_since = now if self._held_since is None else self._held_since
+        return min(oldest_due, held_since + hold)
+
+    async def _hold(self, until: float) -> None:
+        """Hold the batch that could go, a model slot free, until ``until`` or a wake-up."""
+        if self._held_since is None:
+            assert self._loop is not None
+            self._held_since = self._loop.time()
+        await self._sleep(until)
 
     async def _form_batches(self) -> None:
         assert self._loop is not None
@@ -350,8 +373,9 @@ class Batcher:
                 continue
             oldest_due = head.arrived + self._max_wait
             full = self._live >= self._max_size
-            if not (full or self._budget or self._closing or self._adaptive or now >= oldest_due):
-                await self._sleep(oldest_due)  # nothing but the oldest's max-wait can close it
+            fixed = self._wait_policy == "fixed"
+            if not (full or self._budget or self._closing or not fixed or now >= oldest_due):
+                await self._hold(oldest_due)  # nothing but the oldest's max-wait can close it
                 continue
             batch = self._choose()
             if len(batch.members) >= self._max_size:
@@ -364,16 +388,21 @@ class Batcher:
                 reason = "drain"
             elif now >= oldest_due:
                 reason = "timeout"
-            elif self._adaptive and self._idle_slot(batch, now):
+            elif fixed:
+                await self._hold(oldest_due)
+                continue
+            elif (until := self._hold_until(batch, now, oldest_due)) <= now:
                 reason = "idle"
             else:
-                await self._sleep(oldest_due)
+                await self._hold(until)
                 continue
             self._dispatch(batch.members, reason)
 
     def _dispatch(self, batch: list[Pending], reason: str) -> None:
         assert self._loop is not None
         now = self._loop.time()
+        held_since, self._held_since = self._held_since, None
+        self._metrics.batch_hold.observe(0.0 if held_since is None else now - held_since)
         wait = self._metrics.queue_wait
         for pending in batch:
             pending.state = State.RUNNING
@@ -396,8 +425,8 @@ class Batcher:
         try:
             try:
                 outcomes = await self._run(batch)
-                padded = padded_tokens([p.length for p in batch])
-                self.cost.observe(padded, self._loop.time() - started)
+                if outcomes:  # not a batch refused and split, whose time is several calls'
+                    self._learn(batch, self._loop.time() - started)
             finally:
                 self._metrics.batch_duration.observe(self._loop.time() - started)
                 self._running -= 1
@@ -418,6 +447,13 @@ class Batcher:
             self._answer(batch, outcomes, FAILED_INSIDE)
         finally:  # BaseException too (KeyboardInterrupt, SystemExit): nobody waits forever
             self._answer(batch, outcomes, FAILED_INSIDE)
+
+    def _learn(self, batch: list[Pending], seconds: float) -> None:
+        """Fit the cost surface to a batch the model answered whole, in ``seconds``."""
+        longest = max(p.length for p in batch)
+        predicted = self.cost.observe(len(batch), longest, seconds)
+        if predicted:
+            self._metrics.cost_observed_over_predicted.observe(seconds / predicted)
 
     def _answer(self, batch: list[Pending], outcomes: list[Outcome], otherwise: Outcome) -> None:
         """Answer each request of ``batch`` that has no answer yet: with its outcome when the

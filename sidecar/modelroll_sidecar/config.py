@@ -65,7 +65,7 @@ class SidecarConfig:
     event_loop: str = "auto"
 
     def __post_init__(self) -> None:
-        # spec.batching spells these Arrival, Length, Fixed, Adaptive; the flags take any case.
+        # spec.batching spells these Length, Arrival, Auto, Fixed...; the flags take any case.
         object.__setattr__(self, "batch_by", self.batch_by.lower())
         object.__setattr__(self, "wait_policy", self.wait_policy.lower())
         object.__setattr__(self, "length_from", self.length_from.lower())
@@ -151,11 +151,14 @@ HELP = {
     "max_batch_tokens": "padded-token budget per batch (size x longest length); 0 disables it",
     "timeout_ms": "a request not sent to the model within this time gets 504",
     "max_concurrent_batches": "batches sent to the model at the same time",
-    "batch_by": "arrival: a batch takes the oldest requests (first in, first out); length: the "
-    "oldest request and the queued requests nearest its length, so less of the batch is padding",
-    "wait_policy": "fixed: a batch that is not full waits until its oldest request has waited "
-    "--max-wait-ms; adaptive: it goes as soon as a model slot is free and no arrival is expected "
-    "soon enough to be worth waiting for (never later than --max-wait-ms)",
+    "batch_by": "length: the oldest request and the queued requests that serve the queue for "
+    "the least model time by the cost surface learned while serving (neighbouring lengths "
+    "together, as many as pay for themselves); arrival: the oldest requests, first in, first out",
+    "wait_policy": "auto: a batch that is not full goes as soon as a model slot is free, unless "
+    "the model time the next arrival would save by joining exceeds the time the slot would stand "
+    "idle for it (and the learned cost surface is trusted); fixed: it waits until its oldest "
+    "request has waited --max-wait-ms; adaptive: it goes as soon as a slot is free and no arrival "
+    "is expected soon enough to save the waiting requests time; never longer than --max-wait-ms",
     "length_from": "what a request's length counts, for --batch-by length, --max-batch-tokens "
     "and the padding metrics: words: whitespace words of a string payload; tokenizer: its tokens "
     "under the model's own tokenizer, which the model serves at GET /v1/tokenizer (the sidecar "

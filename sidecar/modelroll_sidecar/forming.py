@@ -1,13 +1,15 @@
-"""Which queued requests form the next batch under ``--batch-by length``.
+"""Which queued requests form the next batch when batches are formed by length (``--batch-by
+length``, and ``auto``).
 
 The oldest queued request always goes: its max-wait guarantee, and the starvation bound in
 docs/design.md ("Batching"), rest on that. The rest of the batch is chosen by splitting the
 candidates, sorted by length, into the batches that would send them all for the least model
-time, ``fixed + per_token x padded tokens`` each (learned by
-:class:`~modelroll_sidecar.cost_model.CostModel`), within the size and token limits; the batch
-that holds the oldest request goes now. A padded batch holds requests of neighbouring lengths, so
-the cheapest split is a split of the sorted list into runs, found exactly by dynamic programming
-over where each run ends.
+time, ``call + size x row(longest)`` each (the cost surface
+:class:`~modelroll_sidecar.cost_model.CostSurface` learns), within the size and token limits; the
+batch that holds the oldest request goes now. A padded batch holds requests of neighbouring
+lengths, so the cheapest split is a split of the sorted list into runs, found exactly by dynamic
+programming over where each run ends. Serving each request alone is one such split, so no batch
+chosen costs more, by the surface, than serving its members one by one.
 
 The split weighs a call's fixed cost against the padding it saves: with a large fixed cost and a
 short queue, everything goes in one call (at light load the batch is first in, first out); with a
@@ -18,7 +20,7 @@ padding: the queue goes in as few batches as the limits allow, each padded as li
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 LOOKAHEAD = 4
@@ -27,9 +29,9 @@ requests of similar length, few enough that splitting them costs well under a mi
 old enough that a request far back in a long queue is not chosen ahead of hundreds of older
 ones."""
 
-UNKNOWN_CALL_TOKENS = 1e12
-"""A call's fixed cost, in padded tokens, while the model's cost is not known: more than any
-padding, so the split uses as few batches as it can."""
+UNKNOWN_CALL = 1e12
+"""A call's fixed cost while the model's cost is not known, rows costing their padded length:
+more than any padding, so the split uses as few batches as it can."""
 
 
 class Sized(Protocol):
@@ -49,30 +51,35 @@ class Choice(NamedTuple, Generic[T]):
     longest: int
 
 
+def padded_cost(longest: int) -> float:
+    """A row's cost while the model's cost is not known: its padded length."""
+    return float(longest)
+
+
 def by_length(
     candidates: Sequence[T],
     max_size: int,
     budget: int,
-    fixed: float = 0.0,
-    per_token: float = 0.0,
+    call: float = UNKNOWN_CALL,
+    row: Callable[[int], float] = padded_cost,
 ) -> Choice[T]:
     """The next batch from ``candidates`` (queued requests in arrival order; the first is the
-    oldest and always goes). ``budget`` 0 means no token budget; ``per_token`` 0 means the cost
-    is not known yet."""
+    oldest and always goes), a batch costing ``call + size x row(longest)``. ``budget`` 0 means
+    no token budget."""
     order = sorted(range(len(candidates)), key=lambda i: candidates[i].length)  # stable
     sizes = [candidates[i].length for i in order]
-    call = fixed / per_token if per_token > 0.0 else UNKNOWN_CALL_TOKENS
-    # cheapest[j]: the least cost, in padded tokens, of sending the j shortest candidates;
-    # start[j]: where the last batch of that split begins (it ends at j, padded to sizes[j - 1]).
+    # cheapest[j]: the least cost of sending the j shortest candidates; start[j]: where the
+    # last batch of that split begins (it ends at j, padded to sizes[j - 1]).
     cheapest = [0.0] * (len(sizes) + 1)
     start = [0] * (len(sizes) + 1)
     for end in range(1, len(sizes) + 1):
         longest = sizes[end - 1]
+        per_row = row(longest)
         most = max_size if not budget else max(1, min(max_size, budget // longest))
         first = min(
-            range(max(0, end - most), end), key=lambda k: cheapest[k] - k * longest
+            range(max(0, end - most), end), key=lambda k: cheapest[k] - k * per_row
         )  # the earliest of equals: fewer, larger batches
-        cheapest[end] = cheapest[first] + call + (end - first) * longest
+        cheapest[end] = cheapest[first] + call + (end - first) * per_row
         start[end] = first
     oldest = order.index(0)
     end = len(sizes)

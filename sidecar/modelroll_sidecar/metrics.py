@@ -6,6 +6,8 @@ Every label set a dashboard or alert selects on is created up front, so its seri
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from modelroll_common import metric_names as names
@@ -13,15 +15,21 @@ from modelroll_common.calls import SharedHistogram
 from modelroll_common.server import PHASES
 from modelroll_common.sse import GenerationWatch
 
+from .cost_model import TERMS, CostSurface
 from .protocol import padded_tokens
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+COST_RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.11, 1.25, 1.5, 2.0, 4.0)
 EFFICIENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 CODES = ("200", "400", "404", "408", "413", "415", "422", "429", "502", "503", "504")
 CLOSE_REASONS = ("full", "timeout", "tokens", "idle", "drain")
 TOKEN_KINDS = ("useful", "padded")
 REJECT_REASONS = ("queue_full", "deadline", "split_deadline", "disconnect", "shutting_down")
+
+
+def _term(cost: CostSurface, index: int) -> float:
+    return cost.terms[index]
 
 
 class SidecarMetrics:
@@ -43,6 +51,9 @@ class SidecarMetrics:
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             family = Histogram(name, doc, labels, buckets=buckets, registry=registry)
             return family.labels(model, version)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=registry).labels(model, version)
 
         self.request_duration = histogram(
             names.REQUEST_DURATION,
@@ -103,12 +114,7 @@ class SidecarMetrics:
         )
         self._useful_tokens = tokens.labels(model, version, "useful")
         self._padded_tokens = tokens.labels(model, version, "padded")
-        self.queue_depth = Gauge(
-            names.QUEUE_DEPTH,
-            "Requests waiting for a batch.",
-            labels,
-            registry=registry,
-        ).labels(model, version)
+        self.queue_depth = gauge(names.QUEUE_DEPTH, "Requests waiting for a batch.")
         rejected = Counter(
             names.REJECTED,
             "Requests refused or dropped before the model answered them, by reason.",
@@ -144,6 +150,42 @@ class SidecarMetrics:
             labels,
             registry=registry,
         ).labels(model, version)
+        self.batch_hold = histogram(
+            names.BATCH_HOLD,
+            "Per batch: how long it was held, a model slot free, for company (0 for a batch "
+            "sent the moment it could go).",
+            names.DURATION_BUCKETS,
+        )
+        self.cost_observed_over_predicted = histogram(
+            names.BATCH_COST_OBSERVED_OVER_PREDICTED,
+            "Per batch, once the cost surface is fitted: its observed duration over the "
+            "duration the surface predicted for it.",
+            COST_RATIO_BUCKETS,
+        )
+        self._cost_terms = Gauge(
+            names.BATCH_COST_TERM,
+            "The fitted cost surface, seconds = call + size x (row + token x L + token_squared "
+            "x L^2), L a batch's longest request length, by term.",
+            [*labels, "term"],
+            registry=registry,
+        )
+        self._cost_error = gauge(
+            names.BATCH_COST_ERROR,
+            "The recent mean of abs(observed - predicted) / observed batch duration.",
+        )
+        self._cost_trusted = gauge(
+            names.BATCH_COST_TRUSTED,
+            "1 while the cost surface predicts well enough to decide waits (--wait-policy "
+            "auto), 0 while batches go at once.",
+        )
+
+    def watch_cost(self, cost: CostSurface) -> None:
+        """Export ``cost``'s fitted terms, error and trust, read at each scrape."""
+        for index, term in enumerate(TERMS):
+            child = self._cost_terms.labels(self._model, self._version, term)
+            child.set_function(functools.partial(_term, cost, index))
+        self._cost_error.set_function(lambda: cost.error)
+        self._cost_trusted.set_function(lambda: float(cost.trusted))
 
     def count_batch(self, lengths: list[int], reason: str) -> None:
         """One batch sent: its size, what closed it, and its padding."""

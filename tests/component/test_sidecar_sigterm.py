@@ -36,8 +36,8 @@ async def queue_depth(session: aiohttp.ClientSession, base: str) -> float:
 
 @pytest.mark.parametrize(
     "mode",
-    [(), ("--batch-by", "length", "--wait-policy", "adaptive")],
-    ids=["arrival-fixed", "length-adaptive"],
+    [("--batch-by", "arrival", "--wait-policy", "fixed"), ()],
+    ids=["arrival-fixed", "defaults"],
 )
 async def test_sigterm_answers_every_accepted_request_then_exits(
     spawn: Spawn, mode: tuple[str, ...]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from modelroll_sidecar.batching import Batcher, Outcome, Pending, QueueFull, ShuttingDown
-from modelroll_sidecar.cost_model import MIN_BATCHES, CostModel
+from modelroll_sidecar.cost_model import MIN_BATCHES, CostSurface
 from modelroll_sidecar.metrics import SidecarMetrics
 from modelroll_sidecar.protocol import BatchResult, ModelFailed, ModelRejected
 
@@ -91,6 +93,8 @@ async def start() -> Any:
             "max_batch_tokens": 0,
             "timeout_s": 60.0,
             "max_concurrent_batches": 1,
+            "batch_by": "arrival",
+            "wait_policy": "fixed",
             **settings,
         }
         registry = CollectorRegistry()
@@ -384,8 +388,8 @@ async def test_answers_stand_when_bookkeeping_after_the_model_fails(start: Any) 
     model = ScriptedModel()
     h = start(model, max_batch_size=2)
 
-    class BrokenCost(CostModel):
-        def observe(self, padded_tokens: int, seconds: float) -> None:
+    class BrokenCost(CostSurface):
+        def observe(self, size: int, longest: int, seconds: float) -> float | None:
             raise ZeroDivisionError("a bug in the cost fit")
 
     h.batcher.cost = BrokenCost()
@@ -441,8 +445,8 @@ async def test_the_adaptive_wait_sends_a_lone_request_at_once_once_the_cost_is_k
 ) -> None:
     model = ScriptedModel(seconds=0.02)
     h = start(model, max_wait_s=0.5, wait_policy="adaptive")
-    for tokens in range(1, MIN_BATCHES + 1):
-        h.batcher.cost.observe(tokens, 0.02 + 0.0001 * tokens)
+    for size in range(1, MIN_BATCHES + 1):
+        h.batcher.cost.observe(size, 1, 0.02 + 0.0001 * size)
     t0 = now()
     await answers(h.batcher.submit("alone"))
     assert model.started == [pytest.approx(t0)]
@@ -465,3 +469,146 @@ async def test_by_length_the_oldest_goes_and_similar_lengths_join_it(start: Any)
     queued = [h.batcher.submit(p) for p in ("a", "l o n g", "b", "l o n g 2")]
     await answers(busy, *queued)
     assert model.calls[1:] == [["a", "b"], ["l o n g", "l o n g 2"]]
+
+
+# -- the self-tuning defaults: batches by length on the learned surface, the auto wait --------
+
+
+@dataclass
+class SurfaceModel:
+    """A model whose batch of inputs (each input its own length) takes ``call + size x (row +
+    token x longest)`` seconds of loop time, times what ``scale`` draws for the call."""
+
+    call: float
+    row: float
+    token: float = 0.0
+    scale: Callable[[], float] = lambda: 1.0
+    sizes: list[int] = field(default_factory=list)
+
+    async def infer(self, inputs: list[Any]) -> BatchResult:
+        self.sizes.append(len(inputs))
+        longest = max(inputs)
+        await asyncio.sleep(
+            (self.call + len(inputs) * (self.row + self.token * longest)) * self.scale()
+        )
+        return echo(inputs)
+
+
+SELF_TUNING = {"batch_by": "length", "wait_policy": "auto"}
+
+
+async def poisson(
+    h: Harness, rate: float, count: int, rng: random.Random, lengths: tuple[int, int] = (5, 40)
+) -> list[tuple[float, Outcome]]:
+    """Submit ``count`` requests at Poisson arrivals of ``rate`` a second, each its own length
+    (as its payload); returns each one's latency and outcome."""
+    latencies = [math.nan] * count
+
+    def record(i: int, arrived: float, _: object) -> None:
+        latencies[i] = now() - arrived
+
+    pendings = []
+    for i in range(count):
+        await asyncio.sleep(rng.expovariate(rate))
+        length = rng.randrange(*lengths)
+        pending = h.batcher.submit(length, length=length)
+        pending.future.add_done_callback(functools.partial(record, i, now()))
+        pendings.append(pending)
+    return list(zip(latencies, await answers(*pendings), strict=True))
+
+
+def held(h: Harness) -> float:
+    labels = {"model": "m", "version": "v"}
+    return h.registry.get_sample_value("modelroll_batch_hold_seconds_sum", labels) or 0.0
+
+
+async def test_on_a_cpu_encoder_the_defaults_never_hold_a_batch_and_add_no_latency_at_low_load(
+    start: Any,
+) -> None:
+    """No cost per call to spread: at 10% load the defaults answer as no batching does (the
+    same requests at the same times, p50 within a microsecond), and at 90% no batch is ever
+    held for company."""
+    p50 = {}
+    for name, settings in (("defaults", SELF_TUNING), ("no batching", {"max_batch_size": 1})):
+        model = SurfaceModel(call=0.0005, row=0.002, token=0.0004)
+        h = start(model, **{"max_batch_size": 32, "max_wait_s": 0.01, **settings})
+        light = await poisson(h, rate=8.0, count=200, rng=random.Random(1))
+        p50[name] = statistics.median(latency for latency, _ in light)
+        if name == "defaults":
+            busy = await poisson(h, rate=80.0, count=400, rng=random.Random(1))
+            assert statuses([o for _, o in busy]) == [200] * 400
+            assert held(h) == 0.0
+            assert h.batcher.cost.trusted
+    assert p50["defaults"] == pytest.approx(p50["no batching"], abs=1e-6)
+
+
+async def test_on_a_gpu_the_defaults_hold_for_company_and_fill_batches(start: Any) -> None:
+    """A 30 ms call and an arrival every 20 ms: holding the model a little for company saves
+    a whole call per request that joins, so batches are larger than when each batch goes the
+    moment the model is free (max-wait 0)."""
+    sizes = {}
+    for name, settings in (("auto", SELF_TUNING), ("no wait", {"max_wait_s": 0.0})):
+        model = SurfaceModel(call=0.030, row=0.0002)
+        h = start(model, **{"max_batch_size": 16, "max_wait_s": 0.05, **settings})
+        outcomes = await poisson(h, rate=50.0, count=600, rng=random.Random(2))
+        assert statuses([o for _, o in outcomes]) == [200] * 600
+        sizes[name] = statistics.mean(model.sizes)
+        if name == "auto":
+            assert held(h) > 0.0
+    assert sizes["auto"] > 1.3 * sizes["no wait"]
+
+
+@pytest.mark.parametrize(
+    ("scale", "trusted"),
+    [
+        pytest.param(lambda rng: rng.lognormvariate(0, 0.9), False, id="noisy"),
+        pytest.param(lambda rng: 1.0 if rng.random() < 0.6 else 5.0, False, id="bimodal"),
+        pytest.param(lambda rng: 60.0 if rng.random() < 0.02 else 1.0, True, id="pauses"),
+    ],
+)
+async def test_a_model_whose_duration_scatters_gets_no_long_holds_and_no_missed_deadlines(
+    start: Any, scale: Callable[[random.Random], float], trusted: bool
+) -> None:
+    """On a GPU-like model (where holds pay) whose durations are noisy, bimodal or pause now
+    and then: every request is answered within its deadline and no batch is held past
+    max-wait. A fit that cannot predict (noise, two modes) is not trusted and holds nothing at
+    all; rare pauses leave it trusted."""
+    rng = random.Random(3)
+    model = SurfaceModel(call=0.030, row=0.0002, scale=lambda: scale(rng))
+    h = start(
+        model,
+        max_batch_size=16,
+        max_wait_s=0.02,
+        timeout_s=5.0,
+        max_queue_size=10_000,
+        **SELF_TUNING,
+    )
+    outcomes = await poisson(h, rate=100.0, count=1500, rng=rng)
+    assert statuses([o for _, o in outcomes]) == [200] * 1500
+    labels = {"model": "m", "version": "v"}
+    batches = h.registry.get_sample_value("modelroll_batch_hold_seconds_count", labels) or 0.0
+    over = h.registry.get_sample_value(
+        "modelroll_batch_hold_seconds_bucket", {**labels, "le": "0.025"}
+    )
+    assert over == batches  # every hold within max-wait (20 ms)
+    assert h.batcher.cost.trusted is trusted
+    if not trusted:
+        before = held(h)
+        await poisson(h, rate=100.0, count=200, rng=rng)
+        assert held(h) == before
+
+
+async def test_a_model_that_turns_three_times_slower_is_followed(start: Any) -> None:
+    """A second tenant arrives on the model's cores halfway: the surface follows, trusted
+    again, and nothing waits forever meanwhile."""
+    rng = random.Random(4)
+    slow = [1.0]
+    model = SurfaceModel(call=0.0005, row=0.002, token=0.0004, scale=lambda: slow[0])
+    h = start(model, max_batch_size=32, max_wait_s=0.01, max_queue_size=10_000, **SELF_TUNING)
+    await poisson(h, rate=60.0, count=300, rng=rng)
+    before = h.batcher.cost.seconds(8, 20)
+    slow[0] = 3.0
+    outcomes = await poisson(h, rate=20.0, count=300, rng=rng)
+    assert statuses([o for _, o in outcomes]) == [200] * 300
+    assert h.batcher.cost.seconds(8, 20) == pytest.approx(3 * before, rel=0.15)
+    assert h.batcher.cost.trusted

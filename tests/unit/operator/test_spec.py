@@ -15,7 +15,7 @@ def test_an_external_version_with_only_required_fields_gets_the_crds_defaults() 
     assert spec.weight == 0
     assert spec.replicas == 1
     assert spec.batching == Batching(32, 10, 1024, 0, 30000, 1)
-    assert (spec.batching.batch_by, spec.batching.wait_policy) == ("Arrival", "Fixed")
+    assert (spec.batching.batch_by, spec.batching.wait_policy) == ("Length", "Auto")
     assert spec.endpoint == "http://s:8000"  # normalised like the gateway does
     assert not spec.managed
 
@@ -40,15 +40,15 @@ def test_an_empty_endpoint_next_to_a_server_means_managed_mode() -> None:
         ),
         (
             {"model": "m", "server": {"image": "x"}, "batching": {"batchBy": "Sorted"}},
-            "spec.batching.batchBy must be one of Arrival, Length, got 'Sorted'",
+            "spec.batching.batchBy must be one of Length, Arrival, got 'Sorted'",
         ),
         (  # the sidecar's flag takes any case; the CRD's enum, and so the operator, do not
             {"model": "m", "server": {"image": "x"}, "batching": {"waitPolicy": "adaptive"}},
-            "spec.batching.waitPolicy must be one of Fixed, Adaptive, got 'adaptive'",
+            "spec.batching.waitPolicy must be one of Auto, Fixed, Adaptive, got 'adaptive'",
         ),
         (
             {"model": "m", "server": {"image": "x"}, "batching": {"batchBy": 1}},
-            "spec.batching.batchBy must be one of Arrival, Length, got 1",
+            "spec.batching.batchBy must be one of Length, Arrival, got 1",
         ),
         (
             {"model": "m", "endpoint": "http://s", "shadow": {"percent": 0}},
@@ -83,22 +83,22 @@ def test_a_version_without_a_model_is_not_indexed() -> None:
 
 
 def test_batch_by_and_wait_policy_become_flags_only_when_not_their_default() -> None:
-    """The API server fills in Arrival and Fixed on every stored object: those must add no flag,
-    or an operator upgrade would roll every managed Deployment."""
+    """The API server fills in the defaults, Length and Auto, on every stored object: those must
+    add no flag, so that the sidecar's own defaults and the CRD's give the same Deployment."""
     ints = Batching().sidecar_flags()
     assert not any(f.startswith(("--batch-by", "--wait-policy")) for f in ints)
-    defaulted = parse_batching({"batchBy": "Arrival", "waitPolicy": "Fixed"})
+    defaulted = parse_batching({"batchBy": "Length", "waitPolicy": "Auto"})
     assert defaulted == Batching()
     assert defaulted.sidecar_flags() == ints
     assert defaulted.changed() == []
 
-    length = parse_batching({"batchBy": "Length"})
-    assert (length.batch_by, length.wait_policy) == ("Length", "Fixed")
-    assert length.sidecar_flags() == [*ints, "--batch-by=length"]
-    assert length.changed() == ["spec.batching.batchBy"]
+    fifo = parse_batching({"batchBy": "Arrival"})
+    assert (fifo.batch_by, fifo.wait_policy) == ("Arrival", "Auto")
+    assert fifo.sidecar_flags() == [*ints, "--batch-by=arrival"]
+    assert fifo.changed() == ["spec.batching.batchBy"]
 
-    both = parse_batching({"maxWaitMs": 20, "batchBy": "Length", "waitPolicy": "Adaptive"})
-    assert both.sidecar_flags()[-2:] == ["--batch-by=length", "--wait-policy=adaptive"]
+    both = parse_batching({"maxWaitMs": 20, "batchBy": "Arrival", "waitPolicy": "Adaptive"})
+    assert both.sidecar_flags()[-2:] == ["--batch-by=arrival", "--wait-policy=adaptive"]
     assert "--max-wait-ms=20" in both.sidecar_flags()
     assert both.changed() == [
         "spec.batching.maxWaitMs",
@@ -112,7 +112,7 @@ def test_an_external_version_names_the_batching_policies_it_ignores() -> None:
         {
             "model": "m",
             "endpoint": "http://s:8000",
-            "batching": {"batchBy": "Arrival", "waitPolicy": "Adaptive"},
+            "batching": {"batchBy": "Length", "waitPolicy": "Adaptive"},
         }
     )
     assert spec.ignored_settings() == ["spec.batching.waitPolicy"]

@@ -218,25 +218,25 @@ def _policy_flags(manifest: dict[str, Any]) -> list[str]:
     return [a for a in args if a.startswith(("--batch-by", "--wait-policy", "--length-from"))]
 
 
-def test_batch_by_length_and_adaptive_wait_reach_the_sidecar_and_defaults_add_no_flag() -> None:
+def test_batching_policies_reach_the_sidecar_and_defaults_add_no_flag() -> None:
     plain = deployment_manifest(version(), CONFIG)
     assert _policy_flags(plain) == []
     # What the API server stores for a spec that leaves them out: the CRD's defaults, spelt out.
-    # The pod template, and so the Deployment, must be the one from before these fields existed.
+    # The pod template, and so the Deployment, must be the one the sidecar's defaults give.
     defaulted = deployment_manifest(
-        version(batching={"batchBy": "Arrival", "waitPolicy": "Fixed", "lengthFrom": "Words"}),
+        version(batching={"batchBy": "Length", "waitPolicy": "Auto", "lengthFrom": "Words"}),
         CONFIG,
     )
     assert defaulted == plain
-    length = deployment_manifest(version(batching={"batchBy": "Length"}), CONFIG)
-    assert _policy_flags(length) == ["--batch-by=length"]
-    assert _hash(length) != _hash(plain)  # a change rolls the Deployment
+    fifo = deployment_manifest(version(batching={"batchBy": "Arrival"}), CONFIG)
+    assert _policy_flags(fifo) == ["--batch-by=arrival"]
+    assert _hash(fifo) != _hash(plain)  # a change rolls the Deployment
     both = version(
-        batching={"batchBy": "Length", "waitPolicy": "Adaptive", "lengthFrom": "Tokenizer"}
+        batching={"batchBy": "Arrival", "waitPolicy": "Adaptive", "lengthFrom": "Tokenizer"}
     )
     args = containers(deployment_manifest(both, CONFIG))["sidecar"]["args"]
     assert _policy_flags(deployment_manifest(both, CONFIG)) == [
-        "--batch-by=length",
+        "--batch-by=arrival",
         "--wait-policy=adaptive",
         "--length-from=tokenizer",
     ]
@@ -244,13 +244,13 @@ def test_batch_by_length_and_adaptive_wait_reach_the_sidecar_and_defaults_add_no
     # The sidecar takes every flag the operator gives it.
     config = parse_sidecar_args(args, environ={})
     assert (config.batch_by, config.wait_policy, config.length_from) == (
-        "length",
+        "arrival",
         "adaptive",
         "tokenizer",
     )
     assert (config.model, config.version) == ("sentiment", "canary-v2")
     assert parse_sidecar_args(containers(plain)["sidecar"]["args"], environ={}).batch_by == (
-        "arrival"
+        "length"
     )
 
 

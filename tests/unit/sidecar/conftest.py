@@ -79,10 +79,13 @@ def start_model(aiohttp_server: AiohttpServer) -> StartModel:
     return start
 
 
+FIFO = {"batch_by": "arrival", "wait_policy": "fixed"}
+"""First in, first out, each batch waiting max-wait for company: the simplest rules."""
 MODES = {
-    "arrival-fixed": {},
-    "length-fixed": {"batch_by": "length"},
+    "arrival-fixed": FIFO,
+    "length-fixed": {"batch_by": "length", "wait_policy": "fixed"},
     "length-adaptive": {"batch_by": "length", "wait_policy": "adaptive"},
+    "defaults": {},
 }
 """The batching modes a module runs its tests in when it overrides ``batching_mode`` with
 ``every_mode`` (a parametrized fixture)."""
@@ -90,8 +93,8 @@ MODES = {
 
 @pytest.fixture
 def batching_mode() -> dict[str, str]:
-    """The sidecar's batch_by and wait_policy: the defaults, unless a module overrides this."""
-    return {}
+    """The sidecar's batch_by and wait_policy: FIFO, unless a module overrides this."""
+    return FIFO
 
 
 @pytest.fixture(params=list(MODES))
@@ -103,8 +106,9 @@ def every_mode(request: pytest.FixtureRequest) -> dict[str, str]:
 @pytest.fixture
 def start_sidecar(aiohttp_client: AiohttpClient, batching_mode: dict[str, str]) -> StartSidecar:
     """Serve a sidecar app (its cleanup_ctx entered) in front of ``upstream``, in the module's
-    batching mode. Under the adaptive wait, the cost model starts out as a sidecar's does after
-    a few batches of a 1 ms model, so the adaptive decisions are live from the first request."""
+    batching mode. Unless it batches first in, first out with a fixed wait, its cost surface
+    starts out as a sidecar's does after a few batches of a 1 ms model, so the decisions that
+    rest on it are live from the first request."""
 
     async def start(upstream: str, **settings: Any) -> RunningSidecar:
         config = SidecarConfig(
@@ -118,9 +122,9 @@ def start_sidecar(aiohttp_client: AiohttpClient, batching_mode: dict[str, str]) 
         app = create_app(config, registry)
         client = await aiohttp_client(app)
         running = RunningSidecar(client, app[SIDECAR], registry)
-        if config.wait_policy == "adaptive":
-            for tokens in range(1, 2 * MIN_BATCHES, 2):
-                running.sidecar.batcher.cost.observe(tokens, 0.001)
+        if config.wait_policy != "fixed" or config.batch_by != "arrival":
+            for size in range(1, MIN_BATCHES + 1):
+                running.sidecar.batcher.cost.observe(size, 2 * size, 0.001)
         return running
 
     return start

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,8 +17,8 @@ from modelroll_sidecar.batching import Batcher
 from modelroll_sidecar.cost_model import (
     MIN_BATCHES,
     RATE_TIME_CONSTANT_S,
-    ArrivalRate,
-    CostModel,
+    Arrivals,
+    CostSurface,
     worth_waiting,
 )
 from modelroll_sidecar.forming import by_length
@@ -79,27 +80,57 @@ def test_when_the_whole_queue_fits_one_call_or_two_whichever_costs_less() -> Non
     """Everything queued fits in one batch, so a request left out needs a call of its own."""
     queue = [Req(200), Req(5), Req(6), Req(190)]
     # 5 ms fixed, 0.05 ms a token: one call pads to 4 x 200 (45 ms); two cost 5 + 20 + 5 + 0.6.
-    split = by_length(queue, max_size=4, budget=0, fixed=0.005, per_token=0.00005)
+    split = by_length(queue, max_size=4, budget=0, call=0.005, row=per_token(0.00005))
     assert lengths(split.members) == [200, 190]
     # 10 ms fixed, 0.02 ms a token (make bench's model): one call 26 ms, two 28 ms.
-    together = by_length(queue, max_size=4, budget=0, fixed=0.010, per_token=0.00002)
+    together = by_length(queue, max_size=4, budget=0, call=0.010, row=per_token(0.00002))
     assert lengths(together.members) == [200, 5, 6, 190]
     assert (together.longest, together.budget_hit) == (200, False)
     # Not when the whole queue would break the token budget.
-    capped = by_length(queue, max_size=4, budget=600, fixed=0.010, per_token=0.00002)
+    capped = by_length(queue, max_size=4, budget=600, call=0.010, row=per_token(0.00002))
     assert lengths(capped.members) == [200, 190]
 
 
 def test_a_large_fixed_cost_fills_the_batch_anyway() -> None:
     """When a call's fixed cost dwarfs its padding, one batch for all is cheapest."""
     queue = [Req(200), Req(5), Req(6), Req(190)]
-    choice = by_length(queue, max_size=4, budget=0, fixed=1.0, per_token=0.00005)
+    choice = by_length(queue, max_size=4, budget=0, call=1.0, row=per_token(0.00005))
     assert lengths(choice.members) == [200, 5, 6, 190]
 
 
-def cheapest_split(lengths_left: list[int], max_size: int, call: float) -> float:
+def per_token(seconds: float) -> Callable[[int], float]:
+    """A row's cost on a model that charges ``seconds`` a padded token."""
+    return lambda longest: seconds * longest
+
+
+@dataclass(frozen=True)
+class Surface:
+    """A cost surface: ``call + size x (row + token x longest + squared x longest^2)``."""
+
+    call: float
+    row: float
+    token: float
+    squared: float
+
+    def per_row(self, longest: int) -> float:
+        return self.row + self.token * longest + self.squared * longest * longest
+
+    def batch(self, members: list[int]) -> float:
+        return self.call + len(members) * self.per_row(max(members))
+
+
+SURFACES = (
+    Surface(0.001, 0.0, 0.0001, 0.0),  # a line: call and padded tokens
+    Surface(0.01, 0.0, 0.0001, 0.0),
+    Surface(0.0001, 0.0, 0.0001, 0.0),
+    Surface(0.0, 0.002, 0.0001, 0.000002),  # a CPU encoder: no call cost, attention
+    Surface(0.05, 0.0001, 0.00001, 0.0000001),  # a GPU: the call dominates
+)
+
+
+def cheapest_split(lengths_left: list[int], max_size: int, surface: Surface) -> float:
     """By brute force over every way to split ``lengths_left`` into batches (not only runs of
-    neighbouring lengths): the least total cost, a call plus size x longest per batch."""
+    neighbouring lengths): the least total cost by ``surface``."""
     if not lengths_left:
         return 0.0
     first, rest = lengths_left[0], lengths_left[1:]
@@ -109,7 +140,7 @@ def cheapest_split(lengths_left: list[int], max_size: int, call: float) -> float
         if len(batch) > max_size:
             continue
         others = [x for k, x in enumerate(rest) if not mask >> k & 1]
-        cost = call + len(batch) * max(batch) + cheapest_split(others, max_size, call)
+        cost = surface.batch(batch) + cheapest_split(others, max_size, surface)
         best = min(best, cost)
     return best
 
@@ -121,17 +152,34 @@ def test_the_batch_that_goes_belongs_to_a_cheapest_way_of_sending_the_whole_queu
     for _ in range(150):
         queue = [Req(rng.choice([1, 2, 3, 8, 9, 20, 21, 60])) for _ in range(rng.randrange(1, 8))]
         max_size = rng.randrange(1, 5)
-        fixed, per_token = rng.choice([(0.001, 0.0001), (0.01, 0.0001), (0.0001, 0.0001)])
-        call = fixed / per_token
-        choice = by_length(queue, max_size, budget=0, fixed=fixed, per_token=per_token)
+        surface = rng.choice(SURFACES)
+        choice = by_length(queue, max_size, budget=0, call=surface.call, row=surface.per_row)
         assert queue[0] in choice.members
         assert len(choice.members) <= max_size
         left = list(queue)
         for member in choice.members:
             left.remove(member)
-        chosen = call + len(choice.members) * choice.longest
-        then = cheapest_split(lengths(left), max_size, call)
-        assert chosen + then == pytest.approx(cheapest_split(lengths(queue), max_size, call))
+        chosen = surface.batch(lengths(choice.members))
+        then = cheapest_split(lengths(left), max_size, surface)
+        best = cheapest_split(lengths(queue), max_size, surface)
+        assert chosen + then == pytest.approx(best)
+
+
+def test_no_batch_costs_more_than_sending_its_requests_one_by_one() -> None:
+    """A property, on random queues of up to four batches' worth and every kind of surface:
+    the chosen batch's predicted cost is at most that of one call per member."""
+    rng = random.Random(5)
+    for _ in range(400):
+        max_size = rng.randrange(1, 17)
+        queue = [
+            Req(max(1, round(rng.lognormvariate(3, 0.9))))
+            for _ in range(rng.randrange(1, 4 * max_size + 1))
+        ]
+        surface = rng.choice(SURFACES)
+        budget = rng.choice([0, 0, 64, 512])
+        choice = by_length(queue, max_size, budget, call=surface.call, row=surface.per_row)
+        alone = sum(surface.batch([r.length]) for r in choice.members)
+        assert surface.batch(lengths(choice.members)) <= alone * (1 + 1e-12)
 
 
 def test_length_aware_batches_pad_far_less_than_fifo_on_lognormal_lengths() -> None:
@@ -151,30 +199,8 @@ def test_length_aware_batches_pad_far_less_than_fifo_on_lognormal_lengths() -> N
 # -- what the adaptive wait learns ----------------------------------------------------------
 
 
-def test_the_cost_fit_recovers_fixed_and_per_token_cost() -> None:
-    cost = CostModel()
-    rng = random.Random(3)
-    for _ in range(60):
-        tokens = rng.randrange(10, 3000)
-        cost.observe(tokens, 0.005 + 0.00005 * tokens + rng.uniform(-0.0002, 0.0002))
-    assert cost.known
-    assert cost.fixed == pytest.approx(0.005, abs=0.0005)
-    assert cost.per_token == pytest.approx(0.00005, rel=0.05)
-
-
-def test_batches_of_one_size_count_as_fixed_cost_and_the_fit_is_untrusted_at_first() -> None:
-    cost = CostModel()
-    for _ in range(MIN_BATCHES - 1):
-        cost.observe(32, 0.02)
-    before = cost.known
-    cost.observe(32, 0.02)
-    assert (before, cost.known) == (False, True)
-    assert cost.fixed == pytest.approx(0.02)
-    assert cost.per_token == 0.0
-
-
 def test_the_arrival_rate_follows_steady_traffic_and_decays_when_it_stops() -> None:
-    rate = ArrivalRate()
+    rate = Arrivals()
     now = 0.0
     for _ in range(2000):
         now += 0.01  # 100 per second
@@ -185,15 +211,16 @@ def test_the_arrival_rate_follows_steady_traffic_and_decays_when_it_stops() -> N
 
 
 def test_worth_waiting_when_the_fixed_cost_is_large_and_arrivals_are_dense() -> None:
-    cost = CostModel()
-    for tokens in range(10, 10 + 20 * MIN_BATCHES, 20):
-        cost.observe(tokens, 0.005 + 0.00005 * tokens)  # the demo model: 5 ms + 0.05 ms/token
+    cost = CostSurface()
+    for size in range(1, 2 * MIN_BATCHES):
+        tokens = size * 10
+        cost.observe(size, 10, 0.005 + 0.00005 * tokens)  # the demo model: 5 ms + 0.05 ms/token
     # 2000/s: a gap of 0.5 ms; two requests wait 1.5 ms to save the next one a 5 ms call.
     assert worth_waiting(cost, 2000.0, size=2, longest=20)
     # 24/s (10% of the demo model's FIFO limit): a 42 ms gap is never worth it.
     assert not worth_waiting(cost, 24.0, size=1, longest=20)
     assert not worth_waiting(cost, 0.0, size=1, longest=20)
-    assert worth_waiting(CostModel(), 24.0, size=1, longest=20)  # untrusted: wait as fixed
+    assert worth_waiting(CostSurface(), 24.0, size=1, longest=20)  # unknown: wait as fixed
 
 
 # -- the batcher in these modes ----------------------------------------------------------
@@ -224,6 +251,8 @@ def batcher(model: RecordingModel, **settings: Any) -> Batcher:
         "max_batch_tokens": 0,
         "timeout_s": 60.0,
         "max_concurrent_batches": 1,
+        "batch_by": "arrival",
+        "wait_policy": "fixed",
         **settings,
     }
     metrics = SidecarMetrics("m", "v", CollectorRegistry())
@@ -316,8 +345,8 @@ async def test_the_adaptive_wait_fills_batches_when_arrivals_are_dense_and_calls
     for gap_s, expect_full in ((0.002, True), (0.15, False)):
         model = RecordingModel(fixed_s=0.1)
         b = batcher(model, max_batch_size=8, max_wait_s=1.0, wait_policy="adaptive")
-        for tokens in range(1, 2 * MIN_BATCHES, 2):
-            b.cost.observe(tokens, 0.1)
+        for size in range(1, MIN_BATCHES + 1):
+            b.cost.observe(size, 1, 0.1)
         now = asyncio.get_running_loop().time()
         for k in range(1000):  # the last two seconds' traffic, at this gap
             b.arrivals.arrived(now - (1000 - k) * gap_s)
