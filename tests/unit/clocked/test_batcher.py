@@ -477,20 +477,21 @@ async def test_by_length_the_oldest_goes_and_similar_lengths_join_it(start: Any)
 @dataclass
 class SurfaceModel:
     """A model whose batch of inputs (each input its own length) takes ``call + size x (row +
-    token x longest)`` seconds of loop time, times what ``scale`` draws for the call."""
+    token x longest + squared x longest^2)`` seconds of loop time, times what ``scale`` draws
+    for the call."""
 
     call: float
     row: float
     token: float = 0.0
+    squared: float = 0.0
     scale: Callable[[], float] = lambda: 1.0
     sizes: list[int] = field(default_factory=list)
 
     async def infer(self, inputs: list[Any]) -> BatchResult:
         self.sizes.append(len(inputs))
         longest = max(inputs)
-        await asyncio.sleep(
-            (self.call + len(inputs) * (self.row + self.token * longest)) * self.scale()
-        )
+        per_row = self.row + self.token * longest + self.squared * longest**2
+        await asyncio.sleep((self.call + len(inputs) * per_row) * self.scale())
         return echo(inputs)
 
 
@@ -611,4 +612,19 @@ async def test_a_model_that_turns_three_times_slower_is_followed(start: Any) -> 
     outcomes = await poisson(h, rate=20.0, count=300, rng=rng)
     assert statuses([o for _, o in outcomes]) == [200] * 300
     assert h.batcher.cost.seconds(8, 20) == pytest.approx(3 * before, rel=0.15)
+    assert h.batcher.cost.trusted
+
+
+async def test_when_the_length_mix_changes_the_surface_follows_within_seconds(start: Any) -> None:
+    """Short sentences for a while, then long ones: the surface, fitted where the traffic was,
+    predicts the long batches within 10% after five seconds of them, trusted again."""
+    rng = random.Random(5)
+    model = SurfaceModel(call=0.0005, row=0.001, token=0.0001, squared=0.000001)
+    h = start(model, max_batch_size=32, max_wait_s=0.01, max_queue_size=10_000, **SELF_TUNING)
+    await poisson(h, rate=100.0, count=1000, rng=rng, lengths=(4, 12))
+    outcomes = await poisson(h, rate=20.0, count=100, rng=rng, lengths=(60, 120))
+    assert statuses([o for _, o in outcomes]) == [200] * 100
+    for size, longest in ((1, 90), (4, 120)):
+        expected = 0.0005 + size * (0.001 + 0.0001 * longest + 0.000001 * longest**2)
+        assert h.batcher.cost.seconds(size, longest) == pytest.approx(expected, rel=0.1)
     assert h.batcher.cost.trusted
