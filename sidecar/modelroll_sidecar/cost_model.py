@@ -8,8 +8,11 @@ The cost surface is a batch's duration as a function of its size ``n`` and its p
 ``call`` is what a model call costs whatever it holds (an HTTP round trip and a framework's
 dispatch on a CPU; kernel launches and transfers on a GPU, where it dominates); the rest is each
 row's work, which grows faster than linearly in its padded length (attention). The terms are
-fitted online by exponentially weighted least squares, kept non-negative, so a model that warms
-up or a second tenant on its cores is followed within a few dozen batches. Each batch is
+fitted online by exponentially weighted least squares in relative error (each batch weighs
+1 / its predicted duration squared, relative to the recent mean, so a lone short request's few
+milliseconds count as much as a full batch's hundreds, and the call cost they reveal is not lost
+in the big batches' residuals), kept non-negative, so a model that warms up or a second tenant on
+its cores is followed within a few dozen batches. Each batch is
 predicted before it is learned from, and the recent mean of the relative error says whether the
 fit can be trusted to decide anything subtle (how long to wait); a batch far off its prediction
 (a GC pause) moves the fit only as far as a batch ``OUTLIER`` times off would.
@@ -37,9 +40,10 @@ were exactly this many times off."""
 LENGTH_SCALE = 100.0
 """Padded lengths are fitted in hundreds of tokens, so that the four columns of the fit are of
 like size and its equations stay well conditioned."""
-RIDGE = 1e-3
+RIDGE = 1e-4
 """How strongly each term is held at its last value where recent batches say nothing of it
-(all of one size, say): on the scale of one batch's weight, small against the ~30 it keeps."""
+(all of one size, say), as a share of the fit's mean diagonal: small against what the batches
+say, large against what they do not."""
 RATE_TIME_CONSTANT_S = 1.0
 """The arrival rate is an exponentially weighted count over about this much recent time."""
 
@@ -86,7 +90,7 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
 class CostSurface:
     """An online fit of batch duration (seconds) against batch size and padded length."""
 
-    __slots__ = ("_gram", "_memory", "_moment", "_n", "_theta", "error")
+    __slots__ = ("_gram", "_level", "_memory", "_moment", "_n", "_theta", "error")
 
     def __init__(self, memory: float = COST_MEMORY) -> None:
         """``memory``: the weight each older batch keeps per new one (1.0: a plain least-squares
@@ -96,6 +100,7 @@ class CostSurface:
         self._gram = [[0.0] * 4 for _ in range(4)]
         self._moment = [0.0] * 4
         self._theta = [0.0] * 4  # the terms, with token and token_squared per LENGTH_SCALE
+        self._level = 0.0  # the recent mean duration
         self.error = 0.0
         """The recent mean of abs(observed - predicted) / observed."""
 
@@ -127,16 +132,21 @@ class CostSurface:
         fit is not known yet)."""
         predicted = self.seconds(size, longest) if self.known else None
         target = seconds
+        m = self._memory
         if predicted is not None and predicted > 0.0 and seconds > 0.0:
-            m = self._memory
             self.error = m * self.error + (1.0 - m) * abs(seconds - predicted) / seconds
             target = min(max(seconds, predicted / OUTLIER), predicted * OUTLIER)
         x = _features(size, longest)
-        m = self._memory
+        # Relative error: weighed by 1 / what the batch was expected to take (once there is an
+        # expectation: weighed by what it took, a batch that ran slow would count for less the
+        # slower it ran), squared, times the recent mean duration squared, so that a model that
+        # turns slower as a whole is followed as fast as one that turns faster.
+        self._level = m * self._level + (1.0 - m) * target if self._n else target
+        weight = (self._level / max(predicted or seconds, 1e-9)) ** 2
         for i in range(4):
-            self._moment[i] = m * self._moment[i] + x[i] * target
+            self._moment[i] = m * self._moment[i] + weight * x[i] * target
             for j in range(4):
-                self._gram[i][j] = m * self._gram[i][j] + x[i] * x[j]
+                self._gram[i][j] = m * self._gram[i][j] + weight * x[i] * x[j]
         self._n += 1
         self._refit()
         return predicted
@@ -144,12 +154,13 @@ class CostSurface:
     def _refit(self) -> None:
         """Least squares, each term held towards its last value by RIDGE, none below 0: a term
         that comes out negative is fixed at 0 and the others fitted again."""
+        ridge = RIDGE * sum(self._gram[i][i] for i in range(4)) / 4
         free = [0, 1, 2, 3]
         while free:
             matrix = [[self._gram[i][j] for j in free] for i in free]
-            rhs = [self._moment[i] + RIDGE * self._theta[i] for i in free]
+            rhs = [self._moment[i] + ridge * self._theta[i] for i in free]
             for k in range(len(free)):
-                matrix[k][k] += RIDGE
+                matrix[k][k] += ridge
             solution = _solve(matrix, rhs)
             if solution is None:
                 return
