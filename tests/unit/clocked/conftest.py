@@ -1,5 +1,5 @@
-"""Tests whose event loop runs on virtual time (virtual_time.py): they assert exact loop times of
-timers, deadlines and model calls, and take milliseconds of real time."""
+"""Tests whose event loop runs on virtual time (``modelroll_common.virtual_time``): they assert
+exact loop times of timers, deadlines and model calls, and take milliseconds of real time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from .virtual_time import VirtualTimeLoop
+from modelroll_common.virtual_time import VirtualTimeLoop
 
 
 def pytest_asyncio_loop_factories(

@@ -4,7 +4,9 @@ timeout or schedules with ``call_at`` runs exactly as it would, in loop time, an
 exact times (``loop.time()``) in milliseconds of real time. Sockets still work (a loop with
 nothing scheduled waits for them in real time).
 
-Every test in tests/unit/clocked/ runs in one (conftest.py gives it to pytest-asyncio).
+Every test in tests/unit/clocked/ runs in one (its conftest.py gives it to pytest-asyncio), and
+so does the batching simulator (``modelroll-bench simulate``), which runs the sidecar's batcher
+on it against a model that sleeps for a cost surface's duration.
 """
 
 from __future__ import annotations
