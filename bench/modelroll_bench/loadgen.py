@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,22 +112,30 @@ async def _send(
         return 599
 
 
+def poisson_times(rng: random.Random, rate: float, duration_s: float) -> Iterator[float]:
+    """The times, in seconds from the start, of Poisson arrivals at ``rate`` per second for
+    ``duration_s``: the same ``rng`` seed, the same times (the batching simulator replays the
+    arrivals :func:`open_loop` sends)."""
+    at = 0.0
+    while True:
+        at += rng.expovariate(rate)
+        if at >= duration_s:
+            return
+        yield at
+
+
 async def poisson_arrivals(
     rng: random.Random, rate: float, start: float, duration_s: float
 ) -> AsyncIterator[tuple[int, float]]:
     """Poisson arrivals at ``rate`` per second from ``start`` (``time.perf_counter()``) for
     ``duration_s``: yields ``(i, due)`` at each one's scheduled time ``due``, from which its
     latency counts (a generator that falls behind still charges the wait to the server)."""
-    due, i = start, 0
-    while True:
-        due += rng.expovariate(rate)
-        if due - start >= duration_s:
-            return
+    for i, at in enumerate(poisson_times(rng, rate, duration_s)):
+        due = start + at
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         yield i, due
-        i += 1
 
 
 async def open_loop(
