@@ -64,3 +64,7 @@ bench-llama: venv llama-server llm-model ## The real LLM engine (llama-server, S
 .PHONY: bench-encoder
 bench-encoder: venv wrk kserve-batcher ## The sidecar and KServe's batcher in front of the real sentence encoder (int8; ARGS="--variant fp32"; ARGS=--stand-in: a demo model fitted to it), against no batching (bench/results/encoder.json).
 	$(BENCH) encoder $(ARGS)
+
+.PHONY: bench-simulate
+bench-simulate: venv ## The sidecar's batcher simulated on the encoder's cost surface: the best static configuration at each load (ARGS=--measure: measure the surface first; ARGS=--check: against the real encoder; bench/results/simulate.json).
+	$(BENCH) simulate $(ARGS)

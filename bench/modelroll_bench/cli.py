@@ -11,6 +11,7 @@ modelroll-bench analysis           (make bench-analysis)
 modelroll-bench llm                (make bench-llm)
 modelroll-bench encoder            (make bench-encoder)
 modelroll-bench llama              (make bench-llama)
+modelroll-bench simulate           (make bench-simulate)
 """
 
 from __future__ import annotations
@@ -23,7 +24,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import analysis, compare, dataplanes, encoder, lengths, llama, llm, rollback, sweep
+from . import (
+    analysis,
+    compare,
+    dataplanes,
+    encoder,
+    lengths,
+    llama,
+    llm,
+    rollback,
+    simulate,
+    sweep,
+)
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
 
 
@@ -173,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
         ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),
         ("llama", llama, "llama-server with SmolLM2: N slots against one; TTFT the hops add"),
+        ("simulate", simulate, "the batcher on a cost surface in virtual time; best static config"),
     ):
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)

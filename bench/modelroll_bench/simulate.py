@@ -19,13 +19,17 @@ SLO (:func:`~modelroll_bench.arithmetic.meets_slo`), as ``make bench`` defines t
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import json
 import math
+import os
 import random
+import statistics
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +41,11 @@ from modelroll_sidecar.config import SidecarConfig
 from modelroll_sidecar.metrics import SidecarMetrics
 from modelroll_sidecar.protocol import BatchResult
 
-from . import arithmetic
+from . import arithmetic, simulate_check, surface
+from .lengths import PRESETS, parse
 from .loadgen import LoadResult, poisson_times
-from .surface import Surface
+from .runs import Workload, machine, write
+from .surface import Surface, local_tokenizer, sentence_tokens
 from .systems import Batching
 
 QUEUE_SIZE = 4096
@@ -406,7 +412,7 @@ def search(
             {
                 "share": share,
                 "rate_rps": round(rate, 2),
-                "best": {"config": best[0].__dict__, "name": best[0].name, **_figures(best[1])},
+                "best": {"config": asdict(best[0]), "name": best[0].name, **_figures(best[1])},
                 "runner_up": {"name": runner_up[0].name, **_figures(runner_up[1])},
                 "no_batching": _figures(by_config[alone]),
                 "default": _figures(by_config[default]) if default in by_config else None,
@@ -415,3 +421,194 @@ def search(
             }
         )
     return {"no_batching_saturation_rps": round(saturation, 2), "loads": loads}
+
+
+def print_table(found: dict[str, Any], slo_ms: float) -> None:
+    """The best configuration at each load beside no batching and the sidecar's defaults."""
+    print(
+        f"\nNo batching's simulated saturation: {found['no_batching_saturation_rps']:.1f} req/s. "
+        f"Goodput = requests/s answered within the p99 SLO of {slo_ms:g} ms (* = the run's p99 "
+        "is over it); p99 ms; the best's p99 at two other arrival seeds in brackets."
+    )
+    print(
+        f"{'load':>5} {'req/s':>7}  {'best static configuration':<40} {'goodput':>8} "
+        f"{'p99':>8} {'other seeds':>16}  {'runner-up':<40} {'no batching':>16} "
+        f"{'defaults':>16}"
+    )
+
+    def cell(figures: dict[str, Any] | None) -> str:
+        if figures is None:
+            return "-"
+        mark = "" if figures["meets_slo"] else "*"
+        return f"{figures['within_slo_rps']:.1f}{mark} / {figures['p99_ms']:.0f}"
+
+    for load in found["loads"]:
+        best = load["best"]
+        others = "/".join(f"{row['p99_ms']:.0f}" for row in load["best_at_other_seeds"])
+        short = best["name"].replace(", lengths from the tokenizer", "")
+        runner = load["runner_up"]["name"].replace(", lengths from the tokenizer", "")
+        mark = "" if best["meets_slo"] else "*"
+        print(
+            f"{load['share']:>5.0%} {load['rate_rps']:>7.1f}  {short:<40} "
+            f"{best['within_slo_rps']:>7.1f}{mark:1} {best['p99_ms']:>8.0f} "
+            f"{'[' + others + ']' if others else '':>16}  {runner:<40} "
+            f"{cell(load['no_batching']):>16} {cell(load['default']):>16}"
+        )
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        found = tuple(float(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers") from None
+    if not found or any(x < 0 for x in found):
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers of at least 0")
+    return found
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    found = _floats(text)
+    if any(x != int(x) for x in found):
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers")
+    return tuple(int(x) for x in found)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d, g = Search(), Grid()
+    parser.add_argument(
+        "--surface",
+        type=Path,
+        default=DEFAULT_SURFACE,
+        help="the cost surface, JSON (%(default)s; --measure writes it)",
+    )
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure the real encoder's surface at its POST /v1/batch and write it to "
+        "--surface, then search with it (about two minutes on int8)",
+    )
+    parser.add_argument("--variant", choices=("int8", "fp32"), default="int8")
+    parser.add_argument(
+        "--lengths",
+        default="lognormal",
+        help="request lengths: a preset (lognormal, bimodal) or a spec (%(default)s)",
+    )
+    parser.add_argument(
+        "--units",
+        choices=("words", "tokens"),
+        default="words",
+        help="words: --lengths are English sentences' words, counted in the encoder's tokens "
+        "as the sidecar's --length-from tokenizer counts them; tokens: the surface's units "
+        "(%(default)s)",
+    )
+    parser.add_argument(
+        "--trace", type=Path, help="replay a recorded trace, a JSON list of [arrival_s, length]"
+    )
+    parser.add_argument("--slo-ms", type=float, default=d.slo_ms, help="p99 SLO (%(default)s)")
+    parser.add_argument(
+        "--shares",
+        type=_floats,
+        default=d.shares,
+        help="loads as shares of no batching's saturation (0.1,0.3,0.5,0.7,0.9,1,1.2)",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=d.requests, help="requests per run (%(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=d.seed, help="lengths, arrivals and noise")
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=d.noise,
+        help="a batch's duration times a lognormal factor of mean 1 and this spread (0)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (%(default)s)"
+    )
+    parser.add_argument(
+        "--max-batch", type=_ints, default=g.max_batch, help="grid (1,2,4,8,16,32,64)"
+    )
+    parser.add_argument(
+        "--max-wait-ms", type=_floats, default=g.max_wait_ms, help="grid (0,2,5,10,20)"
+    )
+    parser.add_argument(
+        "--max-batch-tokens", type=_ints, default=g.max_batch_tokens, help="grid (0,256,512,1024)"
+    )
+    parser.add_argument(
+        "--wait-policy", default=g.wait_policy, help="the sidecar's, for every configuration"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="instead: simulated against measured, the real sidecar in front of the real "
+        "encoder at three loads (simulate_check.py)",
+    )
+    simulate_check.add_arguments(parser)
+    parser.add_argument("--out", type=Path, help="(bench/results/simulate.json)")
+
+
+def lengths_of(args: argparse.Namespace) -> tuple[list[int], str]:
+    """The lengths the runs cycle through, in the surface's units, and how they were made."""
+    spec = PRESETS.get(args.lengths, args.lengths)
+    if args.units == "tokens":
+        return parse(spec).sample(Workload.bodies, args.seed), f"{spec} tokens"
+    workload = Workload(parse(spec), seed=args.seed, sentences=True)
+    counted = sentence_tokens(workload, local_tokenizer())
+    return counted, f"English sentences of {spec} words (seed {args.seed}), in the encoder's tokens"
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        parse(args.lengths)
+        recorded = Trace.load(args.trace) if args.trace else None
+    except ValueError as exc:
+        raise SystemExit(f"modelroll-bench simulate: {exc}") from None
+    if args.measure:
+        found = asyncio.run(surface.measure_encoder(args.variant, 1, surface.REPEATS))
+        write(found, args.surface)
+    try:
+        cost = Surface.load(args.surface)
+    except ValueError as exc:
+        raise SystemExit(
+            f"modelroll-bench simulate: {exc}; `make bench-simulate ARGS=--measure` measures "
+            "the encoder's"
+        ) from None
+    if args.check:
+        return simulate_check.main(args, cost)
+    lengths, described = lengths_of(args)
+    setup = Search(
+        slo_ms=args.slo_ms,
+        shares=args.shares,
+        requests=args.requests,
+        seed=args.seed,
+        noise=args.noise,
+        jobs=args.jobs,
+        grid=Grid(
+            max_batch=args.max_batch,
+            max_wait_ms=args.max_wait_ms,
+            max_batch_tokens=args.max_batch_tokens,
+            wait_policy=args.wait_policy,
+        ),
+    )
+    configs = len(setup.grid.configs(max(lengths)))
+    print(
+        f"Surface {args.surface}: {cost.describe()}.\nLengths: {described}; median "
+        f"{statistics.median(lengths):g}, longest {max(lengths)}. "
+        + (f"Trace {args.trace}, scaled to each load. " if recorded else "")
+        + f"{configs} configurations x {len(setup.shares)} loads, {setup.requests} requests "
+        f"per run (seed {setup.seed}, noise {setup.noise:g}), {setup.jobs} processes.",
+        flush=True,
+    )
+    started = time.perf_counter()
+    found = search(cost, lengths, setup, recorded)
+    print_table(found, setup.slo_ms)
+    print(f"({time.perf_counter() - started:.0f} s)")
+    report = {
+        "surface": {"path": str(args.surface), **asdict(cost)},
+        "lengths": described,
+        "trace": str(args.trace) if args.trace else None,
+        "setup": asdict(setup),
+        "machine": machine(),
+        **found,
+    }
+    write(report, args.out or Path("bench/results/simulate.json"))
+    return 0

@@ -1,0 +1,140 @@
+"""``make bench-simulate ARGS=--check``: the simulator against the real thing. The real sidecar in
+front of the real encoder (int8, one intra-op thread) under Poisson arrivals at three loads, and
+the simulator on the same arrivals and the same bodies (their lengths counted in the encoder's
+tokens, as the sidecar counts them), for a few configurations: simulated against measured
+throughput and p99, and their ratios.
+
+The loads are shares of no batching's saturation as the surface predicts it, so nothing but the
+surface is measured before the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+from . import simulate as sim
+from .lengths import PRESETS, parse
+from .runs import Workload, batch_of_one_ms, idle, machine, open_run, write
+from .surface import Surface, sentence_tokens, tokenizer_of
+from .systems import Batching, System, batcher, encoder_model
+
+CHECKED = (
+    ("no batching", Batching(max_batch=1, length_from="tokenizer")),
+    ("sidecar defaults", Batching(length_from="tokenizer")),
+    ("sidecar by length", Batching(batch_by="length", length_from="tokenizer")),
+)
+"""Each configuration as the simulator and the sidecar run it (lengths in the encoder's
+tokens; the defaults otherwise: max batch 32, max-wait 10 ms)."""
+SHARES = (0.3, 0.6, 0.9)
+DURATION_S = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--check-shares",
+        type=sim._floats,
+        default=SHARES,
+        help="--check: loads as shares of no batching's simulated saturation (0.3,0.6,0.9)",
+    )
+    parser.add_argument(
+        "--check-duration",
+        type=float,
+        default=DURATION_S,
+        help="--check: seconds of arrivals per configuration and load (%(default)s)",
+    )
+
+
+def ratio(simulated: float, measured: float) -> float | None:
+    return round(simulated / measured, 3) if measured else None
+
+
+def compared(simulated: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """Simulated and measured throughput, p50, p99 and mean batch, and their ratios."""
+    out: dict[str, Any] = {}
+    for key in ("throughput_rps", "p50_ms", "p99_ms"):
+        out[key] = {
+            "simulated": simulated[key],
+            "measured": measured[key],
+            "ratio": ratio(simulated[key], measured[key]),
+        }
+    batching = measured.get("batching") or {}
+    out["mean_batch"] = {
+        "simulated": simulated["mean_batch"],
+        "measured": batching.get("mean_batch"),
+    }
+    return out
+
+
+async def run(
+    cost: Surface, spec: str, seed: int, shares: tuple[float, ...], duration_s: float, slo_ms: float
+) -> dict[str, Any]:
+    workload = Workload(parse(spec), seed=seed, sentences=True)
+    rows = []
+    async with encoder_model() as model:
+        lengths = sentence_tokens(workload, await tokenizer_of(model))
+        alone = CHECKED[0][1]
+        saturation = sim.saturation_rps(alone, cost, lengths, sim.REQUESTS, seed)
+        print(
+            f"English sentences of {spec} words (seed {seed}), in the encoder's tokens: longest "
+            f"{max(lengths)}. No batching's simulated saturation {saturation:.1f} req/s.",
+            flush=True,
+        )
+        await batch_of_one_ms(model, workload.text(20))  # the encoder's first calls are slow
+        print(
+            f"{'configuration':<18} {'load':>5} {'req/s':>6}  {'throughput sim/meas':>22}  "
+            f"{'p99 ms sim/meas':>22}  {'mean batch sim/meas':>20}"
+        )
+        for label, config in CHECKED:
+            async with batcher(System(label, "sidecar", config), model, 1) as url:
+                for share in shares:
+                    rate = share * saturation
+                    measured = await open_run(
+                        url,
+                        workload,
+                        rate,
+                        duration_s,
+                        seed=seed,
+                        label=label,
+                        stats_url=model + "/v1/stats",
+                        slo_ms=slo_ms,
+                    )
+                    await idle(model + "/v1/stats")
+                    trace = sim.Trace.poisson(rate, duration_s, lengths, seed)
+                    simulated = sim.simulate(config, cost, trace, seed=seed).row(slo_ms)
+                    found = compared(simulated, measured)
+                    rows.append({"label": label, "share": share, "rate_rps": rate, **found})
+                    print(_line(label, share, rate, found), flush=True)
+    return {"no_batching_saturation_rps": round(saturation, 2), "rows": rows}
+
+
+def _line(label: str, share: float, rate: float, found: dict[str, Any]) -> str:
+    def pair(key: str) -> str:
+        f = found[key]
+        return f"{f['simulated']:.1f} / {f['measured']:.1f} ({f['ratio'] or 0:.2f}x)"
+
+    batch = found["mean_batch"]
+    measured = batch["measured"]
+    return (
+        f"{label:<18} {share:>5.0%} {rate:>6.1f}  {pair('throughput_rps'):>22}  "
+        f"{pair('p99_ms'):>22}  {batch['simulated']:>9.1f} / "
+        + (f"{measured:.1f}" if measured is not None else "-")
+    )
+
+
+def main(args: argparse.Namespace, cost: Surface) -> int:
+    spec = PRESETS.get(args.lengths, args.lengths)
+    found = asyncio.run(
+        run(cost, spec, args.seed, args.check_shares, args.check_duration, args.slo_ms)
+    )
+    report = {
+        "surface": {"path": str(args.surface), **asdict(cost)},
+        "lengths": spec,
+        "machine": machine(),
+        "duration_s": args.check_duration,
+        **found,
+    }
+    write(report, args.out or sim.DEFAULT_SURFACE.with_name("simulate-check.json"))
+    return 0
