@@ -23,11 +23,13 @@ from .systems import Batching, System, batcher, encoder_model
 
 CHECKED = (
     ("no batching", Batching(max_batch=1, length_from="tokenizer")),
-    ("sidecar defaults", Batching(length_from="tokenizer")),
-    ("sidecar by length", Batching(batch_by="length", length_from="tokenizer")),
+    ("FIFO 32, 10 ms", Batching(length_from="tokenizer")),
+    ("by length", Batching(batch_by="length", length_from="tokenizer")),
+    ("by length, auto", Batching(batch_by="length", wait_policy="auto", length_from="tokenizer")),
 )
-"""Each configuration as the simulator and the sidecar run it (lengths in the encoder's
-tokens; the defaults otherwise: max batch 32, max-wait 10 ms)."""
+"""Each configuration as the simulator and the sidecar run it: lengths in the encoder's tokens,
+max batch 32 and max-wait 10 ms but for no batching; first in first out with a fixed wait, by
+length with a fixed wait, and by length with the automatic wait."""
 SHARES = (0.3, 0.6, 0.9)
 DURATION_S = 10.0
 

@@ -15,6 +15,7 @@ from typing import Literal
 
 from modelroll_devcluster import processes
 from modelroll_devcluster.processes import Component, free_port
+from modelroll_sidecar.config import SidecarConfig
 
 from .lengths import CostModel
 
@@ -57,12 +58,13 @@ class Batching:
     def sidecar_flags(self) -> list[str]:
         """--batch-by, --wait-policy and --length-from, each only when not the sidecar's
         default (so the defaults' rows run the sidecar exactly as it is deployed without them)."""
+        default = SidecarConfig()
         flags = []
-        if self.batch_by != "arrival":
+        if self.batch_by != default.batch_by:
             flags += ["--batch-by", self.batch_by]
-        if self.wait_policy != "fixed":
+        if self.wait_policy != default.wait_policy:
             flags += ["--wait-policy", self.wait_policy]
-        if self.length_from != "words":
+        if self.length_from != default.length_from:
             flags += ["--length-from", self.length_from]
         return flags
 
