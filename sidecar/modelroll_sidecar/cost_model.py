@@ -12,10 +12,10 @@ fitted online by exponentially weighted least squares in relative error (each ba
 1 / its predicted duration squared, relative to the recent mean, so a lone short request's few
 milliseconds count as much as a full batch's hundreds, and the call cost they reveal is not lost
 in the big batches' residuals), kept non-negative, so a model that warms up or a second tenant on
-its cores is followed within a few dozen batches. Each batch is
-predicted before it is learned from, and the recent mean of the relative error says whether the
-fit can be trusted to decide anything subtle (how long to wait); a batch far off its prediction
-(a GC pause) moves the fit only as far as a batch ``OUTLIER`` times off would.
+its cores is followed within a few dozen batches. Each batch is predicted before it is learned
+from, and the recent mean of the relative error says whether the fit can be trusted to decide
+anything subtle (how long to wait); a batch far off its prediction (a GC pause) moves the fit only
+as far as a batch ``OUTLIER`` times off would.
 
 Both fits forget the past exponentially: the cost over about the last 30 batches, the arrival
 rate over about the last second.

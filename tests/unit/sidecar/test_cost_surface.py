@@ -4,6 +4,7 @@ jumping model does to it."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -134,7 +135,7 @@ def test_the_call_cost_is_found_under_the_rows_of_big_batches() -> None:
     error the call is found within 20%, and a lone sentence predicted within 10%."""
 
     def encoder(size: int, longest: int) -> float:
-        return 0.00311 + size * (0.000379 + 0.000209 * longest * (longest / 64) ** 0.15)
+        return 0.00311 + size * (0.000379 + 0.000209 * longest * math.pow(longest / 64, 0.15))
 
     cost = CostSurface()
     rng = random.Random(7)
