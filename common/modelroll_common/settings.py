@@ -154,14 +154,18 @@ BATCHING_CHOICES = (
         "lengthFrom",
         "length_from",
         "--length-from",
-        "Words",
-        ("Words", "Tokenizer"),
+        "Auto",
+        ("Auto", "Words", "Tokenizer"),
         "What a request's length counts (sidecar --length-from): the unit of batchBy Length, "
-        "maxBatchTokens and the padding metrics. Words (the default): the whitespace words of a "
-        "string payload. Tokenizer: its tokens under the model's own tokenizer, which the model "
-        "server serves at GET /v1/tokenizer (modelroll-encoder does); the sidecar stays unready "
-        "until it has it, and a model that serves none leaves the version unready, the reason "
-        "in the sidecar's /readyz; refused with protocol OpenAI, whose engines serve none. Either "
+        "maxBatchTokens, the padding metrics and the batch cost the sidecar learns. Auto (the "
+        "default): the model's tokens when the model server serves its tokenizer at GET "
+        "/v1/tokenizer (modelroll-encoder does), whitespace words when it answers 404, 405, 410 "
+        "or 501 there, or serves something that is not a usable tokenizer; any other failure "
+        "(no connection, another 5xx) is asked again while the sidecar stays unready. With "
+        "protocol OpenAI: words. The sidecar's /readyz and its modelroll_length_unit metric say "
+        "which unit it chose. Words: the whitespace words of a string payload. Tokenizer: the "
+        "model's tokens, and a model that serves none leaves the version unready, the reason in "
+        "the sidecar's /readyz; refused with protocol OpenAI, whose engines serve none. Either "
         "way a list payload (token ids, say) counts its items.",
     ),
 )

@@ -25,7 +25,7 @@ from modelroll_common.server import RequestTimedOut, read_body
 
 from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
 from .config import SidecarConfig
-from .lengths import Lengths, TokenizerPool, WordLengths, fetch_tokenizer
+from .lengths import Lengths, NoTokenizer, TokenizerPool, WordLengths, fetch_tokenizer
 from .metrics import LLMMetrics, SidecarMetrics
 from .openai_proxy import (
     GENERATION_PATHS,
@@ -72,10 +72,15 @@ class Sidecar:
             wait_policy=config.wait_policy,
         )
         self.model_ready = False
-        self.lengths: Lengths | None = WordLengths() if config.length_from == "words" else None
-        """How long a request is; None until the model's tokenizer is loaded."""
+        self.lengths: Lengths | None = None
+        """How long a request is; None until the sidecar knows what to count (with
+        --length-from tokenizer and auto: until the model has answered for its tokenizer)."""
+        self.length_unit = ""
+        """What ``lengths`` counts: words or tokens (metrics.LENGTH_UNITS); empty while None."""
         self.lengths_problem = "not asked for yet"
         """Why there is no tokenizer yet (for /readyz)."""
+        if not config.asks_for_tokenizer:
+            self._count_in(WordLengths(), "words")
         self.closing = False
         """Set by the control app's GET /prestop: still serving, but unready and closing every
         connection."""
@@ -116,17 +121,38 @@ class Sidecar:
             await asyncio.sleep(interval if ready else min(interval, STARTUP_PROBE_S))
 
     async def _load_tokenizer(self) -> None:
-        """--length-from tokenizer: fetch the model's tokenizer; until then the sidecar is
-        unready, and each new reason it gives is logged once."""
+        """--length-from tokenizer and auto: ask the model for its tokenizer, and count tokens
+        once it serves one; under auto, count words once it answers that it serves none. Until
+        then the sidecar is unready and asks again at each probe (a model may be starting), and
+        each new reason it gives is logged once."""
         try:
             tokens = await fetch_tokenizer(self.model, self.config.upstream_timeout_ms / 1000)
-        except ValueError as exc:
-            if str(exc) != self.lengths_problem:
-                log.warning("No tokenizer from the model at %s: %s", self.config.upstream, exc)
-                self.lengths_problem = str(exc)
+        except NoTokenizer as exc:
+            if self.config.length_from == "auto":
+                log.info(
+                    "Counting lengths in whitespace words: the model serves no tokenizer (%s)", exc
+                )
+                self._count_in(WordLengths(), "words")
+            else:
+                self._not_yet(
+                    f"{exc}; --length-from tokenizer needs a model that serves its "
+                    "tokenizer.json there"
+                )
             return
-        self.lengths = TokenizerPool(tokens, self.metrics, self.config.max_queue_size)
+        except ValueError as exc:  # no answer to judge: the next probe asks again
+            self._not_yet(str(exc))
+            return
+        self._count_in(TokenizerPool(tokens, self.metrics, self.config.max_queue_size), "tokens")
         log.info("Counting lengths in the tokens of the model's tokenizer")
+
+    def _not_yet(self, problem: str) -> None:
+        if problem != self.lengths_problem:
+            log.warning("No tokenizer from the model at %s: %s", self.config.upstream, problem)
+            self.lengths_problem = problem
+
+    def _count_in(self, lengths: Lengths, unit: str) -> None:
+        self.lengths, self.length_unit = lengths, unit
+        self.metrics.count_lengths_in(unit)
 
     async def prestop(self) -> None:
         """The pod is terminating: while Kubernetes takes the pod out of its Services' endpoints,
@@ -391,7 +417,7 @@ async def handle_readyz(request: web.Request) -> web.Response:
         return error_response(503, f"model at {sidecar.config.upstream} is not ready")
     if sidecar.lengths is None:
         return error_response(503, f"no tokenizer from the model: {sidecar.lengths_problem}")
-    return json_response(200, {"status": "ready"})
+    return json_response(200, {"status": "ready", "length_unit": sidecar.length_unit})
 
 
 async def handle_prestop(request: web.Request) -> web.Response:

@@ -129,6 +129,15 @@ class SidecarConfig:
             return file.read().strip() or None
 
     @property
+    def asks_for_tokenizer(self) -> bool:
+        """Whether the sidecar asks the model for its tokenizer (GET /v1/tokenizer): with
+        --length-from tokenizer, and with auto unless --protocol openai, whose engines serve
+        none (auto counts words there)."""
+        return self.length_from == "tokenizer" or (
+            self.length_from == "auto" and self.protocol != "openai"
+        )
+
+    @property
     def max_wait_s(self) -> float:
         return self.max_wait_ms / 1000.0
 
@@ -160,9 +169,11 @@ HELP = {
     "request has waited --max-wait-ms; adaptive: it goes as soon as a slot is free and no arrival "
     "is expected soon enough to save the waiting requests time; never longer than --max-wait-ms",
     "length_from": "what a request's length counts, for --batch-by length, --max-batch-tokens "
-    "and the padding metrics: words: whitespace words of a string payload; tokenizer: its tokens "
-    "under the model's own tokenizer, which the model serves at GET /v1/tokenizer (the sidecar "
-    "is unready until it has it); either way a list payload counts its items",
+    "and the padding metrics: auto: the model's tokens when it serves its tokenizer at GET "
+    "/v1/tokenizer, words when it answers 404, 405, 410 or 501 there or serves no usable "
+    "tokenizer (the sidecar is unready until the model has answered; --protocol openai: words); "
+    "words: whitespace words of a string payload; tokenizer: the model's tokens (the sidecar is "
+    "unready until it has the tokenizer); either way a list payload counts its items",
     "protocol": "batch: the model speaks POST /v1/batch and the sidecar batches requests to "
     "POST /v1/infer; openai: the model is an OpenAI-compatible engine that batches generation "
     "itself, and the sidecar streams /v1/chat/completions and /v1/completions through, batching "

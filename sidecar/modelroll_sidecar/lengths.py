@@ -5,7 +5,9 @@ metrics, counted as the model will pad it.
 tokenizer`` counts its tokens under the model's own tokenizer, which the model serves at
 ``GET /v1/tokenizer`` (a Hugging Face ``tokenizer.json``): a WordPiece or BPE model pads
 tokens, and a sentence has about 1.3 of them per word, more for rare words and numbers.
-A list payload counts its items either way (token ids, say), anything else 1.
+``--length-from auto`` counts tokens when the model serves a tokenizer, words when it answers
+that it serves none (:class:`NoTokenizer`). A list payload counts its items either way (token
+ids, say), anything else 1.
 
 The tokenizer is the model's, so it is not trusted to be quick or to work: it runs in worker
 threads, never on the event loop, and a request it fails on counts its words instead.
@@ -31,6 +33,9 @@ from .protocol import ModelClient, payload_length
 log = logging.getLogger(__name__)
 
 TOKENIZER_PATH = "/v1/tokenizer"
+NOT_SERVED = frozenset({404, 405, 410, 501})
+"""The answers to GET /v1/tokenizer that say the model serves no tokenizer there, for good: any
+other failure (no connection, a timeout, 500, 503 while the model starts) may pass."""
 MAX_TOKENIZER_BYTES = 32 * 1024 * 1024
 """The largest tokenizer.json accepted from a model (a large LLM vocabulary's is about 10 MB)."""
 HEAD_CHARS = 2048
@@ -51,6 +56,12 @@ def panicked(exc: BaseException) -> bool:
     created at an extension's first panic and can be imported from nowhere, hence the name."""
     kind = type(exc)
     return (kind.__module__, kind.__qualname__) == PANIC
+
+
+class NoTokenizer(ValueError):
+    """The model answered GET /v1/tokenizer, and the answer is no usable tokenizer: one of
+    NOT_SERVED, or a body that is too large, not UTF-8 or not a tokenizer. Asking again would
+    get the same answer."""
 
 
 class Lengths(Protocol):
@@ -77,11 +88,11 @@ class TokenLengths:
     tokenizer truncates."""
 
     def __init__(self, tokenizer_json: str) -> None:
-        """Raises ValueError when ``tokenizer_json`` is not a tokenizer."""
+        """Raises NoTokenizer when ``tokenizer_json`` is not a tokenizer."""
         try:
             tokenizer = Tokenizer.from_str(tokenizer_json)
         except Exception as exc:  # the Rust side raises its own exception type
-            raise ValueError(f"not a Hugging Face tokenizer.json: {exc}") from None
+            raise NoTokenizer(f"not a Hugging Face tokenizer.json: {exc}") from None
         tokenizer.no_padding()  # a length, not a padded row
         self.tokenizer = tokenizer
         truncation = tokenizer.truncation
@@ -164,28 +175,27 @@ class TokenizerPool:
 
 
 async def fetch_tokenizer(model: ModelClient, timeout_s: float) -> TokenLengths:
-    """The model's tokenizer, from its ``GET /v1/tokenizer``. Raises ValueError with a message
-    for the sidecar's /readyz when the model serves none, or something else."""
+    """The model's tokenizer, from its ``GET /v1/tokenizer``. Raises NoTokenizer when the
+    model's answer is none, and ValueError when there was no answer to judge (no connection, a
+    timeout, another status); either's message is for the sidecar's /readyz."""
     url = model.base_url + TOKENIZER_PATH
     try:
         async with model.session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             raw = await read_whole(resp, MAX_TOKENIZER_BYTES)
             status = resp.status
     except AnswerTooLarge:
-        raise ValueError(
+        raise NoTokenizer(
             f"the model's tokenizer.json is larger than {MAX_TOKENIZER_BYTES >> 20} MiB "
             f"({MAX_TOKENIZER_BYTES} bytes)"
         ) from None
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise ValueError(f"GET {TOKENIZER_PATH} failed: {type(exc).__name__}") from None
     if status != 200:
-        raise ValueError(
-            f"the model answers GET {TOKENIZER_PATH} with HTTP {status}; --length-from "
-            "tokenizer needs a model that serves its tokenizer.json there"
-        )
+        refusal = NoTokenizer if status in NOT_SERVED else ValueError
+        raise refusal(f"the model answers GET {TOKENIZER_PATH} with HTTP {status}")
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        raise ValueError(f"GET {TOKENIZER_PATH} answered bytes that are not UTF-8") from None
+        raise NoTokenizer(f"GET {TOKENIZER_PATH} answered bytes that are not UTF-8") from None
     # Parsing a large vocabulary takes tens of milliseconds: not on the event loop.
     return await asyncio.to_thread(TokenLengths, text)

@@ -26,6 +26,7 @@ CODES = ("200", "400", "404", "408", "413", "415", "422", "429", "502", "503", "
 CLOSE_REASONS = ("full", "timeout", "tokens", "idle", "drain")
 TOKEN_KINDS = ("useful", "padded")
 REJECT_REASONS = ("queue_full", "deadline", "split_deadline", "disconnect", "shutting_down")
+LENGTH_UNITS = ("words", "tokens")
 
 
 def _term(cost: CostSurface, index: int) -> float:
@@ -178,6 +179,15 @@ class SidecarMetrics:
             "1 while the cost surface predicts well enough to decide waits (--wait-policy "
             "auto), 0 while batches go at once.",
         )
+        length_unit = Gauge(
+            names.LENGTH_UNIT,
+            "1 for the unit request lengths are counted in: words (whitespace words) or tokens "
+            "(the model's tokenizer's); 0 for the other. Both 0 until the sidecar knows whether "
+            "the model serves a tokenizer.",
+            [*labels, "unit"],
+            registry=registry,
+        )
+        self.length_unit = {u: length_unit.labels(model, version, u) for u in LENGTH_UNITS}
 
     def watch_cost(self, cost: CostSurface) -> None:
         """Export ``cost``'s fitted terms, error and trust, read at each scrape."""
@@ -186,6 +196,11 @@ class SidecarMetrics:
             child.set_function(functools.partial(_term, cost, index))
         self._cost_error.set_function(lambda: cost.error)
         self._cost_trusted.set_function(lambda: float(cost.trusted))
+
+    def count_lengths_in(self, unit: str) -> None:
+        """Lengths are counted in ``unit`` (one of LENGTH_UNITS) from now on."""
+        for each, gauge in self.length_unit.items():
+            gauge.set(1 if each == unit else 0)
 
     def count_batch(self, lengths: list[int], reason: str) -> None:
         """One batch sent: its size, what closed it, and its padding."""

@@ -250,7 +250,7 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
             "maxConcurrentBatches": 1,
             "batchBy": "Arrival",
             "waitPolicy": "Fixed",
-            "lengthFrom": "Words",
+            "lengthFrom": "Auto",
         },
     }
     # maxWaitMs 0 (send what is queued at once, Triton's default) is a legal setting.

@@ -35,6 +35,7 @@ async def test_sixteen_clients_are_batched_and_each_gets_its_vector(
         readiness_interval_ms=100,
     )
     sidecar = await aiohttp_client(create_app(config, CollectorRegistry()))
+    await until_ready(sidecar)  # the sidecar has asked the encoder for its tokenizer
     sentences = [f"Request number {i} asks about topic {i * 7 % 5}." for i in range(CLIENTS)]
 
     async def infer(sentence: str) -> list[float]:
@@ -58,16 +59,17 @@ async def test_sixteen_clients_are_batched_and_each_gets_its_vector(
 async def test_a_sidecar_counting_the_models_tokens_pads_as_the_model_does(
     start_encoder: StartEncoder, aiohttp_client: AiohttpClient
 ) -> None:
-    """--length-from tokenizer: the sidecar fetches the encoder's tokenizer, and its token
-    counters (what its length-aware forming and token budget see) are exactly the encoder's own
-    WordPiece counts, useful and padded; counting words undercounts both."""
+    """--length-from tokenizer, and auto (the default): the sidecar fetches the encoder's
+    tokenizer, and its token counters (what its length-aware forming and token budget see) are
+    exactly the encoder's own WordPiece counts, useful and padded; counting words undercounts
+    both."""
     sentences = [
         "Hi.",
         "Photosynthesis converts 6CO2 and 6H2O into C6H12O6, releasing O2.",
         "The cat sat on the mat.",
         "Tokenizers split uncommon words like antidisestablishmentarianism into pieces.",
     ] * 4
-    for length_from in ("tokenizer", "words"):
+    for length_from in ("auto", "tokenizer", "words"):
         model = await start_encoder()
         config = SidecarConfig(
             upstream=model.url,
@@ -97,7 +99,7 @@ async def test_a_sidecar_counting_the_models_tokens_pads_as_the_model_does(
         assert useful is not None
         assert padded is not None
         stats = model.service.model.stats()
-        if length_from == "tokenizer":
+        if length_from != "words":
             assert (useful, padded) == (stats["useful_tokens"], stats["padded_tokens"])
         else:
             assert useful < stats["useful_tokens"]

@@ -224,13 +224,15 @@ def test_batching_policies_reach_the_sidecar_and_defaults_add_no_flag() -> None:
     # What the API server stores for a spec that leaves them out: the CRD's defaults, spelt out.
     # The pod template, and so the Deployment, must be the one the sidecar's defaults give.
     defaulted = deployment_manifest(
-        version(batching={"batchBy": "Length", "waitPolicy": "Auto", "lengthFrom": "Words"}),
+        version(batching={"batchBy": "Length", "waitPolicy": "Auto", "lengthFrom": "Auto"}),
         CONFIG,
     )
     assert defaulted == plain
     fifo = deployment_manifest(version(batching={"batchBy": "Arrival"}), CONFIG)
     assert _policy_flags(fifo) == ["--batch-by=arrival"]
     assert _hash(fifo) != _hash(plain)  # a change rolls the Deployment
+    words = deployment_manifest(version(batching={"lengthFrom": "Words"}), CONFIG)
+    assert _policy_flags(words) == ["--length-from=words"]
     both = version(
         batching={"batchBy": "Arrival", "waitPolicy": "Adaptive", "lengthFrom": "Tokenizer"}
     )

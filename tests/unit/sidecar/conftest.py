@@ -108,7 +108,10 @@ def start_sidecar(aiohttp_client: AiohttpClient, batching_mode: dict[str, str]) 
     """Serve a sidecar app (its cleanup_ctx entered) in front of ``upstream``, in the module's
     batching mode. Unless it batches first in, first out with a fixed wait, its cost surface
     starts out as a sidecar's does after a few batches of a 1 ms model, so the decisions that
-    rest on it are live from the first request."""
+    rest on it are live from the first request. Lengths are words unless a test asks otherwise:
+    the demo model serves no tokenizer, and under --length-from auto a sidecar refuses requests
+    until the model has said so, which tests that send at once do not wait for
+    (tests/unit/sidecar/test_tokenizer.py does)."""
 
     async def start(upstream: str, **settings: Any) -> RunningSidecar:
         config = SidecarConfig(
@@ -116,7 +119,7 @@ def start_sidecar(aiohttp_client: AiohttpClient, batching_mode: dict[str, str]) 
             model="sentiment",
             version="v1",
             readiness_interval_ms=100,
-            **{**batching_mode, **settings},
+            **{"length_from": "words", **batching_mode, **settings},
         )
         registry = CollectorRegistry()
         app = create_app(config, registry)
