@@ -30,6 +30,11 @@ from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from modelroll_common.metric_names import (
+    BATCH_COST_ERROR,
+    BATCH_COST_OBSERVED_OVER_PREDICTED,
+    BATCH_COST_TERM,
+    BATCH_COST_TRUSTED,
+    BATCH_HOLD,
     BATCH_SIZE,
     BATCH_TOKENS,
     BATCHES,
@@ -44,6 +49,7 @@ from modelroll_common.metric_names import (
     GATEWAY_UPSTREAM_ERRORS,
     GATEWAY_UPSTREAM_WAITING,
     GATEWAY_WEIGHT,
+    LENGTH_UNIT,
     LLM_IN_FLIGHT,
     LLM_OUTPUT_TOKENS,
     LLM_PROMPT_TOKENS,
@@ -59,7 +65,7 @@ from modelroll_common.metric_names import (
 from modelroll_common.server import PHASES as CUT_OFF_PHASES
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS
 from modelroll_operator.analysis.exporter import DECISIONS, PHASES, PREFIX
-from modelroll_sidecar.metrics import CLOSE_REASONS, STREAM_OUTCOMES
+from modelroll_sidecar.metrics import CLOSE_REASONS, LENGTH_UNITS, STREAM_OUTCOMES
 
 ROOT = Path(__file__).resolve().parents[1]
 VALUES = ROOT / "charts" / "modelroll" / "values.yaml"
@@ -494,44 +500,132 @@ def batching() -> list[Panel]:
         common_b.StackingConfig().mode(common.StackingMode.NORMAL).group("A")
     )
     per_version(reasons)
+    return [batch_sizes(), reasons]
+
+
+def mean_of(histogram: str) -> str:
+    """The mean observation of ``histogram`` per version over the interval."""
+    return ratio(
+        by("version", "sum", rate(histogram + "_sum")),
+        by("version", "sum", rate(histogram + "_count")),
+    )
+
+
+def length_unit() -> statetimeline.Panel:
+    """The unit each version's sidecars count request lengths in: 0 while not known yet."""
+    if LENGTH_UNITS != ("words", "tokens"):
+        raise ValueError(f"map exactly the units words, tokens, not {LENGTH_UNITS}")
+    words, tokens = (
+        by("version", "max", series(LENGTH_UNIT, f'unit="{unit}"')) for unit in LENGTH_UNITS
+    )
+    return timeline(
+        51,
+        "Length unit by version",
+        "What a request's length counts at each version's sidecars (spec.batching.lengthFrom): "
+        "tokens of the model's own tokenizer, or whitespace words (the model serves no "
+        "tokenizer at GET /v1/tokenizer, or lengthFrom Words). The unit of the padding, the "
+        "token budget and the cost terms' token and token_squared. Not known yet: the sidecar "
+        "has not had the model's answer.",
+        THIRD,
+        {0: ("not known yet", "text"), 1: ("words", "blue"), 2: ("tokens", "green")},
+        Query(f"{tokens} * 2\n+ {words}", "{{version}}"),
+    ).height(8)  # as high as the graphs beside it
+
+
+def batching_policy() -> list[Panel]:
+    """What the batching policy learned (the fitted cost of a batch, how well it predicts)
+    and chose (how long it held batches, how large they were), so a small batch has its
+    reasons beside it."""
     useful, padded = (
         by("version", "sum", rate(BATCH_TOKENS, f'kind="{kind}"')) for kind in ("useful", "padded")
     )
+    terms = graph(
+        46,
+        "Fitted batch cost terms by version",
+        "The cost surface each version's sidecars fitted from the batches they saw, averaged "
+        "over the version's pods: a batch of n requests padded to length L is predicted to "
+        "take call + row * n + token * n * L + token_squared * n * L^2 seconds. call is the "
+        "fixed cost of a model call (large on a GPU, near zero on a CPU), token_squared the "
+        "attention's growth with length. Log scale: the terms differ by orders of magnitude.",
+        "s",
+        HALF,
+        Query(by("version, term", "avg", series(BATCH_COST_TERM)), "{{version}} {{term}}"),
+        floor=None,
+    )
+    terms.scale_distribution(
+        common_b.ScaleDistributionConfig().type(common.ScaleDistribution.LOG).log(10)
+    )
     return [
-        batch_sizes(),
-        reasons,
         graph(
             14,
             "Mean batch size by version",
             "Requests per batch, averaged over the interval.",
             "short",
-            HALF,
-            Query(
-                ratio(
-                    by("version", "sum", rate(BATCH_SIZE + "_sum")),
-                    by("version", "sum", rate(BATCH_SIZE + "_count")),
-                ),
-                "{{version}}",
-            ),
+            THIRD,
+            Query(mean_of(BATCH_SIZE), "{{version}}"),
         ).decimals(1),
         graph(
             32,
             "Padding efficiency by version",
             "Useful tokens (the requests' own lengths) over padded tokens (batch size times the "
             "longest request's length, what a padding model computes) sent to each version's "
-            "model over the interval: 100% means no padding. A request's length is the "
-            "whitespace-separated tokens of a string payload, the items of a list, else 1. "
-            "spec.batching.batchBy Length (--batch-by length) raises it when request lengths "
-            "vary; when every request has the same length it is 100% whatever the setting. "
-            "Weighted by tokens; modelroll_batch_padding_efficiency has the per-batch "
-            "distribution.",
+            "model over the interval: 100% means no padding. A request's length is in the unit "
+            "of the Length unit panel (the model's tokens, or the whitespace words of a string "
+            "payload), the items of a list, else 1. spec.batching.batchBy Length (--batch-by "
+            "length) raises it when request lengths vary; when every request has the same "
+            "length it is 100% whatever the setting. Weighted by tokens; "
+            "modelroll_batch_padding_efficiency has the per-batch distribution.",
             "percentunit",
-            HALF,
+            THIRD,
             Query(ratio(useful, padded), "{{version}}"),
         )
         .decimals(1)
         .max(1)
         .legend(legend("lastNotNull", "min")),
+        graph(
+            47,
+            "Batch hold time mean / p95 by version",
+            "How long batches were held, a model slot free, for requests expected to join and "
+            "pay for the wait (0 for a batch sent the moment it could go): a small batch held "
+            "0 s went at once because waiting did not pay. Never longer than maxWaitMs.",
+            "s",
+            THIRD,
+            Query(mean_of(BATCH_HOLD), "{{version}} mean"),
+            Query(quantile("0.95", BATCH_HOLD), "{{version}} p95"),
+        ),
+        terms,
+        graph(
+            48,
+            "Observed over predicted batch cost p50 / p90 by version",
+            "Each batch's observed duration over the duration the fitted surface predicted for "
+            "it: 1 is a perfect prediction, above 1 batches take longer than the policy "
+            "expects (a second tenant on the core, a GC pause).",
+            "short",
+            HALF,
+            Query(quantile("0.5", BATCH_COST_OBSERVED_OVER_PREDICTED), "{{version}} p50"),
+            Query(quantile("0.9", BATCH_COST_OBSERVED_OVER_PREDICTED), "{{version}} p90"),
+            floor=None,
+        ).decimals(2),
+        graph(
+            49,
+            "Batch cost prediction error by version",
+            "A recent mean of |observed - predicted| / observed batch duration, averaged over "
+            "each version's pods. While it is large the fit is not trusted.",
+            "percentunit",
+            THIRD,
+            Query(by("version", "avg", series(BATCH_COST_ERROR)), "{{version}}"),
+        ).decimals(1),
+        graph(
+            50,
+            "Cost fit trusted by version",
+            "Share of each version's sidecars whose fitted surface is trusted to decide waits. "
+            "0: batches go at once, as soon as a model slot is free, until the fit earns trust "
+            "again.",
+            "percentunit",
+            THIRD,
+            Query(by("version", "avg", series(BATCH_COST_TRUSTED)), "{{version}}"),
+        ).max(1),
+        length_unit(),
     ]
 
 
@@ -734,23 +828,29 @@ def checks_now() -> table.Panel:
     )
 
 
-def phase_timeline() -> statetimeline.Panel:
-    """Each canary's phase over time, a colour per phase."""
-    if set(PHASE_COLORS) != set(PHASES):
-        raise ValueError(f"colour exactly the phases {PHASES}, not {sorted(PHASE_COLORS)}")
+def timeline(
+    panel_id: int,
+    title: str,
+    description: str,
+    width: int,
+    states: Mapping[int, tuple[str, str]],
+    query: Query,
+) -> statetimeline.Panel:
+    """A state timeline 5 high of ``query``, whose values are the keys of ``states``: each
+    shown as its text in its colour."""
     mapping = model.ValueMap(
         options={
-            str(index): model.ValueMappingResult(text=phase, color=PHASE_COLORS[phase], index=index)
-            for index, phase in enumerate(PHASES)
+            str(value): model.ValueMappingResult(text=text, color=color, index=index)
+            for index, (value, (text, color)) in enumerate(states.items())
         }
     )
     return (
         statetimeline.Panel()
-        .id(24)
-        .title("Analysis phase by canary")
-        .description(f"Each canary's phase over time: {explained(PHASES, PHASE_MEANINGS)}.")
+        .id(panel_id)
+        .title(title)
+        .description(description)
         .datasource(DATASOURCE)
-        .span(FULL)
+        .span(width)
         .height(5)
         .fill_opacity(70)
         .line_width(0)
@@ -776,7 +876,21 @@ def phase_timeline() -> statetimeline.Panel:
             .mode(common.TooltipDisplayMode.SINGLE)
             .sort(common.SortOrder.NONE)
         )
-        .targets(targets([Query(phase_number(), "{{version}}")]))
+        .targets(targets([query]))
+    )
+
+
+def phase_timeline() -> statetimeline.Panel:
+    """Each canary's phase over time, a colour per phase."""
+    if set(PHASE_COLORS) != set(PHASES):
+        raise ValueError(f"colour exactly the phases {PHASES}, not {sorted(PHASE_COLORS)}")
+    return timeline(
+        24,
+        "Analysis phase by canary",
+        f"Each canary's phase over time: {explained(PHASES, PHASE_MEANINGS)}.",
+        FULL,
+        {index: (phase, PHASE_COLORS[phase]) for index, phase in enumerate(PHASES)},
+        Query(phase_number(), "{{version}}"),
     )
 
 
@@ -947,6 +1061,7 @@ ROWS = (
     (1, "Traffic per version", traffic),
     (7, "Latency per version", latency),
     (11, "Batching per version", batching),
+    (45, "Batching policy", batching_policy),
     (15, "Saturation per version", saturation),
     (33, "LLM versions", llm),
     (21, "Canary analyses", canary_analyses),

@@ -12,9 +12,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from modelroll_common import metric_names as names
 from modelroll_gateway.shadow import SHADOW_OUTCOMES
 from modelroll_operator.analysis.exporter import PHASES, AnalysisMetrics
-from modelroll_sidecar.metrics import CLOSE_REASONS, STREAM_OUTCOMES, LLMMetrics, SidecarMetrics
+from modelroll_sidecar.metrics import (
+    CLOSE_REASONS,
+    LENGTH_UNITS,
+    STREAM_OUTCOMES,
+    LLMMetrics,
+    SidecarMetrics,
+)
 from tests.chart.conftest import CHART, Helm, one
 from tests.chart.rendering import MONITORING_ON
 
@@ -226,3 +233,60 @@ def test_the_batching_panels_show_padding_efficiency_and_every_close_reason() ->
     described = panels["Batch close reasons: $version"]["description"]
     for reason in CLOSE_REASONS:
         assert re.search(rf"\b{reason} \(", described), reason
+
+
+POLICY_SERIES = (
+    f"{names.BATCH_COST_TERM}{{",
+    f"{names.BATCH_COST_ERROR}{{",
+    f"{names.BATCH_COST_OBSERVED_OVER_PREDICTED}_bucket{{",
+    f"{names.BATCH_COST_TRUSTED}{{",
+    f"{names.BATCH_HOLD}_bucket{{",
+    f"{names.BATCH_HOLD}_sum{{",
+    f"{names.BATCH_SIZE}_sum{{",
+    f"{names.BATCH_TOKENS}{{",
+    f"{names.LENGTH_UNIT}{{",
+)
+"""What the row "Batching policy" shows: the fitted cost terms, predicted against observed,
+trust, hold times, batch size, padding and the length unit."""
+
+
+def test_the_batching_policy_row_shows_what_the_policy_learned_and_chose() -> None:
+    board = dashboard()
+    titles = [p["title"] for p in board["panels"]]
+    row = titles.index("Batching policy")
+    assert board["panels"][row]["type"] == "row"
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows[rows.index("Batching policy") - 1] == "Batching per version"
+    below = row_panels(board, row)
+    exprs = "\n".join(t["expr"] for p in below for t in p["targets"])
+    for metric in POLICY_SERIES:
+        assert metric in exprs, f"no panel of the row shows {metric}"
+    for panel in below:
+        assert panel["description"], panel["title"]
+        for target in panel["targets"]:
+            assert target["legendFormat"].startswith("{{version}}"), panel["title"]
+    panels = {p["title"]: p for p in below}
+    # Every term of the fitted surface has its own line, on a log scale.
+    terms = panels["Fitted batch cost terms by version"]
+    assert "by (version, term)" in terms["targets"][0]["expr"]
+    assert terms["targets"][0]["legendFormat"] == "{{version}} {{term}}"
+    assert terms["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"
+    for term in ("call", "row", "token", "token_squared"):
+        assert re.search(rf"\b{term}\b", terms["description"]), term
+    observed = panels["Observed over predicted batch cost p50 / p90 by version"]["targets"]
+    assert [t["expr"][: t["expr"].index(",")] for t in observed] == [
+        "histogram_quantile(0.5",
+        "histogram_quantile(0.9",
+    ]
+    held = [t["legendFormat"] for t in panels["Batch hold time mean / p95 by version"]["targets"]]
+    assert held == ["{{version}} mean", "{{version}} p95"]
+    # The length unit's timeline names each unit the sidecar exports, and the unknown state.
+    unit = panels["Length unit by version"]
+    assert unit["type"] == "state-timeline"
+    mapped = unit["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert {o["text"] for o in mapped.values()} == {"not known yet", *LENGTH_UNITS}
+    expr = unit["targets"][0]["expr"]
+    assert mapped["1"]["text"] == "words"
+    assert mapped["2"]["text"] == "tokens"
+    assert 'unit="tokens"}) * 2\n+ max by (version) (' in expr
+    assert expr.endswith('unit="words"})')
