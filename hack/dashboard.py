@@ -100,8 +100,8 @@ CLOSE_REASON_MEANINGS = {
     "full": "max batch size",
     "timeout": "max wait",
     "tokens": "token budget",
-    "idle": "--wait-policy adaptive sent it early: a model slot was free and no request was "
-    "expected soon enough to be worth waiting for",
+    "idle": "--wait-policy auto or adaptive sent it early: a model slot was free and waiting "
+    "for the next request would not pay",
     "drain": "shutdown",
 }
 UPSTREAM_ERROR_MEANINGS = {
