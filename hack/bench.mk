@@ -28,6 +28,17 @@ $(RAY_VENV)/.installed: bench/ray/requirements.txt
 	$(RAY_VENV)/bin/pip install -q -r bench/ray/requirements.txt
 	@touch $@
 
+# BentoML's own virtualenv, for its adaptive batcher in the comparison (bench/bentoml/).
+BENTOML_VENV := .venv-bentoml
+
+.PHONY: bentoml
+bentoml: $(BENTOML_VENV)/.installed ## Make BentoML's virtualenv (.venv-bentoml) for the batcher comparison.
+
+$(BENTOML_VENV)/.installed: bench/bentoml/requirements.txt
+	$(PYTHON) -m venv $(BENTOML_VENV)
+	$(BENTOML_VENV)/bin/pip install -q -r bench/bentoml/requirements.txt
+	@touch $@
+
 # wrk (the Debian package) measures saturation throughput: installed when missing.
 .PHONY: wrk
 wrk: ## Install wrk (Debian package) for the benchmarks, when missing.
@@ -39,6 +50,8 @@ bench: venv wrk ## Every batcher against the same model and lengths, as ratios (
 		echo "kserve-batcher did not build; make bench measures the others and says why"
 	@$(MAKE) --no-print-directory ray-serve || \
 		echo "ray-serve did not install; make bench measures the others and says why"
+	@$(MAKE) --no-print-directory bentoml || \
+		echo "bentoml did not install; make bench measures the others and says why"
 	$(BENCH) compare $(ARGS)
 
 .PHONY: bench-sweep

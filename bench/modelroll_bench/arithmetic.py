@@ -24,9 +24,11 @@ def error_fraction(row: Mapping[str, Any]) -> float:
 
 
 def meets_slo(row: Mapping[str, Any], slo_p99_ms: float) -> bool:
-    """A run meets a p99 SLO when its p99 is within it and (almost) nothing failed."""
+    """A run meets a p99 SLO when its p99 is within it and (almost) nothing failed; a p99 that
+    fell among unanswered requests (None) is not."""
     return (
         bool(row.get("requests"))
+        and row["p99_ms"] is not None
         and row["p99_ms"] <= slo_p99_ms
         and error_fraction(row) <= MAX_ERROR_FRACTION
     )
@@ -260,3 +262,21 @@ def worst_decile_gap(
                 "gap_ms": round(gap, 2),
             }
     return worst
+
+
+def goodput_windows(
+    timeline: Iterable[tuple[int, float, float | None]],
+    start_s: float,
+    width_s: float,
+    count: int,
+    slo_s: float,
+) -> list[float]:
+    """Goodput over time: for each of ``count`` consecutive windows of ``width_s`` from
+    ``start_s``, the requests that arrived in it and were answered within ``slo_s``, per second.
+    ``timeline``: (index, arrival in seconds, latency in seconds or None when unanswered)."""
+    within = [0] * count
+    for _, at, latency in timeline:
+        k = math.floor((at - start_s) / width_s)
+        if 0 <= k < count and latency is not None and latency <= slo_s:
+            within[k] += 1
+    return [n / width_s for n in within]

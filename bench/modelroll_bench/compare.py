@@ -1,48 +1,55 @@
-"""``make bench``: every batcher in front of the same demo model, under the same request lengths,
-in one run, reported as ratios to the modelroll sidecar as it batches by default (first in, first
-out, fixed max-wait).
+"""``make bench``: every batcher in front of the same model, under the same request lengths, in
+one run, reported as ratios to no batching (the sidecar with max batch 1), paired by round.
 
-Systems: no batching (the sidecar with max batch 1); the sidecar, FIFO; the sidecar with a token
-budget; the sidecar batching by length (``--batch-by length``), with the adaptive wait
-(``--wait-policy adaptive``), and with both; the classic sleep-then-drain micro-batcher
-(``classic.py``); KServe's batcher (``bench/kserve``, built by ``make kserve-batcher``); Ray Serve's
-``@serve.batch`` (``bench/ray``, in the virtualenv ``make ray-serve`` makes).
+Systems: no batching; the sidecar with its defaults (no batching flag at all: what a ModelVersion
+without ``spec.batching`` runs, the self-tuning policy); the best static configuration, when
+``--best-static`` names it (sidecar flags, optionally per load); the sidecar's former default, first
+in first out with a fixed wait (B=32, 10 ms); the same with a token budget; by length
+(``--batch-by length``), with the adaptive wait (``--wait-policy adaptive``), and with both;
+text-embeddings-inference's rule (never wait, take queued requests in arrival order up to a
+padded-token budget) as sidecar flags; the classic sleep-then-drain micro-batcher
+(``classic.py``); KServe's batcher (``bench/kserve``, ``make kserve-batcher``); Ray Serve's
+``@serve.batch`` (``bench/ray``, ``make ray-serve``); BentoML's adaptive batcher
+(``bench/bentoml``, ``make bentoml``). Every sidecar row but the defaults' passes every batching
+flag, so what it measures does not move when the defaults do.
 
 The model (``--model``) is the demo model, which charges its cost formula, or the real sentence
 encoder (``modelroll-encoder``, int8), sent English sentences of the drawn lengths in words; in
-front of the encoder every sidecar counts lengths in the encoder's own tokens
+front of the encoder every sidecar row with flags counts lengths in the encoder's own tokens
 (``--length-from tokenizer``), and the model's limit and padding are measured, not computed.
 
 Length distributions (``--lengths``, each measured in full): ``lognormal`` (lognormal:3,0.7) and
 ``bimodal`` (bimodal:8,16,100,200,0.2: 80% short, 20% long); see ``lengths.py`` for why. The demo
 model charges padded tokens, so how a batcher groups lengths shows in its cost.
 
+Loads (``--loads-from``): shares of the model's limit, parallel x max batch / E[cost of a full
+batch of random lengths] (what a batcher that ignores length can get out of it; the demo model's
+default, shares 10-90%), or shares of no batching's saturation, measured with wrk through the
+no-batching sidecar before the rounds (the encoder's default, shares 10-120%). Every load is
+run, past a system's saturation too: the run's arrivals last ``--duration-s``, answers are waited
+for at most the SLO after the last arrival, and what is still unanswered then counts as not
+within the SLO (a percentile that falls among them is unknown, shown as ``-``).
+
 Figures, per distribution, system and round: throughput at saturation (wrk, cycling through the
-same bodies); p50/p95/p99 under Poisson arrivals at 10/30/50/70/90% of the model's limit, with p99
-per length decile (deciles of the lengths of the requests each run sent) and the requests per
-second answered within the SLO; goodput under the p99 SLO (the highest arrival rate whose p99
-stays within it, found by bisection); the mean batch size and the padding efficiency (useful
-tokens over padded tokens), both from the demo model's own counters, so every batcher is counted
-the same way. Before each distribution's systems, the cost of a batch of one at the median length
-is measured straight at the model: the floor for a lone request; and for each system, before its
-saturation run, the time of a lone request through it (its hop, plus any wait for company), so the
-p50 at low load splits into that and queueing behind running batches. Systems alternate within each
-round, and every figure is reported as median and range over the rounds; ratios to FIFO are taken
-within a round, then the median.
+same bodies); at each load, p50/p95/p99 under Poisson arrivals, p99 per length decile, and the
+requests per second answered within the SLO (goodput at that load); goodput under the p99 SLO
+(the highest arrival rate whose p99 stays within it, found by bisection); the mean batch size and
+the padding efficiency (useful tokens over padded tokens), both from the model's own counters, so
+every batcher is counted the same way. Before each distribution's systems, the cost of a batch of
+one at the median length is measured straight at the model; and for each system, before its
+saturation run, the time of a lone request through it. Systems alternate within each round, and
+every figure is reported as median and range over the rounds; ratios to no batching (and to the
+best static configuration) are taken within a round, then the median.
 
-The model's limit is parallel x max batch / E[cost of a full batch of random lengths]: what a
-batcher that ignores length can get out of it. A batcher that groups similar lengths pads less and
-can serve more than that "limit".
+``--length-switch`` measures instead one run per system and round whose first half sends short
+sentences and second half long ones (``length_switch.py``), at one load.
 
-Targets, judged for the three sidecar modes beyond FIFO:
+Targets, judged for the sidecar's defaults:
 
-* goodput under the p99 SLO >= 1.5x FIFO's, on the lognormal lengths;
-* no length decile's p99 above FIFO's p99 for that decile by more than max-wait, at 70% and 90%
-  load (medians over rounds per decile, then the worst decile), so long requests do not starve;
-* at 10% load, p50 within 1 ms of the measured cost of a batch of one (FIFO pays max-wait);
-* at 70% and 90% load, requests answered within the SLO per second not below FIFO's (paired by
-  round; 1% tolerance, a few requests of noise). This is "goodput at 70-90% load": at a fixed
-  offered rate, the throughput that met the latency SLO.
+* at every load, requests/s answered within the SLO not below no batching's, and at least
+  0.95x the best static configuration's (paired by round; 1% tolerance against no batching);
+* goodput under the p99 SLO not below no batching's, and at least 0.95x the best static's;
+* at 10% load, p50 within 1 ms of no batching's.
 """
 
 from __future__ import annotations
@@ -53,9 +60,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from . import arithmetic, plots
+from . import arithmetic, length_switch, plots
 from .lengths import PRESETS, parse, parse_list
 from .lengths import name as lengths_name
 from .metrics import Watch
@@ -71,23 +78,48 @@ from .runs import (
     saturate,
     write,
 )
-from .systems import KSERVE_BIN, RAY_PYTHON, Batching, StartError, System, batcher
+from .systems import (
+    BENTOML_PYTHON,
+    KSERVE_BIN,
+    RAY_PYTHON,
+    Batching,
+    StartError,
+    System,
+    batcher,
+)
 
-BASELINE = "sidecar FIFO"
+BASELINE = "no batching"
+DEFAULTS = "sidecar default (self-tuning)"
+BEST_STATIC = "best static"
 LENGTH, ADAPTIVE, BOTH = "sidecar length-aware", "sidecar adaptive", "sidecar length + adaptive"
-JUDGED = (LENGTH, ADAPTIVE, BOTH)
+TEI = "TEI rule (no wait, token budget)"
+JUDGED = (DEFAULTS,)
 """The systems the targets are judged on."""
-GOODPUT_TARGET = 1.5
-"""Goodput under the SLO against FIFO's, on the lognormal lengths."""
-GOODPUT_TARGET_LENGTHS = "lognormal"
+OF_BEST_TARGET = 0.95
+"""Goodput against the best static configuration's, at every load and under the SLO."""
 BATCH_OF_ONE_MARGIN_MS = 1.0
-"""At 10% load, p50 may exceed the cost of a batch of one by this much."""
+"""At 10% load, p50 may exceed no batching's by this much."""
 LOW_SHARE = 0.1
 DECILE_SHARES = (0.7, 0.9)
-"""The loads where p99 by length decile is judged, and within-SLO throughput against FIFO's."""
+"""The loads whose p99 by length decile is reported against no batching's."""
 NOT_BELOW_TOLERANCE = 0.01
-WIDTH = 26
-"""Width of the system column in the tables (the longest label is 25 characters)."""
+LIMIT_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9)
+"""Loads as shares of the model's limit (``--loads-from limit``)."""
+SATURATION_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0, 1.2)
+"""Loads as shares of no batching's saturation (``--loads-from no-batching``)."""
+LoadsFrom = Literal["limit", "no-batching"]
+TEI_ROWS = 32
+"""text-embeddings-inference's default token budget, 16384, is 32 inputs of the longest its
+default models (BERT's 512 positions) take; the TEI row's budget is as many of the longest input
+the model here takes, ``TEI_MAX_LENGTH``."""
+TEI_MAX_LENGTH = 256
+"""modelroll-encoder truncates at 256 tokens (all-MiniLM-L6-v2's max_seq_length); the demo model
+is given the same, which is above any length the presets draw but a few."""
+TEI_MAX_BATCH = 256
+"""TEI bounds a batch's request count only when told to; 256 is the most one call to
+modelroll-encoder takes."""
+WIDTH = 33
+"""Width of the system column in the tables (the longest label is 32 characters)."""
 
 
 @dataclass(frozen=True)
@@ -99,31 +131,78 @@ class Setup:
     max_batch: int = 32
     max_wait_ms: float = 10.0
     max_batch_tokens: int = 1536
-    shares: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
+    tei_tokens: int = TEI_ROWS * TEI_MAX_LENGTH
+    loads_from: LoadsFrom = "limit"
+    shares: tuple[float, ...] = LIMIT_SHARES
     slo_ms: float = 150.0
     duration_s: float = 6.0
     connections: int = 128
     rounds: int = 3
     goodput_probes: int = 4
     only: tuple[str, ...] = ()
+    best_static: tuple[tuple[str, str], ...] = ()
+    """``--best-static``: (where, sidecar flags); where is "" (every load), a share such as
+    "0.5", or "switch" (the long half of ``--length-switch``)."""
 
-    def systems(self) -> list[System]:
-        unit = "tokenizer" if self.scenario.model == "encoder" else "words"
-        fifo = Batching(self.max_batch, self.max_wait_ms, length_from=unit)
+    @property
+    def unit(self) -> str:
+        return "tokenizer" if self.scenario.model == "encoder" else "words"
+
+    @property
+    def fifo(self) -> Batching:
+        return Batching(self.max_batch, self.max_wait_ms, length_from=self.unit)
+
+    @property
+    def fifo_label(self) -> str:
+        return f"sidecar FIFO, B={self.max_batch} {self.max_wait_ms:g} ms"
+
+    def no_batching(self) -> System:
+        return System(BASELINE, "sidecar", replace(self.fifo, max_batch=1))
+
+    def best_static_at(self, where: str) -> Batching | None:
+        """The best static configuration ``--best-static`` gives for ``where`` (a share as text,
+        or "switch"), else the one it gives for every load, else None."""
+        found = dict(self.best_static)
+        flags = found.get(where, found.get(""))
+        return None if flags is None else Batching.from_flags(flags, self.fifo)
+
+    def systems(self, where: str = "") -> list[System]:
+        """The systems ``--only`` selects; the best static row runs the configuration
+        ``--best-static`` gives for ``where`` ("" for the loads, "switch" for the length
+        switch), and is left out when it gives none."""
+        fifo = self.fifo
+        tei = Batching(TEI_MAX_BATCH, 0, self.tei_tokens, "arrival", "fixed", self.unit)
+        best = self.best_static_at(where)
         every = [
-            System("no batching", "sidecar", replace(fifo, max_batch=1)),
-            System(BASELINE, "sidecar", fifo),
+            self.no_batching(),
+            System(DEFAULTS, "sidecar", fifo, defaults=True),
+            *([System(BEST_STATIC, "sidecar", best)] if best else []),
+            System(self.fifo_label, "sidecar", fifo),
             System(
                 "sidecar + tokens", "sidecar", replace(fifo, max_batch_tokens=self.max_batch_tokens)
             ),
             System(LENGTH, "sidecar", replace(fifo, batch_by="length")),
             System(ADAPTIVE, "sidecar", replace(fifo, wait_policy="adaptive")),
             System(BOTH, "sidecar", replace(fifo, batch_by="length", wait_policy="adaptive")),
+            System(TEI, "sidecar", tei),
             System("sleep-then-drain", "classic", fifo),
             System("KServe batcher", "kserve", fifo),
             System("Ray Serve batch", "ray", fifo),
+            System("BentoML adaptive", "bentoml", fifo, slo_ms=self.slo_ms),
         ]
         return [s for s in every if not self.only or s.label in self.only]
+
+    def share_systems(self, system: System) -> dict[float, System]:
+        """The loads at which ``system`` runs another configuration than its own: the best
+        static configuration's per-load entries."""
+        if system.label != BEST_STATIC:
+            return {}
+        found = {share: self.best_static_at(str(share)) for share in self.shares}
+        return {
+            share: replace(system, batching=b)
+            for share, b in found.items()
+            if b is not None and b != system.batching
+        }
 
     def scenario_for(self, distribution: str) -> Scenario:
         return replace(self.scenario, lengths=PRESETS.get(distribution, distribution))
@@ -132,12 +211,35 @@ class Setup:
     def wrk_seconds(self) -> int:
         return max(1, round(self.duration_s))
 
+    @property
+    def drain_s(self) -> float:
+        """How long an open run waits after its last arrival: an answer later than this is
+        past the SLO whatever its arrival."""
+        return self.slo_ms / 1000
+
     def estimate_s(self, systems: int) -> float:
         """A rough duration of the whole run: every measured run, plus about 1.5 s per run for
-        starting servers, draining, and reading counters (measured on the 2-CPU machine)."""
+        starting servers, draining, and reading counters (measured on the 2-CPU machine), and
+        with loads from no batching's saturation, its measurement per distribution."""
         runs = self.rounds * len(self.distributions) * systems
-        per_system = self.wrk_seconds + (len(self.shares) + self.goodput_probes) * self.duration_s
-        return runs * (per_system + 1.5 * (1 + len(self.shares) + self.goodput_probes))
+        per_run = self.duration_s + self.drain_s
+        per_system = self.wrk_seconds + (len(self.shares) + self.goodput_probes) * per_run
+        calibration = (self.wrk_seconds + 5) * len(self.distributions)
+        if self.loads_from == "limit":
+            calibration = 0
+        return calibration + runs * (
+            per_system + 1.5 * (1 + len(self.shares) + self.goodput_probes)
+        )
+
+
+@dataclass(frozen=True)
+class Loads:
+    """What the loads of a distribution are shares of: ``reference_rps``, called ``name`` in
+    the report; and the model's limit at the max batch, which saturation is reported against."""
+
+    name: str
+    reference_rps: float
+    limit_rps: float
 
 
 def unavailable(system: System) -> str | None:
@@ -146,6 +248,8 @@ def unavailable(system: System) -> str | None:
         return f"{KSERVE_BIN} is missing: `make kserve-batcher` did not build it (see its output)"
     if system.kind == "ray" and not RAY_PYTHON.exists():
         return f"{RAY_PYTHON} is missing: `make ray-serve` did not make it (see its output)"
+    if system.kind == "bentoml" and not BENTOML_PYTHON.exists():
+        return f"{BENTOML_PYTHON} is missing: `make bentoml` did not make it (see its output)"
     return None
 
 
@@ -154,7 +258,7 @@ async def measure(
     model: str,
     setup: Setup,
     scenario: Scenario,
-    limit: float,
+    loads: Loads,
     round_no: int,
     progress: Any,
     lone_length: int,
@@ -163,9 +267,26 @@ async def measure(
     saturation, the fixed shares, then the goodput search."""
     workload, stats = scenario.workload, model + "/v1/stats"
     row: dict[str, Any] = {"round": round_no, "load_average_1m": round(load_average(), 2)}
+    per_share = setup.share_systems(system)
 
     def step(what: str) -> None:
         progress.set_postfix_str(f"round {round_no} {system.label}: {what}")
+
+    async def run_at(url: str, rate: float) -> dict[str, Any]:
+        result = await open_run(
+            url,
+            workload,
+            rate,
+            setup.duration_s,
+            seed=round_no,
+            label=system.label,
+            stats_url=stats,
+            slo_ms=setup.slo_ms,
+            drain_s=setup.drain_s,
+        )
+        if result["errors"].get("unanswered"):
+            await idle(stats)  # the backlog the run left, before the next run starts
+        return result
 
     async with Watch(stats) as whole, batcher(system, model, scenario.parallel) as url:
         # First, so no arrival rate from a burst lingers (the adaptive wait's estimate follows
@@ -181,45 +302,33 @@ async def measure(
             label=system.label,
             stats_url=stats,
         )
-        sat["of_model_limit"] = round(sat["rps"] / limit, 3)
+        sat["of_model_limit"] = round(sat["rps"] / loads.limit_rps, 3)
         row["saturation"] = sat
         progress.update()
         await idle(stats)
         tried: dict[float, dict[str, Any]] = {}
-
-        async def at(rate: float) -> dict[str, Any]:
-            if rate > arithmetic.SATURATED * sat["rps"]:
-                return {"offered_rps": round(rate, 1), "skipped": "beyond saturation"}
-            result = await open_run(
-                url,
-                workload,
-                rate,
-                setup.duration_s,
-                seed=round_no,
-                label=system.label,
-                stats_url=stats,
-                slo_ms=setup.slo_ms,
-            )
-            tried[rate] = result
-            return result
-
         row["shares"] = {}
         for share in setup.shares:
-            step(f"{share:.0%} of the limit")
-            row["shares"][str(share)] = {"share": share, **await at(share * limit)}
+            step(f"{share:.0%} of {loads.name}")
+            rate = share * loads.reference_rps
+            if share in per_share:
+                async with batcher(per_share[share], model, scenario.parallel) as share_url:
+                    result = await run_at(share_url, rate)
+                result["configuration"] = per_share[share].name
+            else:
+                result = tried[rate] = await run_at(url, rate)
+            row["shares"][str(share)] = {"share": share, **result}
             progress.update()
         passing = [r for r, res in tried.items() if arithmetic.meets_slo(res, setup.slo_ms)]
         failing = [r for r, res in tried.items() if not arithmetic.meets_slo(res, setup.slo_ms)]
-        failing += [s * limit for s in setup.shares if s * limit not in tried]
         probes = 0
         for _ in range(setup.goodput_probes):
-            rate = arithmetic.next_probe(passing, failing, arithmetic.SATURATED * sat["rps"])
-            if rate is None:
+            probe = arithmetic.next_probe(passing, failing, arithmetic.SATURATED * sat["rps"])
+            if probe is None:
                 break
-            step(f"goodput probe at {rate:.0f} req/s")
-            result = await at(rate)
-            ok = "skipped" not in result and arithmetic.meets_slo(result, setup.slo_ms)
-            (passing if ok else failing).append(rate)
+            step(f"goodput probe at {probe:.0f} req/s")
+            result = tried[probe] = await run_at(url, probe)
+            (passing if arithmetic.meets_slo(result, setup.slo_ms) else failing).append(probe)
             progress.update()
             probes += 1
         progress.update(setup.goodput_probes - probes)
@@ -267,23 +376,23 @@ def figure_paths(setup: Setup) -> dict[str, tuple[str, ...]]:
 def aggregate(
     setup: Setup, rounds: dict[str, list[dict[str, Any]]], limit: float
 ) -> dict[str, Any]:
-    """Median and range over rounds of every figure, and the same as ratios to the baseline; and
-    at the decile shares, p99 per length decile and the worst decile's excess over FIFO's."""
+    """Median and range over rounds of every figure, and the same as ratios to the baseline (and
+    to the best static configuration, when it ran); and at the decile shares, p99 per length
+    decile and the worst decile's excess over the baseline's."""
     out: dict[str, Any] = {}
     base = rounds.get(BASELINE, [])
+    best = rounds.get(BEST_STATIC, [])
     paths = figure_paths(setup)
     for label, rows in rounds.items():
         entry: dict[str, Any] = {}
         for name, path in paths.items():
             values = [_figure(row, path) for row in rows]
             spread = arithmetic.Spread.of([v for v in values if v is not None])
-            # The baseline's figure from the same round (None when it has none for that round).
-            by_round = {b["round"]: _figure(b, path) for b in base}
-            same_round = [by_round.get(row["round"]) for row in rows]
-            ratios = arithmetic.Spread.of(arithmetic.paired_ratios(values, same_round))
+            to_base, to_best = _paired(values, rows, base, path), _paired(values, rows, best, path)
             entry[name] = {
                 "value": spread and spread.as_dict(3 if "padding" in name else 2),
-                "ratio_to_baseline": ratios and ratios.as_dict(3),
+                "ratio_to_baseline": to_base and to_base.as_dict(3),
+                "ratio_to_best_static": to_best and to_best.as_dict(3),
             }
         sat = arithmetic.Spread.of(
             [v for v in (_figure(r, paths["saturation_rps"]) for r in rows) if v]
@@ -322,6 +431,19 @@ def aggregate(
     return out
 
 
+def _paired(
+    values: list[float | None],
+    rows: list[dict[str, Any]],
+    reference: list[dict[str, Any]],
+    path: Sequence[str],
+) -> arithmetic.Spread | None:
+    """Median and range of ``values / reference's figure`` from the same round (a round the
+    reference has no figure for is left out)."""
+    by_round = {r["round"]: _figure(r, path) for r in reference}
+    same_round = [by_round.get(row["round"]) for row in rows]
+    return arithmetic.Spread.of(arithmetic.paired_ratios(values, same_round))
+
+
 def _deciles(row: dict[str, Any], share: float) -> list[dict[str, Any]]:
     found = row.get("shares", {}).get(str(share), {}).get("by_length_decile")
     return list(found) if isinstance(found, list) else []
@@ -331,62 +453,43 @@ Check = tuple[str, str, bool, str]
 """(target, system, met, measured)."""
 
 
-def checks(
-    setup: Setup, distribution: str, summary: dict[str, Any], one_ms: float | None
-) -> list[Check]:
-    """The targets for the judged systems measured on this distribution."""
+def checks(setup: Setup, summary: dict[str, Any]) -> list[Check]:
+    """The targets for the judged systems measured on one distribution: against no batching
+    (when it ran) and against the best static configuration (when it ran)."""
     out: list[Check] = []
-    if BASELINE not in summary:
-        return out
     judged = [s for s in JUDGED if s in summary]
-
-    def ratio(label: str, key: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = summary[label][key]["ratio_to_baseline"]
-        return found
-
-    if distribution == GOODPUT_TARGET_LENGTHS:
+    references = [
+        (BASELINE, "ratio_to_baseline", 1 - NOT_BELOW_TOLERANCE, "not below"),
+        (BEST_STATIC, "ratio_to_best_static", OF_BEST_TARGET, f"at least {OF_BEST_TARGET:g}x"),
+    ]
+    for reference, key, least, words in references:
+        if reference not in summary:
+            continue
+        keys = [("goodput_rps", f"goodput (p99 <= {setup.slo_ms:g} ms)")] + [
+            (f"slo_rps_at_{s:.0%}", f"at {s:.0%} load, requests/s answered within the SLO")
+            for s in setup.shares
+        ]
+        for figure, what in keys:
+            target = f"{what} {words} {reference}'s"
+            for label in judged:
+                r = summary[label][figure][key]
+                value = summary[label][figure]["value"]
+                text = f"{value['median']:.1f} req/s, " if value else ""
+                met = r is not None and r["median"] >= least
+                out.append((target, label, met, text + _ratio_text(r)))
+    low = f"p50_at_{LOW_SHARE:.0%}"
+    base_p50 = summary.get(BASELINE, {}).get(low, {}).get("value")
+    if base_p50 is not None:
         target = (
-            f"goodput (p99 <= {setup.slo_ms:g} ms) >= {GOODPUT_TARGET:g}x {BASELINE}'s "
-            f"on {distribution}"
+            f"at {LOW_SHARE:.0%} load, p50 within {BATCH_OF_ONE_MARGIN_MS:g} ms of {BASELINE}'s "
+            f"({base_p50['median']:.2f} ms)"
         )
         for label in judged:
-            r = ratio(label, "goodput_rps")
-            met = r is not None and r["median"] >= GOODPUT_TARGET
-            out.append((target, label, met, _ratio_text(r)))
-    for share in DECILE_SHARES:
-        key = f"decile_gap_at_{share:.0%}"
-        target = (
-            f"at {share:.0%} load, no length decile's p99 above {BASELINE}'s by more than "
-            f"max-wait ({setup.max_wait_ms:g} ms)"
-        )
-        for label in judged:
-            gap = summary[label].get(key, {}).get("worst_of_medians")
-            if gap is None:
-                out.append((target, label, False, "not measured"))
-                continue
-            rounds = summary[label][key]["per_round_worst_ms"]
-            lo, hi = gap["lengths"]
-            text = (
-                f"worst decile {gap['decile']} (lengths {lo}-{hi}): p99 {gap['p99_ms']:.1f} "
-                f"against {gap['baseline_p99_ms']:.1f} ms, {gap['gap_ms']:+.1f} ms"
-            )
-            if rounds:
-                text += (
-                    f" (worst per round {rounds['median']:+.1f}, {rounds['low']:+.1f} to "
-                    f"{rounds['high']:+.1f})"
-                )
-            out.append((target, label, gap["gap_ms"] <= setup.max_wait_ms, text))
-    if LOW_SHARE in setup.shares and one_ms is not None:
-        target = (
-            f"at {LOW_SHARE:.0%} load, p50 within {BATCH_OF_ONE_MARGIN_MS:g} ms of a batch of one "
-            f"({one_ms:.2f} ms)"
-        )
-        for label in judged:
-            p50 = summary[label][f"p50_at_{LOW_SHARE:.0%}"]["value"]
+            p50 = summary[label][low]["value"]
             if p50 is None:
                 out.append((target, label, False, "not measured"))
                 continue
-            excess = p50["median"] - one_ms
+            excess = p50["median"] - base_p50["median"]
             out.append(
                 (
                     target,
@@ -396,19 +499,6 @@ def checks(
                     f"{excess:+.2f} ms",
                 )
             )
-    for share in DECILE_SHARES:
-        if share not in setup.shares:
-            continue
-        target = (
-            f"at {share:.0%} load, requests/s answered within {setup.slo_ms:g} ms not below "
-            f"{BASELINE}'s"
-        )
-        for label in judged:
-            r = ratio(label, f"slo_rps_at_{share:.0%}")
-            met = r is not None and r["median"] >= 1 - NOT_BELOW_TOLERANCE
-            value = summary[label][f"slo_rps_at_{share:.0%}"]["value"]
-            text = f"{value['median']:.0f} req/s, " if value else ""
-            out.append((target, label, met, text + _ratio_text(r)))
     return out
 
 
@@ -451,14 +541,31 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
             f"{_median(entry['mean_batch_at_saturation']['value'], '.1f')}"
         )
 
-    shares = setup.shares
-    heads = " ".join(f"{f'{s:.0%} ({s * limit:.0f}/s)':>20}" for s in shares)
-    print(f"\np50 / p95 / p99 ms at a share of the model's limit:\n{'system':<{w}} {heads}")
+    shares, reference = setup.shares, distribution["loads"]
+    rate = reference["reference_rps"]
+    heads = " ".join(f"{f'{s:.0%} ({s * rate:.0f}/s)':>20}" for s in shares)
+    print(
+        f"\nLoads are shares of {reference['name']}, {rate:.1f} req/s. Requests/s answered within "
+        f"{setup.slo_ms:g} ms (goodput at that load); ratios to {BASELINE}, then to "
+        f"{BEST_STATIC} where it ran (medians of paired rounds):\n{'system':<{w}} {heads}"
+    )
+    for label, entry in summary.items():
+        cells = []
+        for s in shares:
+            fig = entry[f"slo_rps_at_{s:.0%}"]
+            ratios = [fig[k] for k in ("ratio_to_baseline", "ratio_to_best_static") if fig[k]]
+            text = _median(fig["value"], ".1f")
+            cells.append(" ".join([text, *(_median(r, ".2f") + "x" for r in ratios)]))
+        print(f"{label:<{w}} " + " ".join(f"{c:>20}" for c in cells))
+    print(
+        f"\np50 / p95 / p99 ms (-: among the requests unanswered {setup.drain_s:g} s after the "
+        f"last arrival):\n{'system':<{w}} {heads}"
+    )
     for label, entry in summary.items():
         cells = []
         for s in shares:
             figs = [entry[f"{q}_at_{s:.0%}"]["value"] for q in ("p50", "p95", "p99")]
-            cells.append("saturated" if figs[2] is None else "/".join(_median(f) for f in figs))
+            cells.append("/".join(_median(f) for f in figs))
         print(f"{label:<{w}} " + " ".join(f"{c:>20}" for c in cells))
     print(f"\np50 and p99 as ratios to {BASELINE} (median of paired rounds):")
     print(f"{'system':<{w}} " + " ".join(f"{f'{s:.0%}':>20}" for s in shares))
@@ -511,12 +618,12 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
         columns = sorted(ranges)
         print(
             f"\np99 ms by length decile at {share:.0%} load (median over rounds); last column: "
-            f"the worst decile's p99 minus {BASELINE}'s (max-wait {setup.max_wait_ms:g} ms)"
+            f"the worst decile's p99 minus {BASELINE}'s"
         )
         print(
             f"{'system':<{w}} "
             + " ".join(f"{f'{ranges[d][0]}-{ranges[d][1]}':>8}" for d in columns)
-            + "  worst vs FIFO"
+            + "  worst vs baseline"
         )
         for label, entry in summary.items():
             mine = {d["decile"]: d["p99_ms"] for d in entry.get(key, [])}
@@ -559,8 +666,8 @@ async def distribution(
     setup: Setup, name: str, scenario: Scenario, model: str, systems: list[System]
 ) -> dict[str, Any]:
     """A length distribution's entry in the report, before any round: the model's limit at the
-    max batch (the demo model's from its formula, a real model's measured at ``model``) and the
-    median length a lone request carries."""
+    max batch (the demo model's from its formula, a real model's measured at ``model``), what
+    the loads are shares of, and the median length a lone request carries."""
     sample = scenario.workload.sample()
     [limit] = (await scenario.limits_rps(model, [setup.max_batch])).values()
     median = int(statistics.median_low(sample))
@@ -582,7 +689,24 @@ async def distribution(
         f"{limit:.1f} req/s ({how}); median length {median}, longest sent {max(sample)}.",
         flush=True,
     )
+    loads = Loads("the model's limit", limit, limit)
+    if setup.loads_from == "no-batching":
+        rps = await saturation_rps(setup.no_batching(), model, scenario, setup)
+        loads = Loads(f"{BASELINE}'s saturation", rps, limit)
+        print(f"  {BASELINE}'s saturation (wrk): {rps:.1f} req/s.", flush=True)
+    entry["loads"] = asdict(loads)
     return entry
+
+
+async def saturation_rps(system: System, model: str, scenario: Scenario, setup: Setup) -> float:
+    """``system``'s throughput at saturation under ``scenario``'s lengths (wrk, as each round
+    measures it), in a run of its own; the model is idle again when it returns."""
+    async with batcher(system, model, scenario.parallel) as url:
+        sat = await saturate(
+            url, scenario.workload, setup.connections, setup.wrk_seconds, label=system.label
+        )
+        await idle(model + "/v1/stats")
+    return float(sat["rps"])
 
 
 async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
@@ -628,7 +752,7 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
                                     model,
                                     setup,
                                     scenario,
-                                    dist["model_limit_rps"],
+                                    Loads(**dist["loads"]),
                                     r,
                                     progress,
                                     one["median_length"],
@@ -644,7 +768,7 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
         one = dist["batch_of_one"]
         spread = arithmetic.Spread.of(one["measured_ms_by_round"])
         one["measured_ms"] = spread and spread.as_dict(3)
-        found = checks(setup, name, dist["summary"], spread.median if spread else None)
+        found = checks(setup, dist["summary"])
         dist["targets"] = [
             {"target": t, "system": s, "met": ok, "measured": m} for t, s, ok, m in found
         ]
@@ -657,7 +781,7 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
     report = {
         "setup": asdict(setup),
         "machine": machine(),
-        "systems": {s.label: {"kind": s.kind, **asdict(s.batching)} for s in systems},
+        "systems": {s.label: {"kind": s.kind, "configuration": s.name} for s in systems},
         "notes": notes,
         "targets": every_check,
         "distributions": dists,
@@ -667,6 +791,73 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
     written = plots.compare(report, plots_dir)
     print("Plots: " + ", ".join(str(p) for p in written))
     return report
+
+
+async def run_switch(setup: Setup, switch: length_switch.Switch) -> dict[str, Any]:
+    """``--length-switch``: every selected system through a run whose lengths change halfway
+    (length_switch.py), ``setup.rounds`` times; the best static row runs ``--best-static
+    switch=FLAGS`` when given."""
+    systems = setup.systems("switch")
+    notes = {s.label: why for s in systems if (why := unavailable(s)) is not None}
+    runnable = [s for s in systems if s.label not in notes]
+    calibration_s = setup.wrk_seconds + 5
+    print(
+        f"{setup.scenario.describe()} Lengths switch from {switch.before} to {switch.after} "
+        f"after {switch.half_s:g} s; goodput in windows of {switch.window_s:g} s, p99 SLO "
+        f"{setup.slo_ms:g} ms; {setup.rounds} rounds of {len(runnable)} systems. Estimated "
+        f"duration {switch.estimate_s(setup.rounds, len(runnable), calibration_s) / 60:.0f} min.",
+        flush=True,
+    )
+    for label, why in notes.items():
+        print(f"  {label}: not measured: {why}", flush=True)
+    rounds: dict[str, list[dict[str, Any]]] = {s.label: [] for s in runnable}
+    async with setup.scenario.serve() as model:
+        long = replace(setup.scenario, lengths=switch.after)
+        reference = await saturation_rps(setup.no_batching(), model, long, setup)
+        rate = switch.share * reference
+        print(
+            f"  {BASELINE}'s saturation on {switch.after}: {reference:.1f} req/s; the runs "
+            f"send {rate:.1f} req/s ({switch.share:.0%}).",
+            flush=True,
+        )
+        with bar(setup.rounds * len(runnable), "length switch") as progress:
+            for r in range(1, setup.rounds + 1):
+                for system in runnable if r % 2 else list(reversed(runnable)):
+                    progress.set_postfix_str(f"round {r} {system.label}")
+                    try:
+                        rounds[system.label].append(
+                            await length_switch.one_run(
+                                system, model, setup.scenario, switch, rate, r, setup.slo_ms
+                            )
+                        )
+                    except StartError as exc:
+                        notes[system.label] = f"did not start: {exc}"
+                    progress.update()
+    summary = length_switch.summarize({k: v for k, v in rounds.items() if v}, BASELINE, BEST_STATIC)
+    recovered = {
+        label: length_switch.recovery_s(entry, switch.window_s) for label, entry in summary.items()
+    }
+    length_switch.print_windows(summary, switch, WIDTH)
+    found: list[Check] = []
+    if DEFAULTS in summary and BEST_STATIC in summary:
+        took, limit_s = recovered[DEFAULTS], length_switch.RECOVERY_TARGET_S
+        target = f"after the switch, back within 5% of {BEST_STATIC}'s goodput within {limit_s:g} s"
+        measured = "not within the run" if took is None else f"after {took:g} s"
+        found.append((target, DEFAULTS, took is not None and took <= limit_s, measured))
+    print_checks("the length switch", found)
+    for why in notes.values():
+        print(f"Note: {why}")
+    return {
+        "setup": asdict(setup),
+        "switch": {**asdict(switch), "reference_rps": reference, "rate_rps": round(rate, 2)},
+        "machine": machine(),
+        "systems": {s.label: {"kind": s.kind, "configuration": s.name} for s in systems},
+        "notes": notes,
+        "rounds": rounds,
+        "summary": summary,
+        "recovery_s": recovered,
+        "targets": [{"target": t, "system": s, "met": ok, "measured": m} for t, s, ok, m in found],
+    }
 
 
 def _shares(text: str) -> tuple[float, ...]:
@@ -688,6 +879,26 @@ def _distributions(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _best_static(text: str) -> tuple[str, str]:
+    """``[WHERE=]FLAGS`` -> (where, flags), where is "", a share as ``str(float)`` or
+    "switch"; the flags are checked here, before anything starts."""
+    where, sep, flags = text.partition("=")
+    if not sep or where.startswith("-"):
+        where, flags = "", text
+    elif where != "switch":
+        try:
+            where = str(float(where))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: WHERE is a share such as 0.5, or switch"
+            ) from None
+    try:
+        Batching.from_flags(flags, Batching())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return where, flags
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Setup()
     Scenario.add_arguments(
@@ -707,10 +918,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--slo-ms", type=float, default=d.slo_ms, help="p99 SLO (%(default)s)")
     parser.add_argument(
+        "--tei-max-batch-tokens",
+        dest="tei_tokens",
+        type=int,
+        default=d.tei_tokens,
+        help=f"token budget of the TEI row: {TEI_ROWS} x the model's longest input, "
+        f"{TEI_MAX_LENGTH} tokens, as TEI's default is 32 x 512 (%(default)s)",
+    )
+    parser.add_argument(
+        "--loads-from",
+        choices=("limit", "no-batching"),
+        help="what the loads are shares of: the model's limit at the max batch, or no "
+        "batching's saturation, measured first (default: no-batching for --model encoder, "
+        "else limit)",
+    )
+    parser.add_argument(
         "--shares",
         type=_shares,
-        default=d.shares,
-        help="open-loop loads as shares of the model's limit (0.1,0.3,0.5,0.7,0.9)",
+        help="open-loop loads as shares of --loads-from (default: "
+        f"{','.join(f'{x:g}' for x in LIMIT_SHARES)} of the limit, "
+        f"{','.join(f'{x:g}' for x in SATURATION_SHARES)} of no batching's saturation)",
+    )
+    parser.add_argument(
+        "--best-static",
+        action="append",
+        default=[],
+        metavar="[WHERE=]FLAGS",
+        type=_best_static,
+        help="the best static configuration, as sidecar flags (e.g. '--batch-by length "
+        "--max-batch-size 16 --max-wait-ms 0'), measured as the 'best static' row; WHERE: "
+        "a share (0.5=FLAGS: at that load only) or 'switch' (the long half of "
+        "--length-switch); repeatable",
     )
     parser.add_argument(
         "--duration-s",
@@ -730,7 +968,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SYSTEM",
-        help="measure only this system (repeatable; give sidecar FIFO too for ratios)",
+        help="measure only this system (repeatable; give 'no batching' too for ratios)",
+    )
+    w = length_switch.Switch()
+    parser.add_argument(
+        "--length-switch",
+        action="store_true",
+        help="instead of the loads: one run per system whose lengths change halfway",
+    )
+    parser.add_argument(
+        "--switch-lengths",
+        default=f"{w.before},{w.after}",
+        help="BEFORE,AFTER length distributions of --length-switch (%(default)s)",
+    )
+    parser.add_argument(
+        "--switch-share",
+        type=float,
+        default=w.share,
+        help="its rate, as a share of no batching's saturation on AFTER (%(default)s)",
+    )
+    parser.add_argument(
+        "--switch-half-s",
+        type=float,
+        default=w.half_s,
+        help="seconds of arrivals before and after the switch (%(default)s)",
+    )
+    parser.add_argument(
+        "--window-s", type=float, default=w.window_s, help="goodput windows (%(default)s)"
     )
 
 
@@ -746,19 +1010,46 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         model=args.model,
     )
+    loads_from: LoadsFrom = args.loads_from or (
+        "no-batching" if args.model == "encoder" else "limit"
+    )
+    shares = args.shares or (SATURATION_SHARES if loads_from == "no-batching" else LIMIT_SHARES)
+    best_static = tuple(args.best_static)
+    wheres = {where for where, _ in best_static}
+    for where in wheres - {"", "switch"}:
+        if float(where) not in shares:
+            raise SystemExit(f"modelroll-bench compare: --best-static {where}=: not a load")
+        if "" not in wheres:
+            raise SystemExit(
+                f"modelroll-bench compare: --best-static {where}=FLAGS needs a --best-static "
+                "FLAGS too, for the saturation and goodput runs"
+            )
     setup = Setup(
         scenario=scenario,
         distributions=distributions,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
         max_batch_tokens=args.max_batch_tokens,
-        shares=args.shares,
+        tei_tokens=args.tei_tokens,
+        loads_from=loads_from,
+        shares=shares,
         slo_ms=args.slo_ms,
         duration_s=args.duration_s,
         connections=args.connections,
         rounds=args.rounds,
         goodput_probes=args.goodput_probes,
         only=tuple(args.only),
+        best_static=best_static,
     )
+    if args.length_switch:
+        try:
+            before, after = length_switch.parse_switch(args.switch_lengths)
+        except ValueError as exc:
+            raise SystemExit(f"modelroll-bench compare: --switch-lengths: {exc}") from None
+        switch = length_switch.Switch(
+            before, after, args.switch_share, args.switch_half_s, args.window_s
+        )
+        write(asyncio.run(run_switch(setup, switch)), args.out)
+        return 0
     write(asyncio.run(run(setup, args.plots)), args.out)
     return 0

@@ -4,7 +4,9 @@ concurrency), and the summary every benchmark reports: p50/p95/p99, throughput, 
 Open-loop latency is measured from each request's *scheduled* arrival time, so a generator that
 falls behind still charges the wait to the system under test (no coordinated omission). Given
 each request's length, the open loop records it with the request's latency, so latency can be
-told by length (:func:`modelroll_bench.arithmetic.by_length_decile`).
+told by length (:func:`modelroll_bench.arithmetic.by_length_decile`). An open loop may stop
+waiting a bounded time after its last arrival (``drain_s``): against a server past its
+saturation the queue only grows, and the requests still unanswered then count as unanswered.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ def percentile(sorted_values: list[float], q: float) -> float:
 class LoadResult:
     """What one load run saw. Latencies are of successful (2xx) requests only; when lengths are
     recorded, ``lengths[i]`` is the length of the request that took ``latencies_s[i]``, and
-    ``sent_lengths`` holds the length of every request sent, answered or not."""
+    ``sent_lengths`` holds the length of every request sent, answered or not. ``unanswered``:
+    requests given up on when an open loop stopped waiting; they count as slower than any
+    answered one. ``timeline``: an open loop's requests as (index, scheduled arrival in seconds
+    from the start, latency or None when it failed or went unanswered)."""
 
     label: str
     duration_s: float
@@ -55,6 +60,8 @@ class LoadResult:
     offered_rps: float | None = None
     lengths: list[int] = field(default_factory=list)
     sent_lengths: list[int] = field(default_factory=list)
+    unanswered: int = 0
+    timeline: list[tuple[int, float, float | None]] = field(default_factory=list)
 
     @property
     def ok(self) -> int:
@@ -79,17 +86,24 @@ class LoadResult:
         return within / self.duration_s if self.duration_s else 0.0
 
     def summary(self) -> dict[str, Any]:
-        ordered = sorted(self.latencies_s)
+        """Counts and p50/p95/p99 in ms of the successful requests; a percentile that falls
+        among the unanswered requests is None (slower than anything measured)."""
+        ordered = sorted(self.latencies_s) + [math.inf] * self.unanswered
+        errors = {str(c): n for c, n in sorted(self.statuses.items()) if not 200 <= c < 300}
+        if self.unanswered:
+            errors["unanswered"] = self.unanswered
+        quantiles = {q: percentile(ordered, q / 100) for q in (50, 95, 99)}
         return {
             "label": self.label,
             "offered_rps": self.offered_rps,
             "throughput_rps": round(self.throughput_rps, 1),
-            "requests": sum(self.statuses.values()),
+            "requests": sum(self.statuses.values()) + self.unanswered,
             "ok": self.ok,
-            "errors": {str(c): n for c, n in sorted(self.statuses.items()) if not 200 <= c < 300},
-            "p50_ms": round(percentile(ordered, 0.50) * 1000, 2),
-            "p95_ms": round(percentile(ordered, 0.95) * 1000, 2),
-            "p99_ms": round(percentile(ordered, 0.99) * 1000, 2),
+            "errors": errors,
+            **{
+                f"p{q}_ms": None if math.isinf(v) else round(v * 1000, 2)
+                for q, v in quantiles.items()
+            },
         }
 
 
@@ -149,30 +163,43 @@ async def open_loop(
     progress: Callable[[float], None] | None = None,
     length: Length | None = None,
     headers: Callable[[int], Mapping[str, str]] | None = None,
+    drain_s: float | None = None,
 ) -> LoadResult:
-    """Poisson arrivals at ``rate`` per second for ``duration_s``; waits for every answer.
-    ``length``: the ``i``-th body's length, recorded with its latency; ``headers``: the
-    ``i``-th request's headers (default: JSON's content type)."""
+    """Poisson arrivals at ``rate`` per second for ``duration_s``, then wait for every answer,
+    or with ``drain_s`` for at most that long: the requests still unanswered then are given up
+    (their connections closed) and counted in ``unanswered``. ``length``: the ``i``-th body's
+    length, recorded with its latency; ``headers``: the ``i``-th request's headers (default:
+    JSON's content type)."""
     rng = random.Random(seed)
     result = LoadResult(label, duration_s, offered_rps=rate)
-    tasks: set[asyncio.Task[None]] = set()
+    tasks: dict[asyncio.Task[None], tuple[int, float]] = {}
     async with session() as http:
+        start = time.perf_counter()
 
         async def record(i: int, since: float) -> None:
             sent = HEADERS if headers is None else headers(i)
             status = await _send(http, url, body(i), sent)
             latency = time.perf_counter() - since
             result.record(status, latency, None if length is None else length(i))
+            ok = 200 <= status < 300
+            result.timeline.append((i, since - start, latency if ok else None))
 
-        start = time.perf_counter()
         async for i, due in poisson_arrivals(rng, rate, start, duration_s):
             task = asyncio.create_task(record(i, due))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            tasks[task] = (i, due - start)
+            task.add_done_callback(lambda t: tasks.pop(t, None))
             if progress is not None and (i + 1) % 64 == 0:
                 progress((due - start) / duration_s)
         if tasks:
-            await asyncio.wait(tasks)
+            await asyncio.wait(list(tasks), timeout=drain_s)
+        given_up = list(tasks.items())
+        for task, (i, at) in given_up:
+            task.cancel()
+            result.unanswered += 1
+            result.timeline.append((i, at, None))
+            if length is not None:
+                result.sent_lengths.append(length(i))
+        await asyncio.gather(*(task for task, _ in given_up), return_exceptions=True)
     return result
 
 

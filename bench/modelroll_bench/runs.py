@@ -185,9 +185,11 @@ async def open_run(
     stats_url: str | None = None,
     progress: Progress | None = None,
     slo_ms: float | None = None,
+    drain_s: float | None = None,
 ) -> dict[str, Any]:
-    """Poisson arrivals at ``rate`` for ``duration_s``; besides the summary, latency by length
-    decile, and with ``slo_ms`` the requests per second answered within it."""
+    """Poisson arrivals at ``rate`` for ``duration_s``, waiting at most ``drain_s`` after the
+    last for answers (open_loop's); besides the summary, latency by length decile, and with
+    ``slo_ms`` the requests per second answered within it."""
     async with Watch(stats_url) as watch:
         result = await open_loop(
             url + "/v1/infer",
@@ -198,6 +200,7 @@ async def open_run(
             label=label,
             progress=progress,
             length=workload.length(),
+            drain_s=drain_s,
         )
     row = {**result.summary(), "batching": watch.delta and watch.delta.summary()}
     if slo_ms is not None:

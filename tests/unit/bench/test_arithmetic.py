@@ -8,6 +8,7 @@ from modelroll_bench.arithmetic import (
     Point,
     Spread,
     goodput_by_setting,
+    goodput_windows,
     median_points,
     meets_slo,
     next_probe,
@@ -17,7 +18,7 @@ from modelroll_bench.arithmetic import (
 from modelroll_bench.metrics import BatchCounters, parse_model_stats, parse_sidecar_metrics
 
 
-def row(p99: float, requests: int = 1000, **errors: int) -> dict[str, object]:
+def row(p99: float | None, requests: int = 1000, **errors: int) -> dict[str, object]:
     return {"p99_ms": p99, "requests": requests, "errors": errors}
 
 
@@ -27,6 +28,7 @@ def test_a_run_meets_the_slo_with_its_p99_and_almost_no_errors() -> None:
     assert meets_slo(row(100, **{"429": 1}), 150)  # 0.1%
     assert not meets_slo(row(100, **{"429": 2}), 150)
     assert not meets_slo(row(0, requests=0), 150)
+    assert not meets_slo(row(None), 150)  # the p99 request was never answered
 
 
 def test_goodput_search_tries_the_ceiling_then_bisects() -> None:
@@ -142,3 +144,17 @@ modelroll_batches_total{model="m",version="v",reason="timeout"} 1.0
     )
     assert stats.mean_batch == 2.4
     assert BatchCounters().mean_batch is None
+
+
+def test_goodput_windows_count_answers_within_the_slo_by_arrival() -> None:
+    timeline = [
+        (0, 0.5, 0.1),  # before the first window
+        (1, 1.2, 0.1),
+        (2, 1.9, 0.3),  # answered, but past the SLO
+        (3, 2.1, None),  # unanswered
+        (4, 2.5, 0.2),
+        (5, 2.6, 0.05),
+        (6, 3.5, 0.1),  # after the last window
+    ]
+    assert goodput_windows(timeline, 1.0, 1.0, 2, slo_s=0.2) == [1.0, 2.0]
+    assert goodput_windows(timeline, 1.0, 0.5, 4, slo_s=0.2) == [2.0, 0.0, 0.0, 4.0]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from modelroll_bench.loadgen import LoadResult, json_bodies, percentile
+from modelroll_bench.loadgen import LoadResult, json_bodies, open_loop, percentile
 
 
 def test_nearest_rank_percentiles() -> None:
@@ -49,3 +51,34 @@ def test_bodies_cycle_in_order() -> None:
 @pytest.mark.parametrize("q", [0.0, 0.001])
 def test_the_lowest_percentiles_are_the_minimum(q: float) -> None:
     assert percentile([5.0, 6.0, 7.0], q) == 5.0
+
+
+def test_unanswered_requests_count_as_slower_than_any_answer() -> None:
+    result = LoadResult("x", duration_s=1.0)
+    for i in range(1, 98):
+        result.record(200, i / 1000)
+    result.unanswered = 3
+    summary = result.summary()
+    assert summary["requests"] == 100
+    assert summary["errors"] == {"unanswered": 3}
+    assert (summary["p50_ms"], summary["p95_ms"]) == (50.0, 95.0)
+    assert summary["p99_ms"] is None  # the 99th slowest was never answered
+
+
+async def test_an_open_loop_gives_up_on_answers_a_bounded_time_after_its_last_arrival() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def never(request: web.Request) -> web.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_post("/v1/infer", never)
+    async with TestServer(app) as server:
+        url = str(server.make_url("/v1/infer"))
+        result = await open_loop(url, json_bodies(["a"]), 200.0, 0.1, drain_s=0.05)
+    assert result.ok == 0
+    assert result.unanswered == sum(1 for _, _, latency in result.timeline if latency is None)
+    assert result.unanswered > 0
+    assert result.summary()["p50_ms"] is None
