@@ -69,8 +69,9 @@ SYSTEMS = (
     ),
     System("KServe batcher", "kserve", Batching()),
 )
-"""The sidecar's defaults but for the one flag each row is about (``Batching``'s defaults are the
-sidecar's: max batch 32, max-wait 10 ms, arrival order, fixed wait, one batch at a time), with
+"""``Batching``'s defaults but for the one flag each row is about (max batch 32, max-wait 10 ms,
+arrival order, fixed wait, one batch at a time; every flag passed, whatever the sidecar's
+defaults are), with
 ``System.argv``'s queue of 4096 so that no closed-loop connection is refused; and KServe's batcher
 (its Go package, ``make kserve-batcher``) with the same batch size and wait."""
 SWEPT = (BASELINE, "sidecar", "sidecar, by length", "sidecar, by length in tokens")
