@@ -65,7 +65,7 @@ from typing import Any, Literal
 from . import arithmetic, length_switch, plots
 from .lengths import PRESETS, parse, parse_list
 from .lengths import name as lengths_name
-from .metrics import Watch
+from .metrics import BatchCounters, Watch
 from .runs import (
     Scenario,
     bar,
@@ -268,6 +268,7 @@ async def measure(
     workload, stats = scenario.workload, model + "/v1/stats"
     row: dict[str, Any] = {"round": round_no, "load_average_1m": round(load_average(), 2)}
     per_share = setup.share_systems(system)
+    probes = BatchCounters()  # the batches of one idle() sent, left out of the round's figures
 
     def step(what: str) -> None:
         progress.set_postfix_str(f"round {round_no} {system.label}: {what}")
@@ -285,7 +286,8 @@ async def measure(
             drain_s=setup.drain_s,
         )
         if result["errors"].get("unanswered"):
-            await idle(stats)  # the backlog the run left, before the next run starts
+            nonlocal probes
+            probes += await idle(stats)  # the backlog the run left, before the next run starts
         return result
 
     async with Watch(stats) as whole, batcher(system, model, scenario.parallel) as url:
@@ -305,7 +307,7 @@ async def measure(
         sat["of_model_limit"] = round(sat["rps"] / loads.limit_rps, 3)
         row["saturation"] = sat
         progress.update()
-        await idle(stats)
+        probes += await idle(stats)
         tried: dict[float, dict[str, Any]] = {}
         row["shares"] = {}
         for share in setup.shares:
@@ -321,7 +323,7 @@ async def measure(
             progress.update()
         passing = [r for r, res in tried.items() if arithmetic.meets_slo(res, setup.slo_ms)]
         failing = [r for r, res in tried.items() if not arithmetic.meets_slo(res, setup.slo_ms)]
-        probes = 0
+        searched = 0
         for _ in range(setup.goodput_probes):
             probe = arithmetic.next_probe(passing, failing, arithmetic.SATURATED * sat["rps"])
             if probe is None:
@@ -330,8 +332,8 @@ async def measure(
             result = tried[probe] = await run_at(url, probe)
             (passing if arithmetic.meets_slo(result, setup.slo_ms) else failing).append(probe)
             progress.update()
-            probes += 1
-        progress.update(setup.goodput_probes - probes)
+            searched += 1
+        progress.update(setup.goodput_probes - searched)
         best = max(passing, default=None)
         row["goodput"] = {
             "rps": tried[best]["throughput_rps"] if best is not None else 0.0,
@@ -341,7 +343,7 @@ async def measure(
             "probes": sorted(round(r, 1) for r in tried),
         }
     # Every batch the model ran for this system in the round: saturation, loads and probes.
-    row["total"] = whole.delta and whole.delta.summary()
+    row["total"] = whole.delta and (whole.delta - probes).summary()
     return row
 
 

@@ -26,7 +26,7 @@ from . import arithmetic, wrk
 from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
 from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
-from .metrics import Watch, scrape
+from .metrics import BatchCounters, Watch, scrape
 from .systems import demo_model, encoder_model
 
 Progress = Callable[[float], None]
@@ -250,11 +250,19 @@ async def saturate(
     return {**asdict(result), "batching": watch.delta and watch.delta.summary()}
 
 
-async def idle(stats_url: str, quiet_s: float = 0.3, timeout_s: float = 60.0) -> None:
-    """Wait until the counters at ``stats_url`` stop moving: a server that wrk left with a
-    backlog (it drops its connections, not the requests they sent) has worked through it."""
+async def idle(stats_url: str, quiet_s: float = 0.3, timeout_s: float = 60.0) -> BatchCounters:
+    """Wait until the model at ``stats_url`` (its ``/v1/stats``) has nothing left to do: a
+    server that wrk or a capped open run left with a backlog (they drop their connections, not
+    the requests sent) has worked through it. Counters that stay still for ``quiet_s`` are not
+    enough when one batch takes longer, so a batch of one is then sent straight to the model:
+    it is answered after whatever batch was running, and the model is idle when nothing but it
+    ran meanwhile. Returns what those batches of one added to the counters, for a figure that
+    spans the wait to leave out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    probe = json.dumps({"inputs": ["idle"]})
+    batch_url = stats_url.removesuffix("/v1/stats") + "/v1/batch"
+    probes = 0
     async with aiohttp.ClientSession() as http:
         last = await scrape(http, stats_url)
         still_since = loop.time()
@@ -263,8 +271,23 @@ async def idle(stats_url: str, quiet_s: float = 0.3, timeout_s: float = 60.0) ->
             now = await scrape(http, stats_url)
             if now.items != last.items:
                 last, still_since = now, loop.time()
-            elif loop.time() - still_since >= quiet_s:
-                return
+                continue
+            if loop.time() - still_since < quiet_s:
+                continue
+            async with http.post(batch_url, data=probe, headers=HEADERS) as resp:
+                await resp.read()
+            probes += 1
+            last, still_since = await scrape(http, stats_url), loop.time()
+            if last.items - now.items <= 1:  # the batch of one alone: what one probe adds
+                one = last - now
+                return BatchCounters(
+                    probes * one.batches,
+                    probes * one.items,
+                    {},
+                    probes * one.useful_tokens,
+                    probes * one.padded_tokens,
+                )
+    return BatchCounters()
 
 
 async def sequential_ms(url: str, body: Any, calls: int = 40, warmup: int = 5) -> float:
