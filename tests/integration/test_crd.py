@@ -109,14 +109,14 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
         ),
         pytest.param(
             model_version("v1", "sentiment", server=SERVER, batching={"batchBy": "Sorted"}),
-            'spec.batching.batchBy: Unsupported value: "Sorted": supported values: "Arrival", '
-            '"Length"',
+            'spec.batching.batchBy: Unsupported value: "Sorted": supported values: "Length", '
+            '"Arrival"',
             id="batch-by-unknown",
         ),
         pytest.param(  # the sidecar's flag takes any case; the resource takes the enum's spelling
             model_version("v1", "sentiment", server=SERVER, batching={"waitPolicy": "adaptive"}),
-            'spec.batching.waitPolicy: Unsupported value: "adaptive": supported values: "Fixed", '
-            '"Adaptive"',
+            'spec.batching.waitPolicy: Unsupported value: "adaptive": supported values: "Auto", '
+            '"Fixed", "Adaptive"',
             id="wait-policy-lowercase",
         ),
         pytest.param(
@@ -248,8 +248,8 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
             "maxBatchTokens": 0,
             "timeoutMs": 30000,
             "maxConcurrentBatches": 1,
-            "batchBy": "Arrival",
-            "waitPolicy": "Fixed",
+            "batchBy": "Length",
+            "waitPolicy": "Auto",
             "lengthFrom": "Auto",
         },
     }
@@ -287,9 +287,9 @@ def test_length_aware_batching_with_an_adaptive_wait_is_accepted_with_the_other_
         "lengthFrom": "Tokenizer",
     }
     # Each alone, too: the other keeps its default.
-    length = model_version("length", "sentiment", server=SERVER, batching={"batchBy": "Length"})
-    made = dry_run(cluster, ns, length)["spec"]["batching"]
-    assert (made["batchBy"], made["waitPolicy"]) == ("Length", "Fixed")
+    fifo = model_version("fifo", "sentiment", server=SERVER, batching={"batchBy": "Arrival"})
+    made = dry_run(cluster, ns, fifo)["spec"]["batching"]
+    assert (made["batchBy"], made["waitPolicy"]) == ("Arrival", "Auto")
 
 
 def test_the_api_server_fills_in_the_analysis_defaults(cluster: Cluster, ns: str) -> None:
@@ -339,7 +339,7 @@ def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> Non
         assert " ".join(words.split()) in " ".join(text.split())
     policies = {
         "batchBy": ("Arrival", "Length", "oldest request always goes in the next batch"),
-        "waitPolicy": ("Fixed", "Adaptive", "maxWaitMs stays the bound"),
+        "waitPolicy": ("Auto", "Fixed", "Adaptive", "no batch waits longer than maxWaitMs"),
     }
     for name, phrases in policies.items():
         assert f"  {name}\t<string>" in text

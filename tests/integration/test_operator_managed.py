@@ -174,9 +174,9 @@ def test_a_weight_change_leaves_the_deployment_alone_and_a_batching_change_rolls
     eventually(lambda: routes.weights("sentiment") == {"canary-v2": 1}, "routed")
     deployment = get(cluster, namespace, "deploy", "canary-v2")
     before = deployment["metadata"]
-    # The stored spec spells out batchBy: Arrival and waitPolicy: Fixed; neither becomes a flag.
+    # The stored spec spells out batchBy: Length and waitPolicy: Auto; neither becomes a flag.
     batching = get(cluster, namespace, "mv", "canary-v2")["spec"]["batching"]
-    assert (batching["batchBy"], batching["waitPolicy"]) == ("Arrival", "Fixed")
+    assert (batching["batchBy"], batching["waitPolicy"]) == ("Length", "Auto")
     args = containers(deployment)["sidecar"]["args"]
     assert not any(a.startswith(("--batch-by", "--wait-policy")) for a in args), args
 
