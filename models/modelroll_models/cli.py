@@ -27,13 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--variant",
         choices=VARIANTS,
         default=defaults.variant,
-        help="int8: the int8 ONNX file on onnxruntime; fp32: the fp32 weights in numpy",
+        help="int8: the int8 ONNX file on onnxruntime; fp32: the fp32 weights in numpy; "
+        "fp16-gpu: the weights as fp16 in PyTorch on the first CUDA GPU",
     )
     parser.add_argument(
         "--intra-op-threads",
         type=int,
         default=defaults.intra_op_threads,
-        help="threads one batch runs on (onnxruntime's for int8, OpenBLAS's for fp32)",
+        help="threads one batch runs on (onnxruntime's for int8, OpenBLAS's for fp32; "
+        "fp16-gpu ignores it)",
     )
     parser.add_argument(
         "--max-batch-size",

@@ -1,6 +1,7 @@
 """A sentence encoder: texts in, L2-normalized mean-pooled vectors out, as sentence-transformers
-computes all-MiniLM-L6-v2's. Two variants share the tokenizer and the pooling and differ in the
-network: ``int8`` runs the int8 ONNX export on onnxruntime, ``fp32`` the fp32 weights in numpy.
+computes all-MiniLM-L6-v2's. The variants share the tokenizer and the pooling and differ in the
+network: ``int8`` runs the int8 ONNX export on onnxruntime, ``fp32`` the fp32 weights in numpy,
+``fp16-gpu`` the weights as fp16 in PyTorch on a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .model_files import SentenceModelFolder, read_folder, read_weights_file
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
-VARIANTS = ("int8", "fp32")
+VARIANTS = ("int8", "fp32", "fp16-gpu")
 
 Network = Callable[[I64, I64, I64], F32]
 """ids, attention mask, token types ``[batch, sequence]`` -> last hidden state."""
@@ -144,6 +145,12 @@ def load_encoder(variant: str, files: EncoderFiles, intra_op_threads: int) -> En
         blas = ThreadpoolController()  # type: ignore[no-untyped-call]
         blas.limit(limits=intra_op_threads, user_api="blas")
         network = BertEncoder(read_weights_file(files.zip_path), folder)
+    elif variant == "fp16-gpu":
+        from . import bert_torch  # PyTorch: installed on the GPU machine only
+
+        on_gpu = bert_torch.BertEncoder(read_weights_file(files.zip_path), folder, "cuda")
+        on_gpu.warm_up()
+        network = on_gpu
     else:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     return Encoder(variant, make_tokenizer(folder), network)

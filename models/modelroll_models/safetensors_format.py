@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -52,3 +53,29 @@ def read_tensors(data: bytes) -> dict[str, npt.NDArray[np.generic]]:
             raise ValueError(f"tensor {name}: its byte range does not match its shape")
         tensors[name] = np.frombuffer(body[start:end], dtype=dtype).reshape(shape)
     return tensors
+
+
+def write_tensors(tensors: dict[str, npt.NDArray[np.generic]]) -> bytes:
+    """``tensors`` as a safetensors file that :func:`read_tensors` reads back, in name order, each
+    tensor's data aligned to 8 bytes as the format's own writer aligns the header."""
+    names = {np.dtype(v): k for k, v in DTYPES.items()}
+    entries: dict[str, Any] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for name in sorted(tensors):
+        array = np.ascontiguousarray(tensors[name])
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        dtype = names.get(little.dtype)
+        if dtype is None:
+            raise ValueError(f"tensor {name}: dtype {array.dtype} has no safetensors equivalent")
+        data = little.tobytes()
+        entries[name] = {
+            "dtype": dtype,
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        chunks.append(data)
+        offset += len(data)
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header + b"".join(chunks)
