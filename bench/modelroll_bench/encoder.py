@@ -33,7 +33,7 @@ import json
 import random
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,8 @@ defaults are), with
 (its Go package, ``make kserve-batcher``) with the same batch size and wait."""
 SWEPT = (BASELINE, "sidecar", "sidecar, by length", "sidecar, by length in tokens")
 """The systems of the concurrency sweep (``--sweep``)."""
+SWEEP_WARMUP_S = 0.5
+"""Seconds of each sweep point's closed loop before its answers count."""
 STAND_IN_FIT_REPEATS = 10
 """Batches per shape in the stand-in's cost fit (24 shapes: about 20 s on int8)."""
 SKIP_ABOVE = 0.9
@@ -301,15 +303,27 @@ async def rate_round(
             await servers.settle()
 
 
-async def sweep_round(setup: Setup, r: int, servers: Servers, payloads: list[str]) -> list[Any]:
-    """Closed loops of each concurrency against each system: throughput and p50/p95/p99."""
+async def sweep_round(
+    setup: Setup,
+    r: int,
+    servers: Servers,
+    payloads: list[str],
+    systems: Sequence[System] | None = None,
+) -> list[Any]:
+    """Closed loops of each concurrency against each system (``setup.systems`` unless given):
+    throughput and p50/p95/p99."""
     bodies = json_bodies(payloads)
     found = []
     for concurrency in setup.concurrencies:
-        for system in rotated(setup.systems, r):
+        for system in rotated(systems or setup.systems, r):
             url = servers.urls[system.label] + "/v1/infer"
             result = await closed_loop(
-                url, bodies, concurrency, setup.sweep_duration_s, label=system.label, warmup_s=0.5
+                url,
+                bodies,
+                concurrency,
+                setup.sweep_duration_s,
+                label=system.label,
+                warmup_s=SWEEP_WARMUP_S,
             )
             row = {"round": r + 1, "concurrency": concurrency, **result.summary()}
             found.append(row)
@@ -323,31 +337,37 @@ async def sweep_round(setup: Setup, r: int, servers: Servers, payloads: list[str
     return found
 
 
-def at_equal_p95(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+def most_within(rows: list[dict[str, Any]], labels: Collection[str], p95_ms: float) -> float:
+    """The most any system of ``labels`` served at ``p95_ms`` or lower (0 where none did)."""
+    within = [r["throughput_rps"] for r in rows if r["label"] in labels and r["p95_ms"] <= p95_ms]
+    return max(within, default=0.0)
+
+
+def at_equal_p95(
+    rows: list[dict[str, Any]], label: str, against: Collection[str] = (BASELINE,)
+) -> list[dict[str, Any]]:
     """For each point of no batching: the most ``label`` served at that p95 or lower, over the
-    most no batching served there, in each round; the medians over rounds."""
+    most any system of ``against`` served there, in each round; the medians over rounds (ratio
+    None where none of ``against`` reached that p95 in any round)."""
     out = []
-    for concurrency in sorted({row["concurrency"] for row in rows}):
+    for concurrency in sorted({row["concurrency"] for row in rows if row["label"] == BASELINE}):
         ratios, p95s = [], []
         for r in sorted({row["round"] for row in rows}):
             mine = [row for row in rows if row["round"] == r]
-            base = [row for row in mine if row["label"] == BASELINE]
-            [point] = [row for row in base if row["concurrency"] == concurrency]
-            budget = point["p95_ms"]
-            best_base = max(row["throughput_rps"] for row in base if row["p95_ms"] <= budget)
-            within = [
-                row["throughput_rps"]
+            [budget] = [
+                row["p95_ms"]
                 for row in mine
-                if row["label"] == label and row["p95_ms"] <= budget
+                if row["label"] == BASELINE and row["concurrency"] == concurrency
             ]
-            ratios.append(max(within) / best_base if within else 0.0)
             p95s.append(budget)
+            if base := most_within(mine, against, budget):
+                ratios.append(most_within(mine, (label,), budget) / base)
         out.append(
             {
                 "concurrency": concurrency,
                 "p95_ms": round(statistics.median(p95s), 1),
-                "ratio": round(statistics.median(ratios), 2),
-                "range": [round(min(ratios), 2), round(max(ratios), 2)],
+                "ratio": round(statistics.median(ratios), 2) if ratios else None,
+                "range": [round(min(ratios), 2), round(max(ratios), 2)] if ratios else None,
             }
         )
     return out

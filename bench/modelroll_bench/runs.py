@@ -340,10 +340,13 @@ def load_average() -> float:
 
 
 def machine() -> dict[str, Any]:
-    """What the figures depend on: CPUs, load when the run started, the commit measured."""
-    commit = subprocess.run(
-        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    """What the figures depend on: CPUs, load when the run started, the commit measured (empty
+    where there is no git, as on a GPU machine that got a copy of the working tree)."""
+    commit = ""
+    with contextlib.suppress(OSError):
+        commit = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+        ).stdout.strip()
     return {"cpus": os.cpu_count(), "load_average_1m": round(load_average(), 2), "commit": commit}
 
 
