@@ -58,6 +58,24 @@ bench: venv wrk ## Every batcher against the same model and lengths, as ratios (
 bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N" (ARGS="--model encoder": the real encoder).
 	$(BENCH) sweep $(ARGS)
 
+.PHONY: gpu-bench-prep
+gpu-bench-prep: venv ## The GPU comparison's carry folder (.gpu-carry/: fp16 weights, wheels the GPU machine lacks); prints the device call.
+	$(VENV)/bin/python -m modelroll_bench.gpu_carry
+
+# A virtualenv holding only what the GPU machine's image has of what the benchmark imports (its
+# package list in the device guide), so that run.sh installs the rest from .gpu-carry/ as there.
+GPU_SIM_VENV := .venv-gpu-sim
+
+$(GPU_SIM_VENV)/.installed: constraints.txt
+	rm -rf $(GPU_SIM_VENV)
+	$(PYTHON) -m venv $(GPU_SIM_VENV)
+	$(GPU_SIM_VENV)/bin/pip install -q -c constraints.txt aiohttp numpy prometheus-client uvloop threadpoolctl tqdm PyYAML
+	@touch $@
+
+.PHONY: bench-gpu-cpu
+bench-gpu-cpu: gpu-bench-prep $(GPU_SIM_VENV)/.installed ## bench/gpu/run.sh on this CPU from a virtualenv like the GPU machine's, the numpy encoder in the GPU's place (ARGS="--quick": two minutes).
+	PYTHON=$(GPU_SIM_VENV)/bin/python bash bench/gpu/run.sh --device cpu $(ARGS)
+
 .PHONY: bench-rollback
 bench-rollback: venv cluster-bins ## Time from a weight patch to the last request the gateway routes to that version.
 	$(BENCH) rollback $(ARGS)
