@@ -6,7 +6,9 @@ a residual LayerNorm. The attention mask keeps padded positions out of every rea
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +18,8 @@ from .safetensors_format import read_tensors
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
+L = TypeVar("L")
+N = TypeVar("N")
 
 MASKED = np.float32(np.finfo(np.float32).min)
 """Added to the attention score of a padded key: its softmax weight becomes exactly 0."""
@@ -62,15 +66,32 @@ class Linear:
 
 
 @dataclass(frozen=True, slots=True)
-class Layer:
-    query: Linear
-    key: Linear
-    value: Linear
-    attention_out: Linear
-    attention_norm: tuple[F32, F32]
-    intermediate: Linear
-    output: Linear
-    output_norm: tuple[F32, F32]
+class Layer(Generic[L, N]):
+    """One encoder layer's weights: its linear maps ``L`` and LayerNorms ``N`` (weight, bias),
+    as this module and bert_torch.py each hold them."""
+
+    query: L
+    key: L
+    value: L
+    attention_out: L
+    attention_norm: N
+    intermediate: L
+    output: L
+    output_norm: N
+
+
+def read_layer(prefix: str, linear: Callable[[str], L], norm: Callable[[str], N]) -> Layer[L, N]:
+    """The layer whose tensors' names start with ``prefix`` (``encoder.layer.<i>.``)."""
+    return Layer(
+        query=linear(prefix + "attention.self.query"),
+        key=linear(prefix + "attention.self.key"),
+        value=linear(prefix + "attention.self.value"),
+        attention_out=linear(prefix + "attention.output.dense"),
+        attention_norm=norm(prefix + "attention.output.LayerNorm"),
+        intermediate=linear(prefix + "intermediate.dense"),
+        output=linear(prefix + "output.dense"),
+        output_norm=norm(prefix + "output.LayerNorm"),
+    )
 
 
 class BertEncoder:
@@ -95,21 +116,9 @@ class BertEncoder:
         self.position = f32("embeddings.position_embeddings.weight")
         self.token_type = f32("embeddings.token_type_embeddings.weight")
         self.embeddings_norm = norm("embeddings.LayerNorm")
-        self.layers = []
-        for i in range(folder.num_layers):
-            p = f"encoder.layer.{i}."
-            self.layers.append(
-                Layer(
-                    query=linear(p + "attention.self.query"),
-                    key=linear(p + "attention.self.key"),
-                    value=linear(p + "attention.self.value"),
-                    attention_out=linear(p + "attention.output.dense"),
-                    attention_norm=norm(p + "attention.output.LayerNorm"),
-                    intermediate=linear(p + "intermediate.dense"),
-                    output=linear(p + "output.dense"),
-                    output_norm=norm(p + "output.LayerNorm"),
-                )
-            )
+        self.layers = [
+            read_layer(f"encoder.layer.{i}.", linear, norm) for i in range(folder.num_layers)
+        ]
         if self.word.shape[1] != folder.hidden_size or folder.hidden_size % self.heads:
             raise ValueError("the weights do not match config.json's hidden size and heads")
 
@@ -125,7 +134,9 @@ class BertEncoder:
             x = self._layer(layer, x, key_bias, batch, seq)
         return x
 
-    def _layer(self, layer: Layer, x: F32, key_bias: F32, batch: int, seq: int) -> F32:
+    def _layer(
+        self, layer: Layer[Linear, tuple[F32, F32]], x: F32, key_bias: F32, batch: int, seq: int
+    ) -> F32:
         hidden = x.shape[-1]
         head = hidden // self.heads
 

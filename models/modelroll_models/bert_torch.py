@@ -17,6 +17,7 @@ import numpy.typing as npt
 import torch
 from torch.nn import functional
 
+from .bert import Layer, read_layer
 from .model_files import SentenceModelFolder
 from .safetensors_format import read_tensors
 
@@ -49,16 +50,7 @@ class Linear:
         return functional.linear(x, self.weight, self.bias)
 
 
-@dataclass(frozen=True, slots=True)
-class Layer:
-    query: Linear
-    key: Linear
-    value: Linear
-    attention_out: Linear
-    attention_norm: tuple[Tensor, Tensor]
-    intermediate: Linear
-    output: Linear
-    output_norm: tuple[Tensor, Tensor]
+TorchLayer = Layer[Linear, tuple[Tensor, Tensor]]
 
 
 class BertEncoder:
@@ -86,21 +78,9 @@ class BertEncoder:
         self.position = half("embeddings.position_embeddings.weight")
         self.token_type = half("embeddings.token_type_embeddings.weight")
         self.embeddings_norm = norm("embeddings.LayerNorm")
-        self.layers = []
-        for i in range(folder.num_layers):
-            p = f"encoder.layer.{i}."
-            self.layers.append(
-                Layer(
-                    query=linear(p + "attention.self.query"),
-                    key=linear(p + "attention.self.key"),
-                    value=linear(p + "attention.self.value"),
-                    attention_out=linear(p + "attention.output.dense"),
-                    attention_norm=norm(p + "attention.output.LayerNorm"),
-                    intermediate=linear(p + "intermediate.dense"),
-                    output=linear(p + "output.dense"),
-                    output_norm=norm(p + "output.LayerNorm"),
-                )
-            )
+        self.layers = [
+            read_layer(f"encoder.layer.{i}.", linear, norm) for i in range(folder.num_layers)
+        ]
         if self.word.shape[1] != folder.hidden_size or folder.hidden_size % self.heads:
             raise ValueError("the weights do not match config.json's hidden size and heads")
 
@@ -123,7 +103,9 @@ class BertEncoder:
             result: F32 = x.float().cpu().numpy()
         return result
 
-    def _layer(self, layer: Layer, x: Tensor, key_bias: Tensor, batch: int, seq: int) -> Tensor:
+    def _layer(
+        self, layer: TorchLayer, x: Tensor, key_bias: Tensor, batch: int, seq: int
+    ) -> Tensor:
         hidden = x.shape[-1]
         head = hidden // self.heads
 
