@@ -17,7 +17,7 @@ options a model call is made with), the others waiting for a later batch.
 
 How long a batch that could go is held, a model slot free, for company: until its oldest request
 has waited ``max_wait`` (``wait_policy="fixed"``); while arrivals are dense enough that waiting
-saves the requests time by a line fitted to the cost (``"adaptive"``); or for the expected gap to
+saves the waiting requests time, by the learned cost (``"adaptive"``); or for the expected gap to
 the next arrival when the model time that arrival would save by joining exceeds that gap, and
 only while the cost surface predicts batches well (``"auto"``, :func:`.cost_model.hold_pays`).
 """
@@ -364,6 +364,7 @@ class Batcher:
             now = loop.time()
             head = self._head(now)
             if head is None:
+                self._held_since = None  # what was held left the queue (deadline, disconnect)
                 if self._closing:
                     return
                 await self._sleep(None)

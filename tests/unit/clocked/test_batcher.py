@@ -628,3 +628,22 @@ async def test_when_the_length_mix_changes_the_surface_follows_within_seconds(st
         expected = 0.0005 + size * (0.001 + 0.0001 * longest + 0.000001 * longest**2)
         assert h.batcher.cost.seconds(size, longest) == pytest.approx(expected, rel=0.1)
     assert h.batcher.cost.trusted
+
+
+async def test_a_hold_whose_requests_left_the_queue_is_not_counted_in_the_next_batch(
+    start: Any,
+) -> None:
+    """A request held for company whose client goes away: the next request, much later, is
+    held its own max-wait, and that is what modelroll_batch_hold_seconds records."""
+    model = ScriptedModel(seconds=0.1)
+    h = start(model, max_wait_s=0.5)
+    gone = h.batcher.submit("gone")
+    await asyncio.sleep(0.2)
+    gone.future.cancel()
+    h.batcher.abandon(gone)
+    await asyncio.sleep(10.0)
+    await answers(h.batcher.submit("later"))
+    labels = {"model": "m", "version": "v"}
+    assert h.registry.get_sample_value("modelroll_batch_hold_seconds_sum", labels) == (
+        pytest.approx(0.5)
+    )
