@@ -94,7 +94,7 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
             "sentiment",
             weight=1,
             server=SERVER,
-            batching={"maxBatchSize": 16, "maxWaitMs": 5, "batchBy": "Length"},
+            batching={"maxBatchSize": 16, "maxWaitMs": 5, "batchBy": "Arrival"},
         ),
         namespace,
     )
@@ -121,10 +121,10 @@ def test_a_managed_version_runs_as_a_deployment_and_service_and_is_routed_once_r
         "--max-batch-size=16",
         "--max-wait-ms=5",
         "--max-queue-size=1024",
-        "--batch-by=length",
+        "--batch-by=arrival",
     ):
         assert flag in sidecar["args"]
-    # waitPolicy is at its default (the API server stored Fixed): no flag for it.
+    # waitPolicy is at its default (the API server stored Auto): no flag for it.
     assert not any(a.startswith("--wait-policy") for a in sidecar["args"])
     assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert sidecar["livenessProbe"]["httpGet"]["path"] == "/livez"
