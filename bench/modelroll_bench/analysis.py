@@ -56,7 +56,7 @@ from typing import Any
 from modelroll_common.metric_names import DURATION_BUCKETS, TTFT_BUCKETS
 from modelroll_operator.analysis import machine, statistics
 from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
-from modelroll_operator.analysis.spec import AnalysisSpec, LatencyCheck, Step
+from modelroll_operator.analysis.spec import AnalysisSpec, Checks, ErrorCheck, LatencyCheck, Step
 
 from .servers import Check, finish
 
@@ -535,7 +535,8 @@ class Setup:
         """The errors check and the time-to-first-token check, as a chat version would list
         them (the request latency check left out: a stream's duration is its length)."""
         ttft = LatencyCheck(max_ratio=1.5)
-        return replace(self.spec(steps), latency=None, time_to_first_token=ttft)
+        checks = Checks(errors=ErrorCheck(), time_to_first_token=ttft)
+        return replace(self.spec(steps), checked=checks)
 
     @property
     def stream(self) -> Version:

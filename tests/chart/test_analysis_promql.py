@@ -33,7 +33,7 @@ from modelroll_operator.analysis import reader
 from modelroll_operator.analysis.access import ReadAccess
 from modelroll_operator.analysis.machine import Split
 from modelroll_operator.analysis.reader import MetricsReader
-from modelroll_operator.analysis.spec import MetricsSource
+from modelroll_operator.analysis.spec import MetricsSource, PrometheusSource
 from modelroll_operator.api import Api
 
 MODEL = "sentiment"
@@ -122,7 +122,12 @@ async def test_an_analysis_reads_its_own_namespaces_gateway_alone(
     out = MetricsReader(cast(Api, NoRoutes()), access=ReadAccess.of([prometheus]))
     try:
         snapshot = await out.read(
-            MetricsSource(prometheus_url=prometheus), namespace, MODEL, CANARY, STABLE, 1.0
+            MetricsSource(prometheus=PrometheusSource(prometheus)),
+            namespace,
+            MODEL,
+            CANARY,
+            STABLE,
+            1.0,
         )
     finally:
         await out.close()

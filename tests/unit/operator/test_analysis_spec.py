@@ -78,7 +78,7 @@ def test_the_metrics_source() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"steps": []}, "spec.analysis.steps must list at least one step"),
+        ({"steps": []}, "spec.analysis.steps must list at least 1 item"),
         ({"steps": [{"weight": 0}]}, "spec.analysis.steps[0].weight must be within 1..99"),
         ({"steps": [{"weight": 5}], "onInconclusive": "Maybe"}, "spec.analysis.onInconclusive"),
         ({"steps": [{"weight": 5}], "minSeconds": "5"}, "spec.analysis.minSeconds must be"),

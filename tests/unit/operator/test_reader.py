@@ -28,7 +28,7 @@ from modelroll_operator.analysis.reader import (
     add_exposition,
     source_name,
 )
-from modelroll_operator.analysis.spec import MetricsSource
+from modelroll_operator.analysis.spec import GatewaySource, MetricsSource, PrometheusSource
 from modelroll_operator.api import Api
 from modelroll_sidecar.metrics import SidecarMetrics
 
@@ -182,7 +182,7 @@ async def test_prometheus_series_are_kept_apart_by_pod_or_by_instance(
     ]
     buckets = [({"version": "canary", "le": "+Inf", "pod": "gw-a"}, 10)]
     answers = PrometheusAnswers(requests, buckets)
-    source = MetricsSource(prometheus_url=await prometheus(aiohttp_server, answers))
+    source = MetricsSource(prometheus=PrometheusSource(await prometheus(aiohttp_server, answers)))
     async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as out:
         snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
     assert set(snapshot.sources) == {"pod/gw-a", "pod/gw-b", "instance/127.0.0.1:9000"}
@@ -203,7 +203,7 @@ async def test_prometheus_requests_are_judged_by_how_the_gateway_routed_them(
         for routing, n in (("weight", 1), ("cohort", 10), ("cohort_over_budget", 30), ("pin", 2))
     ]
     answers = PrometheusAnswers(requests, [])
-    source = MetricsSource(prometheus_url=await prometheus(aiohttp_server, answers))
+    source = MetricsSource(prometheus=PrometheusSource(await prometheus(aiohttp_server, answers)))
     async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as out:
         snapshot = await out.read(source, "ns", "m", "canary", "stable", 5.0)
     canary = snapshot.sources["pod/gw"].canary
@@ -221,7 +221,14 @@ async def test_an_empty_prometheus_answer_holds_and_says_where(
     base = await prometheus(aiohttp_server, PrometheusAnswers([], []))
     async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as out:
         with pytest.raises(MetricsUnavailable) as held:
-            await out.read(MetricsSource(prometheus_url=base), "ns", "m", "canary", "stable", 5.0)
+            await out.read(
+                MetricsSource(prometheus=PrometheusSource(base)),
+                "ns",
+                "m",
+                "canary",
+                "stable",
+                5.0,
+            )
     assert str(held.value) == (
         f"Prometheus at {base} holds no series of model m's versions canary and stable in "
         "namespace ns"
@@ -292,7 +299,9 @@ async def test_an_exposition_that_arrives_in_pieces_is_read_whole(
     must be the whole text, not its first piece (which ends mid-line and fails to parse)."""
     url = await gateway(aiohttp_server, many_versions(5000))
     async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as reading:
-        snapshot = await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
+        snapshot = await reading.read(
+            MetricsSource(GatewaySource(url=url)), "ns", "m", "canary", "stable", 1.0
+        )
     (tally,) = snapshot.sources.values()
     assert tally.canary.codes == {"200": 90.0, "422": 10.0}
     assert tally.baseline.codes == {"200": 900.0}
@@ -305,7 +314,9 @@ async def test_an_exposition_over_the_limit_is_unavailable(
     url = await gateway(aiohttp_server, many_versions(5000))
     async with closing(MetricsReader(cast(Api, Pods()), access=LOOPBACK)) as reading:
         with pytest.raises(MetricsUnavailable, match="answered more than 50000 bytes"):
-            await reading.read(MetricsSource(url=url), "ns", "m", "canary", "stable", 1.0)
+            await reading.read(
+                MetricsSource(GatewaySource(url=url)), "ns", "m", "canary", "stable", 1.0
+            )
 
 
 def test_the_weighted_streams_histograms_are_read_from_the_gateways_own_metrics() -> None:
@@ -464,12 +475,12 @@ async def test_a_redirect_is_an_error_that_names_it_and_is_not_followed(
     checked, the Location would not be)."""
     site = Site({"/metrics": status, "/api/v1/query": status})
     base = await site.start(aiohttp_server)
-    message = await unavailable(MetricsSource(url=f"{base}metrics"))
+    message = await unavailable(MetricsSource(GatewaySource(url=f"{base}metrics")))
     assert (
         message
         == f"{base}metrics answered {status}, a redirect, which the operator does not follow"
     )
-    message = await unavailable(MetricsSource(prometheus_url=base))
+    message = await unavailable(MetricsSource(prometheus=PrometheusSource(base)))
     assert f"{base}api/v1/query answered {status}, a redirect" in message
     assert site.asked == ["/metrics", "/api/v1/query"]
 
@@ -529,7 +540,11 @@ async def test_an_answer_that_is_not_metrics_is_described_never_copied(
     never a byte of what came back."""
     site = Site({"/metrics": body, "/api/v1/query": body})
     base = await site.start(aiohttp_server)
-    source = MetricsSource(url=base + path) if path else MetricsSource(prometheus_url=base)
+    source = (
+        MetricsSource(GatewaySource(url=base + path))
+        if path
+        else MetricsSource(prometheus=PrometheusSource(base))
+    )
     message = await unavailable(source)
     assert said in message
     assert base in message
@@ -543,7 +558,7 @@ async def test_a_prometheus_answer_over_the_limit_is_unavailable(
     monkeypatch.setattr(reader_module, "MAX_ANSWER_BYTES", 50_000)
     series = [({"version": "canary", "code": str(i), "pod": "gw-a"}, i) for i in range(5000)]
     base = await prometheus(aiohttp_server, PrometheusAnswers(series, []))
-    message = await unavailable(MetricsSource(prometheus_url=base))
+    message = await unavailable(MetricsSource(prometheus=PrometheusSource(base)))
     assert message == f"{base}api/v1/query answered more than 50000 bytes"
 
 
@@ -556,7 +571,11 @@ async def test_a_url_outside_the_namespace_is_refused_unless_a_prefix_allows_it(
     site = Site({"/metrics": ONE + WEIGHTS, "/api/v1/query": "{}"})
     base = await site.start(aiohttp_server)
     url = f"{base}metrics" if field == "gateway.url" else base
-    source = MetricsSource(url=url) if field == "gateway.url" else MetricsSource(prometheus_url=url)
+    source = (
+        MetricsSource(GatewaySource(url=url))
+        if field == "gateway.url"
+        else MetricsSource(prometheus=PrometheusSource(url))
+    )
     message = await unavailable(source, access=ReadAccess())
     assert message == (
         f"spec.analysis.metrics.{field} {url} names no Service of namespace prod (write its "
@@ -588,7 +607,7 @@ async def test_gateway_pods_of_another_namespace_are_refused_unless_the_operator
 ):
     """The operator lists pods with its cluster-wide rights: a canary may not make it list
     another namespace's, nor learn from the message whether that namespace has any."""
-    source = MetricsSource(namespace="kube-system")
+    source = MetricsSource(GatewaySource(namespace="kube-system"))
     holding = Namespaces({"kube-system": [pod("etcd-0", "10.0.0.9")]})
     empty = Namespaces({})
     refused = await unavailable(source, api=holding)
@@ -631,7 +650,7 @@ async def test_a_service_url_must_name_a_service_of_the_namespace_that_is_no_ali
     naming it is as good as naming that host."""
     api = Services({"alias": {"spec": {"type": "ExternalName", "externalName": "example.com"}}})
     url = f"http://{name}.prod.svc:8080/metrics"
-    message = await unavailable(MetricsSource(url=url), ReadAccess(), api)
+    message = await unavailable(MetricsSource(GatewaySource(url=url)), ReadAccess(), api)
     assert message.startswith(f"spec.analysis.metrics.gateway.url {url} {said}")
 
 
@@ -642,8 +661,8 @@ async def test_a_url_of_a_service_of_the_namespace_is_read() -> None:
             "http://gateway.prod.svc:8080/metrics",
             "http://gateway.prod.svc.cluster.local/",
         ):
-            await out._check(MetricsSource(url=url), "prod")
-            await out._check(MetricsSource(prometheus_url=url), "prod")
+            await out._check(MetricsSource(GatewaySource(url=url)), "prod")
+            await out._check(MetricsSource(prometheus=PrometheusSource(url)), "prod")
 
 
 @pytest.mark.parametrize(
