@@ -1,14 +1,11 @@
 """``make generate``: the files written from modelroll's declarations. ``--check`` (part of
 ``make lint``) writes nothing and fails, naming them, when any would change.
 
-- ``crds/modelversion.yaml``: the fields that ``modelroll_common.settings`` declares
-  (spec.batching, spec.protocol and the integer fields of spec.sidecar) are written from it:
-  type, default, bounds, enum and description. So are the latency checks of
-  spec.analysis.checks (:data:`LATENCY_CHECKS`), which share their fields, the stream
-  histograms and the shadow agreement of every counters object in status.analysis, and the
-  default of spec.analysis.metrics.gateway.port, the gateway's admin port. The rest
-  of the schema is edited in the file and only laid out again here, so every edit ends in the
-  same layout.
+- ``crds/modelversion.yaml``: the CRD, from the declarations of ``modelroll_operator.resource``
+  (the names, printer columns and status), ``modelroll_operator.spec`` and
+  ``modelroll_operator.analysis.spec`` (every field of spec: type, default, bounds, enum, CEL
+  rules and description). status.analysis is edited in the file, and the stream histograms and
+  the shadow agreement of its every counters object are written from :data:`STREAM_HISTOGRAMS`.
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
 - ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
   ``hack/dashboard.py``.
@@ -35,15 +32,7 @@ import dashboard  # hack/dashboard.py, likewise
 import reference  # hack/reference.py, likewise
 import yaml
 
-from modelroll_common.metric_names import GATEWAY_ADMIN_PORT
-from modelroll_common.settings import (
-    BATCHING_CHOICES,
-    BATCHING_SETTINGS,
-    PROTOCOL,
-    SIDECAR_SETTINGS,
-    Choice,
-    Setting,
-)
+from modelroll_operator import resource
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "modelversion.yaml"
@@ -52,92 +41,15 @@ DASHBOARD = ROOT / "charts" / "modelroll" / "dashboards" / "modelroll.json"
 CRD_HEADER = """\
 # The ModelVersion CRD: one object per version of a model. The modelroll operator writes every
 # Ready version's weight into the namespace's `modelroll-routes` ConfigMap; the gateway splits
-# traffic by those weights. Edit the schema here, except the fields of
-# common/modelroll_common/settings.py, and run `make generate`: it writes those fields, this
-# file's layout and the Helm chart's copy.
+# traffic by those weights. Written by `make generate` from the declarations in
+# operator/modelroll_operator (resource.py, spec.py, analysis/spec.py), except status.analysis,
+# which is edited here; it writes the Helm chart's copy too.
 """
 CHART_HEADER = """\
 # Written by `make generate` from crds/modelversion.yaml: edit that file, not this one.
 """
 WIDTH = 96
 """Where folded descriptions and CEL rules wrap."""
-
-
-def integer(setting: Setting, defaulted: bool) -> dict[str, Any]:
-    """A Setting's schema; with ``defaulted`` the API server fills in its default."""
-    default = setting.shown_default or str(setting.default)
-    bounds = f"From {setting.low} to {setting.high}" + ("" if defaulted else f"; default {default}")
-    schema: dict[str, Any] = {
-        "type": "integer",
-        "description": f"{setting.description} {bounds}.",
-        "format": "int32",
-    }
-    if defaulted:
-        schema["default"] = setting.default
-    return schema | {"minimum": setting.low, "maximum": setting.high}
-
-
-def choice(setting: Choice) -> dict[str, Any]:
-    return {
-        "type": "string",
-        "description": setting.description,
-        "enum": list(setting.values),
-        "default": setting.default,
-    }
-
-
-LATENCY_CHECKS = {
-    "latency": "The share of the canary's requests slower than the baseline's latency quantile, "
-    "against the baseline's own share, in the same window (from the gateway's latency histogram).",
-    "timeToFirstToken": "For generation streams (an OpenAI version's): the share of the canary's "
-    "streams whose first token came later than the baseline's quantile of time to first token, "
-    "against the baseline's own share, in the same window (from the gateway's histogram of the "
-    "streams it routed by weight). A step passes only once both versions have streamed.",
-    "timePerOutputToken": "For generation streams (an OpenAI version's): the share of the "
-    "canary's streams slower per output token (first token to last, over the tokens after the "
-    "first) than the baseline's quantile, against the baseline's own share, in the same window "
-    "(from the gateway's histogram). A step passes only once both versions have streamed.",
-}
-"""The checks of spec.analysis.checks that compare a latency histogram, with what each judges."""
-
-
-def latency_check(name: str, description: str) -> dict[str, Any]:
-    where = f"spec.analysis.checks.{name}"
-    return {
-        "type": "object",
-        "description": description,
-        "properties": {
-            "quantile": {
-                "type": "number",
-                "description": "The baseline's value at this quantile is the bound, read from its "
-                "counts of the step before each judged interval (default 0.95).",
-                "default": 0.95,
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self >= 0.5 && self < 1.0",
-                        "message": f"{where}.quantile must be within 0.5..1 (1 excluded)",
-                    }
-                ],
-            },
-            "maxRatio": {
-                "type": "number",
-                "description": "The canary fails when its share of slow requests is, with "
-                "decisive evidence, above maxRatio times the baseline's (default 1.5).",
-                "default": 1.5,
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self >= 1.0 && self <= 100.0",
-                        "message": f"{where}.maxRatio must be within 1..100",
-                    }
-                ],
-            },
-            "dryRun": {
-                "type": "boolean",
-                "description": "Report this check's verdict, never act on it.",
-                "default": False,
-            },
-        },
-    }
 
 
 STREAM_HISTOGRAMS = {
@@ -198,42 +110,14 @@ def with_stream_histograms(analysis: dict[str, Any]) -> None:
             counters["agreement"] = agreement()
 
 
-def gateway_port() -> dict[str, Any]:
-    """spec.analysis.metrics.gateway.port: where the gateway serves /metrics by default."""
-    return {
-        "type": "integer",
-        "description": "The gateway pods' admin port, where they serve /metrics "
-        f"(default {GATEWAY_ADMIN_PORT}, the gateway's --admin-port).",
-        "format": "int32",
-        "default": GATEWAY_ADMIN_PORT,
-        "minimum": 1,
-        "maximum": 65535,
-    }
-
-
-def with_settings(crd: dict[str, Any]) -> dict[str, Any]:
-    """``crd`` with the declared fields written in place (a new one goes last)."""
-    (version,) = crd["spec"]["versions"]
-    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    checks = spec["analysis"]["properties"]["checks"]["properties"]
-    guardrail = checks.pop("guardrail")
-    for name, description in LATENCY_CHECKS.items():
-        checks[name] = latency_check(name, description)
-    checks["guardrail"] = guardrail
-    metrics = spec["analysis"]["properties"]["metrics"]["properties"]
-    metrics["gateway"]["properties"]["port"] = gateway_port()
+def analysis_status() -> dict[str, Any]:
+    """status.analysis's schema: the file's, with the stream histograms and the shadow
+    agreement in each counters object."""
+    (version,) = yaml.safe_load(CRD.read_text())["spec"]["versions"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    with_stream_histograms(status["analysis"]["properties"])
-    batching = spec["batching"]["properties"]
-    for setting in BATCHING_SETTINGS:
-        batching[setting.key] = integer(setting, defaulted=True)
-    for option in BATCHING_CHOICES:
-        batching[option.key] = choice(option)
-    sidecar = spec["sidecar"]["properties"]
-    for setting in SIDECAR_SETTINGS:
-        sidecar[setting.key] = integer(setting, defaulted=False)
-    spec[PROTOCOL.key] = choice(PROTOCOL)
-    return crd
+    analysis: dict[str, Any] = status["analysis"]
+    with_stream_histograms(analysis["properties"])
+    return analysis
 
 
 class _Dumper(yaml.SafeDumper):
@@ -271,7 +155,7 @@ def dump(doc: dict[str, Any] | list[Any]) -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and what it should hold."""
-    crd = with_settings(yaml.safe_load(CRD.read_text()))
+    crd = resource.definition(analysis_status())
     body = dump(crd)
     documents = reference.outputs(crd)
     design = documents[reference.DESIGN]
