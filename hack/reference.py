@@ -10,7 +10,7 @@ hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ DESIGN = ROOT / "docs" / "design.md"
 SIDECAR_README = ROOT / "sidecar" / "README.md"
 MARKER = "<!-- make generate writes the table below from common/modelroll_common/settings.py -->"
 CRD_MARKER = "<!-- make generate writes the table below from crds/modelversion.yaml -->"
+SPEC_MARKER = "<!-- make generate writes the table below from crds/modelversion.yaml's spec -->"
+STATUS_MARKER = "<!-- make generate writes the table below from crds/modelversion.yaml's status -->"
 ANALYSIS_MARKER = (
     "<!-- make generate writes the table below from crds/modelversion.yaml's spec.analysis -->"
 )
@@ -99,25 +101,41 @@ def _type(schema: Mapping[str, Any]) -> str:
 
 
 def _fields(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Every field under ``schema`` as (path, its schema); array items as ``path[]``."""
+    """Every field under ``schema`` as (path, its schema); array items as ``path[]``. A required
+    field's schema says so under the key ``required`` (True)."""
+    required = set(schema.get("required") or ())
     for name, child in (schema.get("properties") or {}).items():
-        yield f"{path}.{name}", child
+        yield f"{path}.{name}", {**child, "required": True} if name in required else child
         yield from _fields(child, f"{path}.{name}")
     if isinstance(items := schema.get("items"), Mapping):
         yield from _fields(items, f"{path}[]")
 
 
 def _bounds(schema: Mapping[str, Any]) -> str:
+    """What the CRD bounds a field by, in words."""
+    said = []
     if "enum" in schema:
-        return _values(tuple(str(v) for v in schema["enum"]))
+        said.append(_values(tuple(str(v) for v in schema["enum"])))
     if "minimum" in schema and "maximum" in schema:
-        return f"{schema['minimum']}..{schema['maximum']}"
-    if "maxItems" in schema:
-        return f"at most {schema['maxItems']}"
-    return ""
+        said.append(f"{schema['minimum']}..{schema['maximum']}")
+    elif "minimum" in schema:
+        said.append(f"at least {schema['minimum']}")
+    if "maxLength" in schema:
+        low = schema.get("minLength", 0)
+        said.append(f"{low}..{schema['maxLength']} characters")
+    elif "minLength" in schema:
+        said.append(f"at least {schema['minLength']} characters")
+    for key in ("maxItems", "maxProperties"):
+        if key in schema:
+            said.append(f"at most {schema[key]}")
+    if keys := schema.get("x-kubernetes-list-map-keys"):
+        said.append("a map keyed by " + " and ".join(f"`{k}`" for k in keys))
+    return "; ".join(said)
 
 
 def _default(schema: Mapping[str, Any]) -> str:
+    if schema.get("required") is True:
+        return "required"
     if "default" not in schema:
         return ""
     value = schema["default"]
@@ -125,33 +143,69 @@ def _default(schema: Mapping[str, Any]) -> str:
 
 
 def _meaning(schema: Mapping[str, Any]) -> str:
-    """The CRD's description, as a table cell continuing the field's name."""
-    text = str(schema.get("description", ""))
-    return _cell(text[:1].lower() + text[1:])
+    """The CRD's description, as a table cell."""
+    return _cell(str(schema.get("description", "")))
 
 
-def analysis_spec_rows(crd: Mapping[str, Any]) -> list[str]:
-    """The design's rows for ``spec.analysis``: field, type, default, bounds, meaning."""
+def _root(crd: Mapping[str, Any], top: str) -> Mapping[str, Any]:
     (version,) = crd["spec"]["versions"]
-    analysis = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["analysis"]
+    schema: Mapping[str, Any] = version["schema"]["openAPIV3Schema"]["properties"][top]
+    return schema
+
+
+SETTINGS_FIELDS = {
+    "spec.protocol",
+    *(f"spec.batching.{s.key}" for s in (*BATCHING_SETTINGS, *BATCHING_CHOICES)),
+    *(f"spec.sidecar.{s.key}" for s in SIDECAR_SETTINGS),
+}
+"""The fields of the settings' own table (:func:`field_rows`)."""
+
+
+def _spec_rows(fields: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
     rows = ["| field | type | default | bounds | meaning |", "|---|---|---|---|---|"]
-    for path, schema in [("spec.analysis", analysis), *_fields(analysis, "spec.analysis")]:
+    for path, schema in fields:
         cells = (_type(schema), _default(schema), _bounds(schema), _meaning(schema))
         rows.append(f"| `{path}` | " + " | ".join(cells) + " |")
     return rows
 
 
-def analysis_status_rows(crd: Mapping[str, Any]) -> list[str]:
-    """The design's rows for ``status.analysis``: field, type, meaning (the CRD's description)."""
-    (version,) = crd["spec"]["versions"]
-    analysis = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
-        "analysis"
-    ]
+def spec_rows(crd: Mapping[str, Any]) -> list[str]:
+    """The design's rows for ``spec`` but spec.analysis and the settings' fields: field,
+    type, default, bounds, meaning (the CRD's description)."""
+    fields = _fields(_root(crd, "spec"), "spec")
+    return _spec_rows(
+        (path, schema)
+        for path, schema in fields
+        if not path.startswith("spec.analysis") and path not in SETTINGS_FIELDS
+    )
+
+
+def analysis_spec_rows(crd: Mapping[str, Any]) -> list[str]:
+    """The design's rows for ``spec.analysis``: field, type, default, bounds, meaning."""
+    analysis = _root(crd, "spec")["properties"]["analysis"]
+    return _spec_rows([("spec.analysis", analysis), *_fields(analysis, "spec.analysis")])
+
+
+def _status_rows(fields: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
     rows = ["| field | type | meaning |", "|---|---|---|"]
-    for path, schema in _fields(analysis, "status.analysis"):
+    for path, schema in fields:
         meaning = _cell(str(schema.get("description", "")))
         rows.append(f"| `{path}` | {_type(schema)} | {meaning} |")
     return rows
+
+
+def status_rows(crd: Mapping[str, Any]) -> list[str]:
+    """The design's rows for ``status`` but status.analysis: field, type, meaning."""
+    fields = _fields(_root(crd, "status"), "status")
+    return _status_rows(
+        (path, schema) for path, schema in fields if not path.startswith("status.analysis")
+    )
+
+
+def analysis_status_rows(crd: Mapping[str, Any]) -> list[str]:
+    """The design's rows for ``status.analysis``: field, type, meaning (the CRD's description)."""
+    analysis = _root(crd, "status")["properties"]["analysis"]
+    return _status_rows(_fields(analysis, "status.analysis"))
 
 
 def splice(text: str, rows: list[str], where: Path, marker: str = MARKER) -> str:
@@ -171,6 +225,8 @@ def outputs(crd: Mapping[str, Any]) -> dict[Path, str]:
     """The two documents with their generated tables (``crd``: the CRD as generated)."""
     design = splice(DESIGN.read_text(), field_rows(), DESIGN)
     design = splice(design, analysis_spec_rows(crd), DESIGN, ANALYSIS_MARKER)
+    design = splice(design, spec_rows(crd), DESIGN, SPEC_MARKER)
+    design = splice(design, status_rows(crd), DESIGN, STATUS_MARKER)
     return {
         DESIGN: splice(design, analysis_status_rows(crd), DESIGN, CRD_MARKER),
         SIDECAR_README: splice(SIDECAR_README.read_text(), flag_rows(), SIDECAR_README),

@@ -1,8 +1,8 @@
 """The documents keep up with the code.
 
-docs/design.md holds the contracts (CRD fields, metrics); each component's README holds its
-command-line flags. These tests read the code (the argparse parsers, the metrics registered in a
-fresh CollectorRegistry, the CRD's OpenAPI schema) and fail, naming what is missing and where it
+docs/design.md holds the contracts (metrics; its CRD tables are generated); each component's
+README holds its command-line flags. These tests read the code (the argparse parsers, the metrics
+registered in a fresh CollectorRegistry) and fail, naming what is missing and where it
 belongs, when something the code has is not documented:
 
 - every long flag, on one line of its component's README together with its default (in backticks)
@@ -10,8 +10,6 @@ belongs, when something the code has is not documented:
   every `kubectl modelroll` subcommand;
 - every metric family, on a row of docs/design.md that names each of its labels (and the `reason`
   and `phase` values that exist up front), and in its component's README;
-- every field under spec and status of crds/modelversion.yaml, on a row of docs/design.md that names
-  its full path (spec.batching.maxWaitMs, spec.server.env[].name) and its CRD default;
 - every relative link of README.md, docs/design.md, the guides in docs/ (guide, local-node, testing,
   troubleshooting), the chart's README and the component READMEs, to a file in the repository (and
   a heading in it).
@@ -26,14 +24,13 @@ import argparse
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
@@ -424,70 +421,6 @@ def test_the_metric_check_finds_what_is_missing(tmp_path: Path) -> None:
     assert problems == [
         f"modelroll_batches_total: its row in {wrong} must name "
         "`model`, `version`, `reason`, `drain`, `full`, `idle`, `timeout`, `tokens`"
-    ]
-
-
-# -- the CRD ---------------------------------------------------------------------------------
-
-
-def crd_fields(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Every field under `schema` as (path, its schema); array items as `path[]`."""
-    for name, child in (schema.get("properties") or {}).items():
-        field_path = f"{path}.{name}"
-        yield field_path, child
-        yield from crd_fields(child, field_path)
-    items = schema.get("items")
-    if isinstance(items, Mapping):
-        yield from crd_fields(items, f"{path}[]")
-
-
-def crd_field_table() -> dict[str, Mapping[str, Any]]:
-    crd = yaml.safe_load(CRD.read_text())
-    table: dict[str, Mapping[str, Any]] = {}
-    for version in crd["spec"]["versions"]:
-        root = version["schema"]["openAPIV3Schema"]["properties"]
-        for top in ("spec", "status"):
-            table.update(crd_fields(root[top], top))
-    return table
-
-
-def crd_problems(design: Path = DESIGN) -> list[str]:
-    lines = prose_lines(design)
-    problems = []
-    for path, schema in crd_field_table().items():
-        rows = [line for line in lines if quoted(path) in line]
-        if not rows:
-            problems.append(f"{path} has no row in {relative(design)}")
-            continue
-        default = schema.get("default")
-        if isinstance(default, bool | int | float | str):
-            shown = quoted(str(default).lower() if isinstance(default, bool) else str(default))
-            if not any(shown in row for row in rows):
-                problems.append(
-                    f"{path}: its row in {relative(design)} must show the default {shown}"
-                )
-    return problems
-
-
-def test_every_crd_field_is_in_the_design() -> None:
-    table = crd_field_table()
-    assert "spec.batching.maxWaitMs" in table
-    assert "spec.server.env[].name" in table
-    problems = crd_problems()
-    assert not problems, "\n  ".join(["crds/modelversion.yaml:", *problems])
-
-
-def test_the_crd_check_finds_what_is_missing(tmp_path: Path) -> None:
-    design = tmp_path / "design.md"
-    text = DESIGN.read_text()
-    design.write_text(
-        "\n".join(line for line in text.splitlines() if "`spec.batching.maxWaitMs`" not in line)
-    )
-    assert crd_problems(design) == [f"spec.batching.maxWaitMs has no row in {design}"]
-    port_row = "| `spec.server.port` | integer | `8080` |"
-    design.write_text(text.replace(port_row, "| `spec.server.port` | integer | |"))
-    assert crd_problems(design) == [
-        f"spec.server.port: its row in {design} must show the default `8080`"
     ]
 
 
