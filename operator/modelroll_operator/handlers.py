@@ -84,10 +84,10 @@ async def start(
         lambda key: list(versions_by_model.get(key) or ()),
         MetricsReader(
             api,
-            gateway_api=config.gateway_api,
             access=ReadAccess.of(config.analysis_url_prefixes, config.analysis_gateway_namespaces),
         ),
         memo.analysis_metrics,
+        planes=reconciler.planes,
     )
     mode = f"peering {config.peering!r}" if config.peering else "standalone"
     log.info("Started the modelroll operator (%s, sidecar image %s)", mode, config.sidecar_image)

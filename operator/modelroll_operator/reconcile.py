@@ -22,14 +22,17 @@ import kopf
 from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
 from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
-from .httproute import Backends, HTTPRouteInfo, HTTPRoutes, RouteChanged
+from .httproute import HTTPRouteInfo, HTTPRoutes, RouteChanged
+from .planes import DataPlane, PlaneKind, Planes
+from .planes.configmap import ConfigMapKind
+from .planes.httproute import HTTPRouteKind, indexed
 from .pod_security import forbidden
 from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
 from .settings import OperatorConfig
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
-from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY, BackendRef
+from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
 from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch
 from .workload import (
     conflict,
@@ -100,6 +103,16 @@ def _first(store: Iterable[WorkloadInfo] | None) -> WorkloadInfo | None:
     return next(iter(store), None) if store is not None else None
 
 
+def _candidate(version: VersionInfo, readiness: Readiness, plane: DataPlane) -> Candidate:
+    """The version as its model's route may hold it, with what ``plane`` can do: a cohort
+    header and a shadow share only where the plane honours them."""
+    spec = version.spec
+    header = spec.cohort_header if spec and plane.sticky_cohorts else None
+    shadow = spec.shadow_percent if spec and plane.shadow_copies else 0
+    weight = spec.weight if spec else 0
+    return Candidate(version.name, weight, readiness.endpoint, readiness.ready, header, shadow)
+
+
 class Reconciler:
     """Reconciles models: a pass over one model, and the work queue that schedules the passes."""
 
@@ -119,10 +132,13 @@ class Reconciler:
         self.versions = versions
         self.deployments = deployments
         self.services = services
-        self.httproutes = httproutes
-        """The HTTPRoutes claiming each model (None: the operator runs without --gateway-api)."""
         self.routes = RoutesConfigMap(api)
-        self.gateway_api = HTTPRoutes(api)
+        kinds: list[PlaneKind] = []
+        if httproutes is not None:
+            kinds.append(HTTPRouteKind(indexed(httproutes), HTTPRoutes(api)))
+        kinds.append(ConfigMapKind(self.routes))  # last: it routes every model no other claims
+        self.planes = Planes(kinds, config.sidecar_port)
+        """The data planes a model's route can be in (planes/), chosen once per pass."""
         self._claimed: dict[tuple[str, str], str] = {}
         """Per HTTPRoute (namespace, name), the model it claimed when last seen."""
         self.passes = 0
@@ -225,34 +241,19 @@ class Reconciler:
             self._rejected[key] = kept
         problems: list[str] = []
         readiness = {v.name: await self._workload(v, problems) for v in live}
-        claims = list(self.httproutes.get(key) or ()) if self.httproutes is not None else []
-        backends = self._backends(live, readiness) if claims else None
+        plane = await self.planes.choose(key, self.planes.backends(live))
+        endpoints = {n: r.endpoint for n, r in readiness.items() if r.endpoint}
         candidates = []
         for v in live:
             r = readiness[v.name]
-            if backends is not None and r.ready and v.name not in backends.refs:
+            if r.ready and (unroutable := plane.unroutable(v.name)) is not None:
                 r = readiness[v.name] = Readiness(
-                    False,
-                    "NoBackendRef",
-                    f"Model {model} is routed by HTTPRoute {claims[0].name}, and an external "
-                    "version needs spec.backendRef there (the Service or InferencePool it sends "
-                    "the version's share to)",
-                    endpoint=r.endpoint,
+                    False, "NoBackendRef", unroutable, endpoint=r.endpoint
                 )
-            spec = v.spec
-            weight, header = (spec.weight, spec.cohort_header) if spec else (0, None)
-            shadow = spec.shadow_percent if spec else 0
-            candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header, shadow))
+            candidates.append(_candidate(v, r, plane))
         route = compute_route(model, candidates)
-        if backends is not None:
-            # The HTTPRoute routes the model: its key leaves the ConfigMap, so that the model is
-            # never in both data planes with different weights.
-            left = await self.routes.write(namespace, model, None)
-            if left.problem is not None:
-                problems.append(left.problem)
-            written = await self.gateway_api.write(model, claims, route, backends)
-        else:
-            written = await self.routes.write(namespace, model, route)
+        problems.extend(await self.planes.release_others(plane, key))
+        written = await plane.write(route, endpoints)
         if written.problem is not None:
             problems.append(written.problem)
         await self._post_route_events(model, written.before, written.in_force, versions)
@@ -264,22 +265,6 @@ class Reconciler:
                 problems.append(f"status of {v.name}: {exc}")
         log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
         return PassResult(written.in_force, tuple(problems))
-
-    def _backends(
-        self, live: Iterable[VersionInfo], readiness: Mapping[str, Readiness]
-    ) -> Backends:
-        """Each version's backend in an HTTPRoute: a managed version's own Service on the
-        sidecar's port, an external version's spec.backendRef."""
-        refs: dict[str, BackendRef] = {}
-        for v in live:
-            if v.spec is None:
-                continue
-            if v.spec.server is not None:
-                refs[v.name] = BackendRef(v.name, "Service", self.config.sidecar_port)
-            elif v.spec.backend_ref is not None:
-                refs[v.name] = v.spec.backend_ref
-        endpoints = {n: r.endpoint for n, r in readiness.items() if r.endpoint}
-        return Backends(refs, endpoints)
 
     async def _post_route_events(
         self,

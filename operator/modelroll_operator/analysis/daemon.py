@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from ..api import UNREACHABLE, Api, KubeApiError, mv_path
+from ..planes import DataPlane, Planes
 from ..snapshots import ModelKey, VersionInfo, VersionKey
 from ..spec import PREFIX, SpecError
 from . import machine
@@ -91,10 +92,15 @@ class Canaries:
         reader: MetricsReader,
         metrics: AnalysisMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        planes: Planes | None = None,
     ) -> None:
         self.api = api
         self.versions = versions
         self.reader = reader
+        self.planes = planes
+        """The operator's data planes, which say where a model's counters are and which weights
+        are in force (None: the reader finds the model's plane itself)."""
         self.metrics = metrics or AnalysisMetrics(CollectorRegistry())
         self.clock = clock
         self._holders: dict[ModelKey, VersionKey] = {}
@@ -204,7 +210,7 @@ class Canaries:
                 now,
                 streams=spec.judges_streams,
                 agreement=state.shadowing,
-                backends=self._backends(info.model_key),
+                plane=await self._plane(info.model_key),
             )
         except MetricsUnavailable as exc:
             error = str(exc)
@@ -216,14 +222,11 @@ class Canaries:
         self.metrics.source_error(info.namespace, info.model, info.name)
         return machine.evaluate(spec, state, None, now, error)
 
-    def _backends(self, model: ModelKey) -> dict[str, str]:
-        """Each version's backendRef name in an HTTPRoute: an external version's
-        spec.backendRef, else its own Service's (its name)."""
-        return {
-            v.name: v.spec.backend_ref.name
-            for v in self.versions(model)
-            if v.spec is not None and v.spec.backend_ref is not None
-        }
+    async def _plane(self, model: ModelKey) -> DataPlane | None:
+        """The data plane that routes the model now, chosen as the model's pass chooses it."""
+        if self.planes is None:
+            return None
+        return await self.planes.choose(model, self.planes.backends(self.versions(model)))
 
     async def _changed_by_hand(self, info: VersionInfo, state: AnalysisState) -> str:
         """Which weight someone else changed ("" if none)."""

@@ -37,9 +37,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from modelroll_common import metric_names as names
 
 from ..api import UNREACHABLE, Api, KubeApiError, core_path
-from ..httproute import HTTPRouteInfo, httproute_path
+from ..httproute import HTTPRoutes
+from ..planes import DataPlane, MetricsOrigin, Planes
+from ..planes.configmap import ConfigMapKind
+from ..planes.httproute import HTTPRouteKind, listed
+from ..routes_configmap import RoutesConfigMap
 from ..settings import SIDECAR_PORT
-from ..spec import LABEL_MODEL, LABEL_VERSION
+from ..spec import LABEL_MODEL, LABEL_VERSION, BackendRef
 from .access import URL_FLAG, ReadAccess, RefusedSource
 from .machine import Snapshot, Split, Tally, VersionCounts
 from .spec import MetricsSource
@@ -190,9 +194,6 @@ class _Sums:
         canary_counts = replace(self.counts(canary), agreement=compared)
         return Tally(at, canary_counts, self.counts(baseline))
 
-    def split(self, canary: str, baseline: str) -> Split:
-        return Split(self.weights.get(canary), self.weights.get(baseline))
-
 
 def _count(counts: defaultdict[_K, float], key: _K, value: float, name: str) -> None:
     """Add ``value`` to ``counts[key]``; a key past MAX_VALUES is a bad answer."""
@@ -303,15 +304,17 @@ class MetricsReader:
         streams: bool = False,
         agreement: bool = False,
         backends: Mapping[str, str] | None = None,
+        plane: DataPlane | None = None,
     ) -> Snapshot:
         """Each source's counters of both versions now, with the stream histograms if
         ``streams``; raises MetricsUnavailable when no source could be read (a source that
         could not be read is left out), or when ``source`` names a place the version in
         ``namespace`` may not read.
 
-        A model that an HTTPRoute claims is read from its versions' sidecars, and the weights
-        in force are the route's once its parents accepted it; ``backends`` names each
-        version's backendRef there (default: the version's own name, its Service)."""
+        ``plane`` is the data plane that routes the model (planes/): it says where the counters
+        are (the gateway's pods, or the versions' sidecars) and which weights are in force.
+        Without one, the reader finds it (:meth:`_plane`), ``backends`` naming each version's
+        backendRef in an HTTPRoute (default: the version's own name, its Service)."""
         await self._check(source, namespace)
         versions = (canary, baseline)
         families = (
@@ -319,26 +322,31 @@ class MetricsReader:
             + (STREAM_FAMILIES if streams else ())
             + (AGREEMENT_FAMILIES if agreement else ())
         )
-        claim = await self._claim(namespace, model) if self.gateway_api else None
-        if claim is not None and agreement:
+        if plane is None:
+            plane = await self._plane(namespace, model, backends or {})
+        if agreement and not plane.shadow_copies:
             raise MetricsUnavailable(
-                f"model {model} is routed by HTTPRoute {claim.name}, and a Gateway API data "
-                "plane sends no shadow copies: spec.analysis.shadow cannot be judged there"
+                f"model {model} is routed by {plane.name}, and {plane.data_plane} sends no "
+                "shadow copies: spec.analysis.shadow cannot be judged there"
             )
-        series = SIDECAR_FAMILIES if claim is not None else None
+        match plane.metrics:
+            case MetricsOrigin.SIDECARS:
+                series: Mapping[str, str] | None = SIDECAR_FAMILIES
+                scraped = namespace  # the namespace of the pods Prometheus scraped
+            case MetricsOrigin.GATEWAY:
+                series, scraped = None, source.namespace or namespace
         if source.prometheus_url:
-            # The namespace of the pods Prometheus scraped: the sidecars', or the gateway's.
-            scraped = namespace if claim is not None else source.namespace or namespace
             found = await self._prometheus(
                 source.prometheus_url, scraped, model, versions, families, series
             )
         else:
-            if source.url and claim is None:
-                targets = [(source.url, source.url)]
-            elif claim is not None:
-                targets = await self._sidecar_targets(namespace, model, versions)
-            else:
-                targets = await self._gateway_targets(source, namespace)
+            match plane.metrics:
+                case MetricsOrigin.SIDECARS:
+                    targets = await self._sidecar_targets(namespace, model, versions)
+                case MetricsOrigin.GATEWAY if source.url:
+                    targets = [(source.url, source.url)]
+                case MetricsOrigin.GATEWAY:
+                    targets = await self._gateway_targets(source, namespace)
             read = await asyncio.gather(
                 *(self._scrape(u, model, versions, families, series) for _, u in targets)
             )
@@ -350,14 +358,25 @@ class MetricsReader:
             if not found:
                 errors = sorted({str(e) for e in read if isinstance(e, MetricsUnavailable)})
                 raise MetricsUnavailable("; ".join(errors))
-        if claim is not None:
-            split = _route_split(claim, canary, baseline, backends or {})
-            splits = {f"httproute/{claim.name}": split}
-        else:
-            splits = {n: sums.split(canary, baseline) for n, sums in found.items()}
+        reported = {n: sums.weights for n, sums in found.items()}
+        in_force = plane.weights_in_force(reported, versions)
         return Snapshot(
-            now, {n: sums.tally(now, canary, baseline) for n, sums in found.items()}, splits
+            now,
+            {n: sums.tally(now, canary, baseline) for n, sums in found.items()},
+            {n: Split(w.get(canary), w.get(baseline)) for n, w in in_force.items()},
         )
+
+    async def _plane(self, namespace: str, model: str, backends: Mapping[str, str]) -> DataPlane:
+        """The model's data plane for a reader used without the operator's (which chooses it
+        from its watches): the HTTPRoutes that claim the model are listed (only if
+        ``gateway_api``), and ``backends`` names each version's backendRef there."""
+        kinds = [HTTPRouteKind(listed(self.api), HTTPRoutes(self.api))] if self.gateway_api else []
+        planes = Planes([*kinds, ConfigMapKind(RoutesConfigMap(self.api))], SIDECAR_PORT)
+        refs = {v: BackendRef(name, "Service") for v, name in backends.items()}
+        try:
+            return await planes.choose((namespace, model), refs)
+        except (KubeApiError, *UNREACHABLE) as exc:
+            raise MetricsUnavailable(f"cannot list the HTTPRoutes: {exc}") from exc
 
     async def _check(self, source: MetricsSource, namespace: str) -> None:
         """Raise MetricsUnavailable unless the version in ``namespace`` may read every place
@@ -391,17 +410,6 @@ class MetricsReader:
                 f"the namespace), which the operator does not read; its {URL_FLAG} can allow "
                 "the host it names"
             )
-
-    async def _claim(self, namespace: str, model: str) -> HTTPRouteInfo | None:
-        """The HTTPRoute that claims the model, if one (and only one) does."""
-        try:
-            found = await self.api.send(
-                "GET", httproute_path(namespace), params={"labelSelector": f"{LABEL_MODEL}={model}"}
-            )
-        except (KubeApiError, *UNREACHABLE) as exc:
-            raise MetricsUnavailable(f"cannot list the HTTPRoutes: {exc}") from exc
-        claims = [HTTPRouteInfo.from_body(r) for r in found.get("items") or []]
-        return claims[0] if len(claims) == 1 else None
 
     async def _sidecar_targets(
         self, namespace: str, model: str, versions: tuple[str, str]
@@ -596,22 +604,6 @@ def _pod_targets(pods: Mapping[str, Any], port: int) -> list[tuple[str, str]]:
         for pod in pods.get("items") or []
         if _ready(pod) and (ip := (pod.get("status") or {}).get("podIP"))
     ]
-
-
-def _route_split(
-    claim: HTTPRouteInfo, canary: str, baseline: str, backends: Mapping[str, str]
-) -> Split:
-    """The weights the route's data plane splits by: its rule's, once its parents accepted
-    the route's current generation; nothing known before."""
-    if claim.acceptance().status != "True":
-        return Split(None, None)
-    weights = {str(ref.get("name")): ref.get("weight", 1) for ref in claim.backend_refs()}
-
-    def weight(version: str) -> float | None:
-        found = weights.get(backends.get(version, version))
-        return float(found) if isinstance(found, int) else None
-
-    return Split(weight(canary), weight(baseline))
 
 
 def _host(ip: str) -> str:
