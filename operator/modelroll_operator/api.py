@@ -3,7 +3,8 @@
 They go through the official Kubernetes Python client, connected by
 :func:`modelroll_common.kube.connect` with the credentials kubectl would use. The client is
 synchronous: the operator's calls run in worker threads (``asyncio.to_thread``) so that kopf's
-event loop never waits on the network.
+event loop never waits on the network. Each of the operator's calls is checked against the
+table its RBAC is generated from (:mod:`.permissions`) before it is sent.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import urllib3
 from kubernetes import client as k8s
 
+from .permissions import PERMISSIONS, Permission, require
 from .spec import FIELD_MANAGER, GROUP, PLURAL, VERSION
 
 __all__ = ["Api", "KubeApiError", "mv_path"]
@@ -61,10 +63,17 @@ Body = Mapping[str, Any] | list[dict[str, Any]]
 
 
 class Api:
-    """Raw REST calls by path through the official client, each in a worker thread."""
+    """Raw REST calls by path through the official client, each in a worker thread.
 
-    def __init__(self, client: k8s.ApiClient) -> None:
+    ``permissions``: the calls it may make (:func:`.permissions.require` raises before any
+    other is sent); None for the plugin, which a person runs with their own credentials.
+    """
+
+    def __init__(
+        self, client: k8s.ApiClient, permissions: tuple[Permission, ...] | None = PERMISSIONS
+    ) -> None:
         self.client = client
+        self.permissions = permissions
 
     async def send(
         self,
@@ -87,6 +96,8 @@ class Api:
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """:meth:`send`, blocking (for the plugin, a command-line tool)."""
+        if self.permissions is not None:
+            require(method, path, params, self.permissions)
         headers = {"Accept": "application/json", "Content-Type": content_type}
         request = self.client.param_serialize(
             method,

@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, out: TextIO) -> None:
     client, namespace = connect(args.kubeconfig, args.context)
     with client:
-        plugin = Plugin(Api(client), args.namespace or namespace, out)
+        plugin = Plugin(Api(client, permissions=None), args.namespace or namespace, out)
         match args.command:
             case "status":
                 plugin.status(args.model, args.all_namespaces)

@@ -11,6 +11,7 @@ import pytest
 from modelroll_common.routes import ModelRoute, VersionRoute
 from modelroll_operator.api import Api, KubeApiError
 from modelroll_operator.httproute import Backends, HTTPRouteInfo, HTTPRoutes, RouteChanged
+from modelroll_operator.permissions import require
 from modelroll_operator.spec import BackendRef
 
 BACKENDS = Backends(
@@ -102,9 +103,11 @@ class Server:
         self.patches: list[list[dict[str, Any]]] = []
 
     async def get(self, path: str) -> Any:
+        require("GET", path)
         return copy.deepcopy(self.stored)
 
     async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> Any:
+        require("PATCH", path)
         self.patches.append(operations)
         if self.refuse is not None:
             raise self.refuse

@@ -30,6 +30,7 @@ from modelroll_operator.analysis.reader import (
 )
 from modelroll_operator.analysis.spec import GatewaySource, MetricsSource, PrometheusSource
 from modelroll_operator.api import Api
+from modelroll_operator.permissions import require
 from modelroll_sidecar.metrics import SidecarMetrics
 
 LOOPBACK = ReadAccess.of(["http://127.0.0.1"])
@@ -98,6 +99,7 @@ class Pods:
         self.pods = list(pods)
 
     async def send(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        require(method, path)
         return {"items": self.pods}
 
 
@@ -389,6 +391,7 @@ class Namespace:
         self.selectors: list[str] = []
 
     async def send(self, method: str, path: str, params: dict[str, str]) -> dict[str, Any]:
+        require(method, path, params)
         self.selectors.append(params["labelSelector"])
         return {"items": self.routes if path.endswith("/httproutes") else self.pods}
 
@@ -597,6 +600,7 @@ class Namespaces:
         self.listed: list[str] = []
 
     async def send(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        require(method, path)
         namespace = path.split("/namespaces/")[1].split("/")[0]
         self.listed.append(namespace)
         return {"items": self.pods.get(namespace, [])}
@@ -629,6 +633,7 @@ class Services:
         self.services = services
 
     async def get(self, path: str) -> dict[str, Any] | None:
+        require("GET", path)
         assert path.startswith("/api/v1/namespaces/prod/services/"), path
         return self.services.get(path.rsplit("/", 1)[1])
 

@@ -14,7 +14,8 @@ from typing import Any, cast
 
 import pytest
 
-from modelroll_operator.api import Api, KubeApiError
+from modelroll_operator.api import Api, KubeApiError, core_path
+from modelroll_operator.permissions import require
 from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
 from modelroll_operator.settings import OperatorConfig
 from modelroll_operator.snapshots import VersionInfo, WorkloadInfo
@@ -38,7 +39,8 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class FakeApi:
-    """Objects by path; every write is recorded; ``failures`` makes the next calls fail."""
+    """Objects by path; every write is recorded; ``failures`` makes the next calls fail. A call
+    the operator's permissions do not declare raises, as the real Api does."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -54,10 +56,12 @@ class FakeApi:
             raise KubeApiError(503, "ServiceUnavailable", "the API server is restarting")
 
     async def get(self, path: str) -> dict[str, Any] | None:
+        require("GET", path)
         self._maybe_fail()
         return self.objects.get(path)
 
     async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        require("POST", path)
         self._maybe_fail()
         full = f"{path}/{body['metadata']['name']}"
         if full in self.objects:
@@ -67,6 +71,7 @@ class FakeApi:
         return self.objects[full]
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        require("PATCH", path)
         self._maybe_fail()
         if path in self.refuse:
             raise self.refuse[path]
@@ -76,6 +81,7 @@ class FakeApi:
         return self.objects[base]
 
     async def apply(self, path: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        require("PATCH", path)
         self._maybe_fail()
         if path in self.refuse:
             raise self.refuse[path]
@@ -84,6 +90,7 @@ class FakeApi:
         return self.objects[path]
 
     async def delete(self, path: str) -> bool:
+        require("DELETE", path)
         self._maybe_fail()
         self.writes.append(("delete", path))
         return self.objects.pop(path, None) is not None
@@ -91,6 +98,7 @@ class FakeApi:
     async def post_event(
         self, involved: Mapping[str, Any], reason: str, message: str, kind: str = "Normal"
     ) -> None:
+        require("POST", core_path(involved["metadata"]["namespace"], "events"))
         self.events.append((involved["metadata"]["name"], reason, message))
 
 
