@@ -16,6 +16,7 @@
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
   (the flags they become), and the tables of ``spec.analysis`` and ``status.analysis`` in
   ``docs/design.md``, from ``hack/reference.py``.
+- the flag tables of the commands' READMEs, from their parsers (``hack/flag_tables.py``).
 
 Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 import admission  # hack/admission.py, beside this script
 import dashboard  # hack/dashboard.py, likewise
+import flag_tables  # hack/flag_tables.py, likewise
 import reference  # hack/reference.py, likewise
 import yaml
 
@@ -167,7 +169,7 @@ def outputs() -> dict[Path, str]:
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
         admission.VALIDATIONS: admission.HEADER + dump(admission.validations(crd)),
-        **documents,
+        **flag_tables.outputs(documents),
     }
 
 

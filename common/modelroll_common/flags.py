@@ -83,6 +83,12 @@ def show_default(action: argparse.Action, text: str) -> argparse.Action:
     return action
 
 
+def shown_default(action: argparse.Action) -> str | None:
+    """The words :func:`show_default` gave ``action``'s default, or None."""
+    shown: str | None = getattr(action, _SHOWN_DEFAULT, None)
+    return shown
+
+
 def long_option(action: argparse.Action) -> str:
     """The name errors and variables use: the first ``--long`` option string."""
     return next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
@@ -94,7 +100,7 @@ def env_name(action: argparse.Action) -> str:
 
 
 def default_text(action: argparse.Action) -> str:
-    shown: str | None = getattr(action, _SHOWN_DEFAULT, None)
+    shown = shown_default(action)
     if shown is not None:
         return shown
     default = action.default

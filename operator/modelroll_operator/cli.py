@@ -64,7 +64,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
             "--namespace",
             action="append",
             default=[],
-            help="serve only this namespace (repeatable; globs allowed)",
+            help="serve only this namespace; repeatable; globs allowed",
         ),
         "all namespaces",
     )
@@ -72,7 +72,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "-A",
         "--all-namespaces",
         action="store_true",
-        help="serve every namespace (what the operator does without --namespace)",
+        help="serve every namespace (what the operator does without --namespace; excludes it)",
     )
     p.add_argument(
         "--sidecar-image",
@@ -85,16 +85,25 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         default=json.dumps(SIDECAR_RESOURCES, separators=(",", ":")),
         metavar="JSON",
         help="the batching sidecar's resources in managed pods, as a container's resources "
-        "in JSON, unless a version sets spec.sidecar.resources",
+        "in JSON, unless a version sets spec.sidecar.resources; its requests are raised to its "
+        "limits when the model container's requests equal its limits for cpu and memory (a "
+        "Guaranteed pod). With limits, a namespace whose ResourceQuota covers limits.cpu "
+        "admits the pods",
     )
     p.add_argument(
         "--drain-timeout-s",
         type=positive_int,
         default=30,
-        help="the sidecar's --drain-timeout-s; pods get 15 s more as grace period",
+        help="the sidecar's --drain-timeout-s in managed pods unless a version sets "
+        "spec.sidecar.drainTimeoutS; pods get 15 s more as grace period",
     )
     show_default(
-        p.add_argument("--kubeconfig", type=Path, help="kubeconfig file"),
+        p.add_argument(
+            "--kubeconfig",
+            type=Path,
+            help="kubeconfig file, read as kubectl reads it (contexts, certificates, tokens, "
+            "exec and auth-provider plugins); unusable credentials exit 2 with the reason",
+        ),
         "$KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     )
     p.add_argument(
@@ -103,7 +112,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         dest="liveness",
         default=DEFAULT_LIVENESS,
         metavar="URL",
-        help="serve the liveness probe at this URL, '' for none",
+        help="serve kopf's liveness probe at this URL (address and path); '' for none",
     )
     p.add_argument(
         "--metrics-port",
@@ -111,7 +120,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         default=DEFAULT_METRICS_PORT,
         metavar="PORT",
         help="serve Prometheus metrics (the canary analyses') at http://0.0.0.0:PORT/metrics; "
-        "0 for none",
+        "0 for none. A port that cannot be bound stops the operator at startup",
     )
     peering = p.add_mutually_exclusive_group()
     show_default(
@@ -119,20 +128,21 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
             "--peering",
             metavar="NAME",
             help="run with kopf peering under this name, so that of several replicas only one "
-            "is active (needs the kopf peering CRDs)",
+            "is active (needs the kopf peering CRDs, charts/modelroll/crds/kopf-peering.yaml)",
         ),
         "none: standalone",
     )
     peering.add_argument(
         "--standalone",
         action="store_true",
-        help="no peering: this replica acts alone (what it does without --peering)",
+        help="no peering: this replica acts alone (what it does without --peering; excludes it)",
     )
     show_default(
         p.add_argument(
             "--priority",
             type=int,
-            help="peering priority: the replica with the highest is the active one",
+            help="peering priority: the replica with the highest one is active (kopf pauses "
+            "every replica when the highest is shared)",
         ),
         # Replicas of equal priority would all pause.
         "a random number when peering, else 0",
@@ -151,9 +161,11 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
             type=url_prefix,
             default=[],
             metavar="URL",
-            help="let canary analyses read metrics URLs under this prefix (repeatable): same "
-            "scheme and host, same port unless the prefix names none, a path at or under its "
-            "path",
+            help="let canary analyses read metrics URLs (spec.analysis.metrics.gateway.url, "
+            "prometheus.url) under this prefix, for any namespace's analyses; repeatable. A URL "
+            "is under a prefix when its scheme and host are the prefix's, its port too unless "
+            "the prefix names none, and its path is the prefix's or below it: e.g. "
+            "http://prometheus-operated.monitoring.svc:9090/ for a shared Prometheus",
         ),
         "none: Services of the version's namespace only (<service>.<namespace>.svc)",
     )
@@ -163,8 +175,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
             action="append",
             default=[],
             metavar="NAMESPACE",
-            help="let canary analyses of every namespace read the gateway pods of this one "
-            "(spec.analysis.metrics.gateway.namespace; repeatable)",
+            help="let canary analyses of every namespace list and read the gateway pods of "
+            "this namespace (spec.analysis.metrics.gateway.namespace); repeatable",
         ),
         "none: the version's own namespace only",
     )
@@ -172,15 +184,19 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "--pod-security",
         choices=LEVELS,
         default=DEFAULT_LEVEL,
-        help="what a managed version's spec.server may put in its pod: baseline refuses what "
-        "Pod Security baseline forbids (privileged containers, hostPath volumes, hostIPC, added "
-        "capabilities, ...) as the version's InvalidSpec; privileged refuses none of it",
+        help="what a managed version's spec.server may give its pod: baseline refuses what "
+        'Pod Security "baseline" forbids (privileged or hostProcess containers, added '
+        "capabilities beyond the runtime's defaults, hostPath volumes, host ports, hostIPC, "
+        "probe and lifecycle hosts, unconfined seccomp or AppArmor, custom SELinux options, an "
+        "unmasked /proc), whatever the namespace's own Pod Security level: the version's "
+        "InvalidSpec names each field and its control, and nothing is applied; privileged "
+        "refuses none of it",
     )
     p.add_argument(
         "--workers",
         type=positive_int,
         default=4,
-        help="models reconciled at the same time",
+        help="models reconciled at the same time (a model is never reconciled twice at once)",
     )
     p.add_argument(
         "--log-format",

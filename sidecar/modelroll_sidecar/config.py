@@ -152,8 +152,9 @@ HELP = {
     "version": "version name, used in responses and metric labels",
     "host": "address to listen on",
     "port": "port to listen on",
-    "control_port": "port on 127.0.0.1 only (never --host) that serves GET /prestop, the pod's "
-    "preStop hook, out of reach of other pods; 0: no such listener",
+    "control_port": "port on 127.0.0.1 only, whatever --host says, that serves GET /prestop "
+    "(the pod's preStop hook) out of reach of other pods; must differ from --port; 0: no such "
+    "listener, so that several sidecars can share a host (the operator gives managed pods 8001)",
     "max_batch_size": "a batch closes when it holds this many requests",
     "max_wait_ms": "a batch closes when its oldest request has waited this long",
     "max_queue_size": "requests waiting beyond this are refused with 429",
@@ -187,15 +188,20 @@ HELP = {
     "client may take no data before it is cut (client_stalled)",
     "generation_timeout_ms": "--protocol openai: a generation not streamed must be answered "
     "whole within this time (the engine sends nothing until it has generated it all), or 504",
-    "readiness_interval_ms": "how often the model's /readyz is probed",
+    "readiness_interval_ms": "how often, in milliseconds, the model's /readyz (--protocol "
+    "openai: /health) is probed",
     "readiness_timeout_ms": "a probe of the model's /readyz (--protocol openai: /health) that "
     "takes longer counts as not ready",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
-    "engine_api_key_file": "a file holding the model server's API key (a mounted Secret), "
-    "sent with every call to it as Authorization: Bearer; empty: none",
-    "prestop_delay_ms": "GET /prestop on --control-port (the pod's preStop hook) answers after "
-    "this long, while requests are still served but every connection is closed after its answer",
-    "event_loop": "auto (uvloop when installed), asyncio or uvloop",
+    "engine_api_key_file": "a file holding the model server's API key (a mounted Secret: "
+    "spec.sidecar.engineApiKeySecret in managed pods), sent with every call to it (generations, "
+    "embeddings, batches, readiness) as Authorization: Bearer <key>; an engine started with a "
+    "key (vllm --api-key) needs it. A client's own Authorization is never passed on; "
+    "X-Request-Id, traceparent and tracestate are. Empty (the default): no key",
+    "prestop_delay_ms": "how long, in milliseconds, GET /prestop on --control-port (the pod's "
+    "preStop hook) keeps serving, unready and closing each connection after its next answer, "
+    "before it closes the idle ones and answers; keep it above the gateway's 2 s idle limit",
+    "event_loop": "auto (uvloop when installed: a dependency outside Windows), asyncio or uvloop",
 }
 
 

@@ -215,9 +215,14 @@ def _connection_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
         "-n", "--namespace", help="namespace (default: the kubeconfig context's)", **default
     )
     parser.add_argument(
-        "--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG)", **default
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster)",
+        **default,
     )
-    parser.add_argument("--context", help="kubeconfig context to use", **default)
+    parser.add_argument(
+        "--context", help="kubeconfig context to use (default: the current context)", **default
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     status = commands.add_parser(
-        "status", parents=[common], help="the versions of each model: weight, share, ready"
+        "status",
+        parents=[common],
+        help="each model's versions: weight, share, Ready, Routed; the HTTPRoute routing a "
+        "model and whether its Gateways accept it; what the last promote remembered",
     )
     status.add_argument("model", nargs="?", help="only this model")
     status.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
@@ -243,22 +251,32 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--force",
             action="store_true",
-            help="even if it leaves the model no Ready version with weight (the gateway then "
-            "answers 503 for the model)",
+            help="make the change even if it leaves the model no Ready version with weight "
+            "above 0 (the gateway then answers 503 for the model; never past an unusable "
+            "memory)",
         )
         sub.add_argument(
             "--wait",
             type=float,
             default=30.0,
             metavar="SECONDS",
-            help="wait this long for the operator to reconcile the change; 0: do not wait (30)",
+            help="seconds to wait until the operator has reconciled the change, then print "
+            "the model; 0: do not wait (default: %(default)g)",
         )
         return sub
 
-    weight = mutating("set-weight", "set a version's routing weight (0..1000)")
+    weight = mutating("set-weight", "set one version's spec.weight (0..1000)")
     weight.add_argument("weight", type=int, help="the new weight")
-    mutating("promote", "give a version all of its model's traffic (others to weight 0)")
-    mutating("rollback", "take a version's traffic away and restore the weights before promote")
+    mutating(
+        "promote",
+        "give a version all of its model's traffic (others to weight 0), every version's "
+        "weight remembered",
+    )
+    mutating(
+        "rollback",
+        "restore the weights from before the version's promote, its own included (without such "
+        "a memory: the version to weight 0)",
+    )
     analysing = commands.add_parser(
         "analysis",
         parents=[common],
@@ -266,14 +284,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="A canary's analysis (spec.analysis): show it, resume it after a pause, "
         "abort it (roll back), or skip the current step.",
     )
-    analysing.add_argument("action", choices=analysis.VERBS)
+    analysing.add_argument(
+        "action",
+        choices=analysis.VERBS,
+        help="status: phase, step, the weights it set, and per check the counts of both arms, "
+        "the ratio, the test statistic and the verdict; resume: go on after a pause (past a "
+        "step marked pause, the next step; after a weight changed by hand, this step again "
+        "with its weights); abort: roll the canary back now (weight 0, the baseline's weight "
+        "from before); skip: the next step (or the promotion) without judging this one",
+    )
     analysing.add_argument("version", help="the canary's ModelVersion")
     analysing.add_argument(
         "--wait",
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="wait this long for the operator to act; 0: do not wait (30)",
+        help="seconds to wait until the operator has acted on the command (an annotation, "
+        "modelroll.io/analysis-command, done once); 0: do not wait (default: %(default)g)",
     )
     return p
 
