@@ -120,12 +120,13 @@ COMMANDS = (
 
 # -- cells -------------------------------------------------------------------------------------
 
-_FLAG = re.compile(r"(?<![\w`-])(--?[a-zA-Z][a-z0-9-]*)(?![\w`-])")
+_CODE = re.compile(r"(?<![\w`-])(--?[a-zA-Z][a-z0-9-]*|modelroll_[a-z0-9_]+)(?![\w`-])")
+"""Flags and metric names, which a table shows as code."""
 
 
 def cell(text: str) -> str:
-    """Help text as a table cell: flags in backticks, ``|`` escaped."""
-    return _FLAG.sub(r"`\1`", text).replace("|", "\\|")
+    """Help text as a table cell: flags and metric names in backticks, ``|`` escaped."""
+    return _CODE.sub(r"`\1`", text).replace("|", "\\|")
 
 
 def literal(value: object) -> str:

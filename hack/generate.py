@@ -16,7 +16,9 @@
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
   (the flags they become), and the tables of ``spec.analysis`` and ``status.analysis`` in
   ``docs/design.md``, from ``hack/reference.py``.
-- the flag tables of the commands' READMEs, from their parsers (``hack/flag_tables.py``).
+- the flag tables of the commands' READMEs, from their parsers (``hack/flag_tables.py``), and
+  the metric tables of ``docs/design.md`` and the components' READMEs, from the metrics they
+  register (``hack/metric_tables.py``).
 
 Run from the checkout's root with the project's virtualenv: ``.venv/bin/python hack/generate.py``.
 """
@@ -31,6 +33,7 @@ from typing import Any
 import admission  # hack/admission.py, beside this script
 import dashboard  # hack/dashboard.py, likewise
 import flag_tables  # hack/flag_tables.py, likewise
+import metric_tables  # hack/metric_tables.py, likewise
 import reference  # hack/reference.py, likewise
 import yaml
 
@@ -169,7 +172,7 @@ def outputs() -> dict[Path, str]:
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
         admission.VALIDATIONS: admission.HEADER + dump(admission.validations(crd)),
-        **flag_tables.outputs(documents),
+        **metric_tables.outputs(flag_tables.outputs(documents)),
     }
 
 

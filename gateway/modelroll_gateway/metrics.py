@@ -40,9 +40,12 @@ class GatewayMetrics:
         self.requests = Counter(
             names.GATEWAY_REQUESTS,
             "Requests the gateway answered, by model, version, routing (weight: picked by the "
-            "routes' weights; pin: pinned by the version header; cohort: by the request's cohort "
-            "key, within the key's --cohort-key-budget; cohort_over_budget: by its key, past "
-            "that budget) and HTTP status code.",
+            "routes' weights; pin: pinned by the X-Modelroll-Version header; cohort: by the "
+            "request's cohort key, within the key's --cohort-key-budget; cohort_over_budget: by "
+            "its key, past that budget; empty for a request no version answered) and HTTP "
+            "status code. 200 and 502 exist at 0 for every routed version and routing, the "
+            "cohort ones for a model with a cohort header. A canary analysis judges only weight "
+            "and cohort.",
             ["model", "version", "routing", "code"],
             registry=registry,
         )
@@ -58,8 +61,9 @@ class GatewayMetrics:
             names.GATEWAY_MODEL_CALLS,
             "The model calls behind the requests of modelroll_gateway_requests_total (same "
             "labels): each answer adds 1/n, n the requests the version's model call answered "
-            "together (its X-Modelroll-Batch-Size header), or 1 without the header. A canary "
-            "analysis judges calls: a batch's requests fail together.",
+            "together (the sidecar's X-Modelroll-Batch-Size header), or 1 without the header. "
+            "What a canary analysis counts: a batch's requests fail together and share its "
+            "duration.",
             ["model", "version", "routing", "code"],
             registry=registry,
         )
@@ -106,7 +110,8 @@ class GatewayMetrics:
         )
         self.routes_invalid = Counter(
             names.GATEWAY_ROUTES_INVALID,
-            "Routes documents rejected as invalid (the last good routes stayed in force).",
+            "Routes documents rejected as invalid, a ConfigMap deleted after it was read "
+            "included (the last good routes stayed in force).",
             registry=registry,
         )
         self.routes_updates = Counter(
@@ -125,7 +130,8 @@ class GatewayMetrics:
         self.client_timeouts = Counter(
             names.GATEWAY_CLIENT_TIMEOUTS,
             "Clients cut off for not sending their whole request within --read-timeout, by how "
-            "far they got: silent (nothing), head, or body.",
+            "far they got: silent (nothing), head, or body (no model or version: not known "
+            "yet).",
             ["phase"],
             registry=registry,
         )
@@ -140,7 +146,8 @@ class GatewayMetrics:
         self.llm_ttft = Histogram(
             names.GATEWAY_LLM_TTFT,
             "OpenAI generation streams: time from a request's arrival at the gateway to the first "
-            "generated token it passed back, by model, version and routing.",
+            "generated token it passed back, by model, version and routing; "
+            "spec.analysis.checks.timeToFirstToken judges those routed by weight.",
             ["model", "version", "routing"],
             buckets=names.TTFT_BUCKETS,
             registry=registry,
@@ -148,7 +155,8 @@ class GatewayMetrics:
         self.llm_tpot = Histogram(
             names.GATEWAY_LLM_TPOT,
             "OpenAI generation streams: time from the first generated token passed back to the "
-            "last, over the tokens after the first, by model, version and routing.",
+            "last, over the tokens after the first, by model, version and routing; "
+            "spec.analysis.checks.timePerOutputToken judges those routed by weight.",
             ["model", "version", "routing"],
             buckets=names.TPOT_BUCKETS,
             registry=registry,
@@ -156,11 +164,14 @@ class GatewayMetrics:
         self.llm_requests = Counter(
             names.GATEWAY_LLM_REQUESTS,
             "OpenAI requests forwarded (generations and embeddings), by model, version and how "
-            "they ended: completed, error (the version sent an error event), upstream_error (the "
-            "stream broke off: the client got an error event; or a 502 for an answer that cannot "
-            "be passed on), client_disconnect, client_stalled (the client took nothing for "
-            "--upstream-timeout: cut off), cut (still open when the shutdown drain ran out), "
-            "whole (not streamed), unreachable, timeout.",
+            "they ended: completed, error (the version sent an error event, the sidecar's own "
+            "included, passed on as it is), upstream_error (the stream broke off: the client got "
+            "an SSE error event; or a 502 for an answer that cannot be passed on), "
+            "client_disconnect (counted as the client's handler is cancelled, with its first "
+            "token), client_stalled (the client took nothing for --upstream-timeout: cut off, "
+            "and the version's connection closed), cut (still open at the end of the shutdown "
+            "drain; the client got an SSE error event), whole (not streamed), unreachable, "
+            "timeout.",
             ["model", "version", "outcome"],
             registry=registry,
         )
@@ -169,7 +180,9 @@ class GatewayMetrics:
             names.GATEWAY_SHADOW_REQUESTS,
             "Shadow copies of requests, by model, shadow version and how they ended: compared "
             "(with the answer the client got), incomparable (a 200 in a shape that cannot be "
-            "compared), failed (another status, no answer, too slow), dropped (too many open).",
+            "compared), too_large (a 200, but its answer or the client's over "
+            "--shadow-max-compare-bytes), failed (another status, no answer, too slow), dropped "
+            "(--shadow-max-in-flight copies being open).",
             ["model", "version", "outcome"],
             registry=registry,
         )
@@ -177,7 +190,8 @@ class GatewayMetrics:
             names.GATEWAY_SHADOW_AGREEMENT,
             "Per compared shadow copy, how far its answer agreed with the one the client got "
             "from the primary version: 1 or 0 for equal or different outputs, the cosine "
-            "similarity for vectors; by model, shadow version and primary version.",
+            "similarity for vectors; by model, shadow version and primary version. Mean "
+            "agreement: _sum / _count.",
             ["model", "version", "primary"],
             buckets=AGREEMENT_BUCKETS,
             registry=registry,

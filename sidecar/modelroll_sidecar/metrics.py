@@ -65,8 +65,8 @@ class SidecarMetrics:
             names.MODEL_CALLS,
             "The model calls behind the requests of modelroll_requests_total (same labels): "
             "each answer adds 1/n, n the requests of the model call that decided it (its "
-            "X-Modelroll-Batch-Size header). A canary analysis judges calls: a batch's requests "
-            "fail together.",
+            "X-Modelroll-Batch-Size header). What a canary analysis of a model routed by an "
+            "HTTPRoute judges: a batch's requests fail together.",
             [*labels, "code"],
             registry=registry,
         )
@@ -95,7 +95,9 @@ class SidecarMetrics:
         )
         batches = Counter(
             names.BATCHES,
-            "Batches sent to the model, by what closed them: full, timeout, tokens, idle or drain.",
+            "Batches sent to the model, by what closed them: full, timeout, tokens, idle "
+            "(--wait-policy auto or adaptive sent it early, a model slot being free and waiting "
+            "not worth it) or drain.",
             [*labels, "reason"],
             registry=registry,
         )
@@ -103,13 +105,14 @@ class SidecarMetrics:
         self.padding_efficiency = histogram(
             names.BATCH_PADDING_EFFICIENCY,
             "Per batch: useful tokens (the requests' lengths summed) over padded tokens (batch "
-            "size times its longest length).",
+            "size times its longest length); buckets 0.1, 0.2, ..., 1.0.",
             EFFICIENCY_BUCKETS,
         )
         tokens = Counter(
             names.BATCH_TOKENS,
             "Tokens sent to the model in batches: useful (the requests' own lengths) and padded "
-            "(batch size times longest length, what a padding model computes).",
+            "(batch size times longest length, what a padding model computes); useful over "
+            "padded is the padding efficiency over any interval.",
             [*labels, "kind"],
             registry=registry,
         )
@@ -118,14 +121,17 @@ class SidecarMetrics:
         self.queue_depth = gauge(names.QUEUE_DEPTH, "Requests waiting for a batch.")
         rejected = Counter(
             names.REJECTED,
-            "Requests refused or dropped before the model answered them, by reason.",
+            "Requests refused or dropped before the model answered them, by reason: queue_full "
+            "(429), deadline (504 before the batch was sent), split_deadline (504 while a batch "
+            "the model refused was split), disconnect (the client went away), shutting_down "
+            "(503).",
             [*labels, "reason"],
             registry=registry,
         )
         self.rejected = {r: rejected.labels(model, version, r) for r in REJECT_REASONS}
         client_timeouts = Counter(
             names.CLIENT_TIMEOUTS,
-            "Clients cut off for not sending their whole request within the read timeout, by "
+            "Clients cut off for not sending their whole request within --read-timeout-ms, by "
             "how far they got: silent (nothing), head, or body.",
             [*labels, "phase"],
             registry=registry,
@@ -134,7 +140,8 @@ class SidecarMetrics:
         self.failed_batches = Counter(
             names.FAILED_BATCHES,
             "Batches that failed whole (the model's 5xx, 408 or 429, a broken answer, no answer "
-            "in time, or shutdown): every request still waiting on one got its error.",
+            "in time, or shutdown): every request still waiting on one got its error. The "
+            "gateway counts each such batch as one failed model call.",
             labels,
             registry=registry,
         ).labels(model, version)
@@ -146,15 +153,17 @@ class SidecarMetrics:
         ).labels(model, version)
         self.tokenizer_fallbacks = Counter(
             names.TOKENIZER_FALLBACKS,
-            "--length-from tokenizer: requests whose length is their words because the model's "
-            "tokenizer failed on them (raised, or panicked in its Rust code).",
+            "Counting tokens: requests whose length is their words because the model's "
+            "tokenizer failed on them (raised, or panicked in its Rust code); they were answered "
+            "all the same. A steady rate means the model's tokenizer.json is broken for its "
+            "traffic.",
             labels,
             registry=registry,
         ).labels(model, version)
         self.batch_hold = histogram(
             names.BATCH_HOLD,
             "Per batch: how long it was held, a model slot free, for company (0 for a batch "
-            "sent the moment it could go).",
+            "sent the moment it could go): the wait the policy chose.",
             names.DURATION_BUCKETS,
         )
         self.cost_observed_over_predicted = histogram(
@@ -165,14 +174,16 @@ class SidecarMetrics:
         )
         self._cost_terms = Gauge(
             names.BATCH_COST_TERM,
-            "The fitted cost surface, seconds = call + size x (row + token x L + token_squared "
-            "x L^2), L a batch's longest request length, by term.",
+            "The cost surface fitted to the model's batches, by term: a batch of n requests "
+            "padded to length L takes call + n x (row + token x L + token_squared x L^2) "
+            "seconds.",
             [*labels, "term"],
             registry=registry,
         )
         self._cost_error = gauge(
             names.BATCH_COST_ERROR,
-            "The recent mean of abs(observed - predicted) / observed batch duration.",
+            "The recent mean of abs(observed - predicted) / observed batch duration; over 0.35 "
+            "the cost surface is not trusted.",
         )
         self._cost_trusted = gauge(
             names.BATCH_COST_TRUSTED,
@@ -182,8 +193,9 @@ class SidecarMetrics:
         length_unit = Gauge(
             names.LENGTH_UNIT,
             "1 for the unit request lengths are counted in: words (whitespace words) or tokens "
-            "(the model's tokenizer's); 0 for the other. Both 0 until the sidecar knows whether "
-            "the model serves a tokenizer.",
+            "(the model's tokenizer's); 0 for the other. Both 0 until the sidecar knows "
+            "(--length-from auto: until the model has served its tokenizer or answered that it "
+            "serves none).",
             [*labels, "unit"],
             registry=registry,
         )
@@ -264,30 +276,39 @@ class LLMMetrics:
 
         self.ttft = histogram(
             names.LLM_TTFT,
-            "Time from receiving a generation request to the first generated token streamed back.",
+            "--protocol openai: time from receiving a generation request to the first "
+            "generated token streamed back.",
             names.TTFT_BUCKETS,
         )
         self.tpot = histogram(
             names.LLM_TPOT,
-            "Per stream: time from its first token to its last over the tokens after the first.",
+            "--protocol openai: per stream, time from its first token to its last over the "
+            "tokens after the first.",
             names.TPOT_BUCKETS,
         )
         self.output_tokens = counter(
             names.LLM_OUTPUT_TOKENS,
-            "Tokens generated (usage.completion_tokens, else streamed chunks with text).",
+            "--protocol openai: tokens generated (the stream's usage.completion_tokens, else "
+            "its chunks with text); its rate is tokens per second.",
         )
         self.prompt_tokens = counter(
-            names.LLM_PROMPT_TOKENS, "Prompt tokens (usage.prompt_tokens)."
+            names.LLM_PROMPT_TOKENS, "--protocol openai: prompt tokens (usage.prompt_tokens)."
         )
         self.in_flight = Gauge(
             names.LLM_IN_FLIGHT,
-            "Generation requests the engine is working on or streaming now.",
+            "--protocol openai: generation requests the engine is working on or streaming.",
             labels,
             registry=registry,
         ).labels(model, version)
         streams = Counter(
             names.LLM_REQUESTS,
-            "Generation requests passed to the engine, by how they ended.",
+            "--protocol openai: generation requests passed to the engine, by how they ended: "
+            "completed, error (the engine sent an error event), upstream_error (the engine broke "
+            "the stream off and the client got an SSE error event, or its answer could not be "
+            "passed on: 502), client_disconnect (the client went away, counted with what it had "
+            "been sent), client_stalled (the client took nothing for --upstream-timeout-ms and "
+            "was cut off), cut (still open when the drain on SIGTERM ran out), whole (not "
+            "streamed), unreachable (503), timeout (504).",
             [*labels, "outcome"],
             registry=registry,
         )

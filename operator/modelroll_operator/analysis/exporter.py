@@ -70,33 +70,41 @@ FAMILIES: tuple[tuple[str, type[Family], str, tuple[str, ...]], ...] = (
     (
         "phase",
         GaugeMetricFamily,
-        "The analysis's phase: 1 for the current one, 0 for the others",
+        "The analysis's phase (status.analysis.phase): 1 for the current one, 0 for the others",
         (*CANARY_LABELS, "phase"),
     ),
     (
         "info",
         GaugeMetricFamily,
-        "Always 1: the analysis's baseline version and the reason for its phase",
+        "Always 1: the baseline version the canary is judged against and the reason for its "
+        "phase (status.analysis.reason); replaced when either changes",
         (*CANARY_LABELS, "baseline", "reason"),
     ),
-    ("step", GaugeMetricFamily, "The analysis's current step (1-based)", CANARY_LABELS),
+    (
+        "step",
+        GaugeMetricFamily,
+        "The analysis's current step, 1-based (status.analysis.step)",
+        CANARY_LABELS,
+    ),
     (
         "weight",
         GaugeMetricFamily,
-        "The weights the analysis last set: the canary's and its baseline's",
+        "The weights the analysis last set: the canary's (canaryWeight) and its baseline's "
+        "(baselineStepWeight)",
         (*CANARY_LABELS, "arm"),
     ),
     (
         "statistic",
         GaugeMetricFamily,
-        "A check's test statistic (the mixture likelihood ratio): it fails at 1/alpha, passes "
-        "at 1 or below",
+        "A check's test statistic in this step (the mixture likelihood ratio): 1 when judging "
+        "starts; it fails at 1/alpha, passes at 1 or below",
         CHECK_LABELS,
     ),
     (
         "ratio",
         GaugeMetricFamily,
-        "A check's canary bad-request rate over the baseline's in this step (absent while unknown)",
+        "A check's canary bad-request rate over the baseline's in this step; no series while "
+        "unknown (no request in an arm, no bad baseline request)",
         CHECK_LABELS,
     ),
     (
@@ -127,7 +135,7 @@ FAMILIES: tuple[tuple[str, type[Family], str, tuple[str, ...]], ...] = (
     (
         "metrics_read_errors",
         CounterMetricFamily,
-        "Evaluations whose metrics could not be read",
+        "Evaluations whose metrics could not be read (the analysis holds)",
         CANARY_LABELS,
     ),
 )
