@@ -22,7 +22,7 @@ import aiohttp
 from modelroll_devcluster.sentences import sentence
 from modelroll_sidecar.cost_model import MIN_BATCHES
 
-from . import arithmetic, wrk
+from . import arithmetic, results, wrk
 from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
 from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
@@ -162,8 +162,7 @@ class Scenario:
 
 
 def write(report: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    results.write(report, out)
     print(f"Results in {out}")
 
 

@@ -7,7 +7,6 @@ benchmarks report it beside requests per second.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import results
 from .systems import running
 
 Check = tuple[str, bool, str]
@@ -55,8 +55,7 @@ def finish(report: dict[str, Any], checks: list[Check], out: Path) -> NoReturn:
     """Write the report with its targets to ``out``, print the verdicts, and exit 0 only when
     every target was met."""
     report["targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in checks]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    results.write(report, out)
     print("\nTargets:")
     for target, ok, measured in checks:
         print(f"  [{'met' if ok else 'MISSED'}] {target}: {measured}")
