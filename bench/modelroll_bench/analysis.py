@@ -59,6 +59,7 @@ from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
 from modelroll_operator.analysis.spec import AnalysisSpec, Checks, ErrorCheck, LatencyCheck, Step
 
 from .servers import Check, finish
+from .stats import percentile
 
 LES: tuple[float, ...] = (*DURATION_BUCKETS, math.inf)
 """The gateway's histogram bucket bounds, +Inf last."""
@@ -573,18 +574,9 @@ class Setup:
         return out
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile; math.inf stands for "never"."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    rank = math.ceil(q * len(ordered) - 1e-9)
-    return ordered[max(0, min(len(ordered), rank) - 1)]
-
-
-def _finite(value: float) -> float | None:
-    """None for "never" (JSON has no infinity)."""
-    return value if math.isfinite(value) else None
+def _finite(value: float | None) -> float | None:
+    """None for "never" (math.inf; JSON has no infinity) and for no value at all."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _rollouts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -597,7 +589,7 @@ def _rollouts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "promoted": counts[PROMOTED],
         "held": counts[HELD],
         "rollback_rate": counts[ROLLED_BACK] / n if n else math.nan,
-        "median_promotion_s": _finite(percentile(promoted, 0.5)) if promoted else None,
+        "median_promotion_s": _finite(percentile(promoted, 0.5)),
     }
 
 

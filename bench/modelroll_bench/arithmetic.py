@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .loadgen import percentile
+from .stats import percentile, rank_index, spread
 
 MAX_ERROR_FRACTION = 0.001
 """A run meets the SLO only if at most this fraction of its requests failed."""
@@ -48,41 +48,6 @@ def next_probe(passing: Iterable[float], failing: Iterable[float], ceiling: floa
     if worst <= best:
         return None
     return (best + worst) / 2
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Median and range of one figure over rounds."""
-
-    median: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread | None:
-        if not values:
-            return None
-        return cls(statistics.median(values), min(values), max(values), len(values))
-
-    @property
-    def relative_range(self) -> float:
-        """(high - low) / median: how noisy the rounds were."""
-        return (self.high - self.low) / self.median if self.median else 0.0
-
-    def as_dict(self, digits: int = 3) -> dict[str, float]:
-        return {
-            "median": round(self.median, digits),
-            "low": round(self.low, digits),
-            "high": round(self.high, digits),
-            "relative_range": round(self.relative_range, 3),
-            "rounds": self.n,
-        }
-
-
-def paired_ratios(values: Sequence[float | None], baseline: Sequence[float | None]) -> list[float]:
-    """Round-by-round ratios ``value / baseline``, skipping rounds where either is missing or 0."""
-    return [v / b for v, b in zip(values, baseline, strict=True) if v is not None and b]
 
 
 @dataclass(frozen=True)
@@ -169,8 +134,10 @@ DECILES = 10
 def length_edges(lengths: Sequence[int], parts: int = DECILES) -> list[int]:
     """The upper edges of the first ``parts - 1`` length quantiles (nearest rank) of ``lengths``:
     for deciles, the 10th, 20th, ... 90th percentile of the lengths."""
-    ordered = [float(n) for n in sorted(lengths)]
-    return [int(percentile(ordered, k / parts)) for k in range(1, parts)] if ordered else []
+    ordered = sorted(lengths)
+    return (
+        [ordered[rank_index(len(ordered), k / parts)] for k in range(1, parts)] if ordered else []
+    )
 
 
 def decile_of(length: int, edges: Sequence[int]) -> int:
@@ -202,18 +169,22 @@ def by_length_decile(
             rows[decile]["latencies"].append(latency)
     out = []
     for decile, row in sorted(rows.items()):
-        ordered = sorted(row["latencies"])
+        latencies = row["latencies"]
         out.append(
             {
                 "decile": decile,
                 "lengths": row["lengths"],
                 "sent": row["sent"],
-                "ok": len(ordered),
-                "p50_ms": round(percentile(ordered, 0.50) * 1000, 2) if ordered else None,
-                "p99_ms": round(percentile(ordered, 0.99) * 1000, 2) if ordered else None,
+                "ok": len(latencies),
+                "p50_ms": _ms(percentile(latencies, 0.50)),
+                "p99_ms": _ms(percentile(latencies, 0.99)),
             }
         )
     return out
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
 
 
 def median_deciles(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -226,15 +197,17 @@ def median_deciles(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str
                 found.setdefault(row["decile"], []).append(row)
     out = []
     for decile, rows in sorted(found.items()):
-        p99 = [float(r["p99_ms"]) for r in rows]
+        p99 = spread([float(r["p99_ms"]) for r in rows], 2)
+        if p99 is None:  # every row found has a p99: never taken
+            continue
         out.append(
             {
                 "decile": decile,
                 "lengths": [min(r["lengths"][0] for r in rows), max(r["lengths"][1] for r in rows)],
-                "p99_ms": round(statistics.median(p99), 2),
-                "low": min(p99),
-                "high": max(p99),
-                "rounds": len(p99),
+                "p99_ms": p99.median,
+                "low": p99.low,
+                "high": p99.high,
+                "rounds": p99.rounds,
             }
         )
     return out

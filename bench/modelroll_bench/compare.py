@@ -66,6 +66,7 @@ from . import arithmetic, length_switch, plots
 from .lengths import PRESETS, parse, parse_list
 from .lengths import name as lengths_name
 from .metrics import BatchCounters, Watch
+from .results import to_json
 from .runs import (
     Scenario,
     bar,
@@ -78,6 +79,7 @@ from .runs import (
     saturate,
     write,
 )
+from .stats import Spread, paired_ratios, spread
 from .systems import (
     BENTOML_PYTHON,
     KSERVE_BIN,
@@ -389,16 +391,12 @@ def aggregate(
         entry: dict[str, Any] = {}
         for name, path in paths.items():
             values = [_figure(row, path) for row in rows]
-            spread = arithmetic.Spread.of([v for v in values if v is not None])
-            to_base, to_best = _paired(values, rows, base, path), _paired(values, rows, best, path)
             entry[name] = {
-                "value": spread and spread.as_dict(3 if "padding" in name else 2),
-                "ratio_to_baseline": to_base and to_base.as_dict(3),
-                "ratio_to_best_static": to_best and to_best.as_dict(3),
+                "value": to_json(spread(values, 3 if "padding" in name else 2)),
+                "ratio_to_baseline": to_json(_paired(values, rows, base, path)),
+                "ratio_to_best_static": to_json(_paired(values, rows, best, path)),
             }
-        sat = arithmetic.Spread.of(
-            [v for v in (_figure(r, paths["saturation_rps"]) for r in rows) if v]
-        )
+        sat = spread([v for v in (_figure(r, paths["saturation_rps"]) for r in rows) if v])
         entry["saturation_of_limit"] = sat and round(sat.median / limit, 3)
         for share in DECILE_SHARES:
             if share in setup.shares:
@@ -425,10 +423,9 @@ def aggregate(
                 )
                 is not None
             ]
-            spread = arithmetic.Spread.of(per_round)
             entry[f"decile_gap_at_{share:.0%}"] = {
                 "worst_of_medians": worst,
-                "per_round_worst_ms": spread and spread.as_dict(1),
+                "per_round_worst_ms": to_json(spread(per_round, 1)),
             }
     return out
 
@@ -438,12 +435,12 @@ def _paired(
     rows: list[dict[str, Any]],
     reference: list[dict[str, Any]],
     path: Sequence[str],
-) -> arithmetic.Spread | None:
+) -> Spread | None:
     """Median and range of ``values / reference's figure`` from the same round (a round the
     reference has no figure for is left out)."""
     by_round = {r["round"]: _figure(r, path) for r in reference}
     same_round = [by_round.get(row["round"]) for row in rows]
-    return arithmetic.Spread.of(arithmetic.paired_ratios(values, same_round))
+    return spread(paired_ratios(values, same_round))
 
 
 def _deciles(row: dict[str, Any], share: float) -> list[dict[str, Any]]:
@@ -768,8 +765,7 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
         rounds = {k: v for k, v in dist["rounds"].items() if v}
         dist["summary"] = aggregate(setup, rounds, dist["model_limit_rps"])
         one = dist["batch_of_one"]
-        spread = arithmetic.Spread.of(one["measured_ms_by_round"])
-        one["measured_ms"] = spread and spread.as_dict(3)
+        one["measured_ms"] = to_json(spread(one["measured_ms_by_round"]))
         found = checks(setup, dist["summary"])
         dist["targets"] = [
             {"target": t, "system": s, "met": ok, "measured": m} for t, s, ok, m in found

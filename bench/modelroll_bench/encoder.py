@@ -43,9 +43,9 @@ from modelroll_devcluster.sentences import sentences as seeded_sentences
 from modelroll_models import batch_cost
 
 from . import wrk
-from .arithmetic import Spread, paired_ratios
 from .loadgen import closed_loop, json_bodies, open_loop
 from .metrics import Watch
+from .results import to_json
 from .runs import (
     WRK_TIMEOUT_S,
     full_batches_rps,
@@ -55,6 +55,7 @@ from .runs import (
     sequential_ms,
     write,
 )
+from .stats import paired_ratios, spread
 from .systems import Batching, System, batcher, serve
 
 BASELINE = "no batching"
@@ -389,11 +390,6 @@ def _values(rows: Sequence[dict[str, Any] | None], *path: str) -> list[float | N
     return out
 
 
-def spread(values: Sequence[float | None], digits: int = 3) -> dict[str, float] | None:
-    found = Spread.of([v for v in values if v is not None])
-    return None if found is None else found.as_dict(digits)
-
-
 def figures(
     rows: Sequence[dict[str, Any] | None],
     base: Sequence[dict[str, Any] | None],
@@ -404,10 +400,10 @@ def figures(
     out: dict[str, Any] = {}
     for key in keys:
         mine = _values(rows, key)
-        out[key] = spread(mine, 2)
-        out[f"{key}_ratio"] = spread(paired_ratios(mine, _values(base, key)))
+        out[key] = to_json(spread(mine, 2))
+        out[f"{key}_ratio"] = to_json(spread(paired_ratios(mine, _values(base, key))))
     for key in ("mean_batch", "padding_efficiency"):
-        out[key] = spread(_values(rows, "batching", key))
+        out[key] = to_json(spread(_values(rows, "batching", key)))
     return out
 
 

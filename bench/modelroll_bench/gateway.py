@@ -44,6 +44,7 @@ from modelroll_devcluster.processes import free_port
 from . import wrk
 from .loadgen import json_bodies, open_loop
 from .servers import Server, finish, serve_module
+from .stats import Spread, spread
 
 MODEL = "bench"
 BASELINE = "baseline"
@@ -134,10 +135,6 @@ def _gateways(setup: Setup) -> list[tuple[str, str, str]]:
     return arms
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 async def latency_comparison(setup: Setup) -> dict[str, Any]:
     """p50/p99 of direct sidecar calls against the same calls through each gateway."""
     bodies = json_bodies([PAYLOAD])
@@ -209,16 +206,16 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             print(" | ".join(line), flush=True)
     added = {
         label.removeprefix("gateway/"): {
-            "added_p50_ms": _spread([row[label]["added_p50_ms"] for row in rounds]),
-            "added_p99_ms": _spread([row[label]["added_p99_ms"] for row in rounds]),
+            "added_p50_ms": spread(row[label]["added_p50_ms"] for row in rounds),
+            "added_p99_ms": spread(row[label]["added_p99_ms"] for row in rounds),
         }
         for label in (*(g[0] for g in _gateways(setup)), sticky_label, shadow_label)
     }
     plain = f"gateway/{setup.event_loops[0]}"
 
-    def over_plain(label: str) -> dict[str, dict[str, float]]:
+    def over_plain(label: str) -> dict[str, Spread | None]:
         return {
-            f"{q}_ms": _spread([row[label][f"{q}_ms"] - row[plain][f"{q}_ms"] for row in rounds])
+            f"{q}_ms": spread(row[label][f"{q}_ms"] - row[plain][f"{q}_ms"] for row in rounds)
             for q in ("p50", "p99")
         }
 
@@ -335,9 +332,9 @@ def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]
     return [
         (
             f"added p50 <= 1 ms at {lat['rate_rps']:g} req/s ({judged})",
-            p50["median"] <= 1.0,
-            f"{p50['median']:.2f} ms (rounds {p50['min']:.2f}..{p50['max']:.2f}); "
-            f"added p99 {p99['median']:.2f} ms (rounds {p99['min']:.2f}..{p99['max']:.2f})",
+            p50.median <= 1.0,
+            f"{p50.median:.2f} ms (rounds {p50.low:.2f}..{p50.high:.2f}); "
+            f"added p99 {p99.median:.2f} ms (rounds {p99.low:.2f}..{p99.high:.2f})",
         ),
         (
             f"one gateway process ({judged}) >= 50% of a bare aiohttp echo server's rate "
@@ -361,9 +358,9 @@ def _sticky(lat: dict[str, Any]) -> tuple[str, bool, str]:
     p50, p99 = lat["sticky_over_plain"]["p50_ms"], lat["sticky_over_plain"]["p99_ms"]
     return (
         "sticky cohorts add <= 0.25 ms p50 over the weighted round robin (same rounds)",
-        p50["median"] <= 0.25,
-        f"{p50['median']:+.3f} ms (rounds {p50['min']:+.3f}..{p50['max']:+.3f}); p99 "
-        f"{p99['median']:+.3f} ms (rounds {p99['min']:+.3f}..{p99['max']:+.3f}); "
+        p50.median <= 0.25,
+        f"{p50.median:+.3f} ms (rounds {p50.low:+.3f}..{p50.high:+.3f}); p99 "
+        f"{p99.median:+.3f} ms (rounds {p99.low:+.3f}..{p99.high:+.3f}); "
         f"{USERS} keys over two versions",
     )
 
@@ -374,9 +371,9 @@ def _shadowed(lat: dict[str, Any]) -> tuple[str, bool, str]:
     return (
         f"{SHADOW_PERCENT}% shadow traffic to a 10 ms model failing half its items adds <= "
         "0.25 ms p50 and no client error (same rounds)",
-        p50["median"] <= 0.25 and lat["shadow_errors"] == 0,
-        f"{p50['median']:+.3f} ms (rounds {p50['min']:+.3f}..{p50['max']:+.3f}); p99 "
-        f"{p99['median']:+.3f} ms (rounds {p99['min']:+.3f}..{p99['max']:+.3f}); client "
+        p50.median <= 0.25 and lat["shadow_errors"] == 0,
+        f"{p50.median:+.3f} ms (rounds {p50.low:+.3f}..{p50.high:+.3f}); p99 "
+        f"{p99.median:+.3f} ms (rounds {p99.low:+.3f}..{p99.high:+.3f}); client "
         f"errors {lat['shadow_errors']}",
     )
 

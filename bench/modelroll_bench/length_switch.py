@@ -21,7 +21,9 @@ from . import arithmetic
 from .lengths import parse_list
 from .loadgen import open_loop
 from .metrics import Watch
+from .results import to_json
 from .runs import Scenario, Workload, idle, load_average
+from .stats import paired_ratios, spread
 from .systems import System, batcher
 
 RECOVERED = 0.95
@@ -136,13 +138,11 @@ def summarize(
         names = figures(rows[0]) if rows else {}
         for name in names:
             values: list[float | None] = [figures(r).get(name) for r in rows]
-            spread = arithmetic.Spread.of([v for v in values if v is not None])
-            entry[name] = {"value": spread and spread.as_dict(2)}
+            entry[name] = {"value": to_json(spread(values, 2))}
             for key, reference in (("to_baseline", baseline), ("to_best_static", best)):
                 theirs = {r["round"]: figures(r).get(name) for r in rounds.get(reference, [])}
                 paired = [theirs.get(r["round"]) for r in rows]
-                ratios = arithmetic.Spread.of(arithmetic.paired_ratios(values, paired))
-                entry[name][key] = ratios and ratios.as_dict(3)
+                entry[name][key] = to_json(spread(paired_ratios(values, paired)))
         out[label] = entry
     return out
 

@@ -39,6 +39,7 @@ from .llm_load import chat_bodies, closed_streams, fixed, open_streams, summariz
 from .loadgen import Body
 from .runs import load_average, machine
 from .servers import Check, Server, finish
+from .stats import Spread, spread
 
 PARTS = ("slots", "overhead")
 GREEDY = {"temperature": 0.0, "seed": 1}
@@ -268,7 +269,7 @@ def median_ratios(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, 
                 for rows in rounds
                 if (found := rows[k]["ratio"].get(key)) and found["is"] == "=" and found["ratio"]
             ]
-            row[key] = llm.spread(values)
+            row[key] = spread(values)
         out.append(row)
     return out
 
@@ -319,16 +320,14 @@ def print_summary(report: dict[str, Any]) -> None:
         print(f"  tokens/s, N slots / one: {found['saturation_ratio']}")
         print("Poisson arrivals, N slots / one slot, median (range) over rounds:")
         for row in found["median_ratio"]:
-            cells = ", ".join(
-                f"{key} {_spread(row[key])}" for key in RATIO_FIGURES if row[key]["median"]
-            )
+            cells = ", ".join(f"{key} {_spread(row[key])}" for key in RATIO_FIGURES if row[key])
             print(f"  {row['rate_rps']:g} req/s: {cells}")
     if "overhead" in report:
         llm_report.print_overhead(report["overhead"])
 
 
-def _spread(found: dict[str, float | None]) -> str:
-    return f"{found['median']:.2f}x ({found['min']:.2f}..{found['max']:.2f})"
+def _spread(found: Spread) -> str:
+    return f"{found.median:.2f}x ({found.low:.2f}..{found.high:.2f})"
 
 
 def checks(report: dict[str, Any]) -> list[Check]:

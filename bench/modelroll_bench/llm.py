@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -69,6 +68,7 @@ from .llm_load import (
 from .loadgen import Body
 from .runs import load_average, machine
 from .servers import Server, finish, serve_module
+from .stats import Spread, spread
 
 SCHEDULERS = ("continuous", "static")
 PARTS = ("scheduling", "overhead")
@@ -306,18 +306,9 @@ async def scheduling(setup: Setup) -> dict[str, Any]:
 # -- part 2: overhead -------------------------------------------------------------------------
 
 
-def spread(values: Sequence[float]) -> dict[str, float | None]:
-    """Median (to 3 decimals), min and max (None for no values)."""
-    if not values:
-        return {"median": None, "min": None, "max": None}
-    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
-
-
-def difference(
-    rows: Sequence[dict[str, Any]], key: str, path: str, base: str
-) -> dict[str, float | None]:
+def difference(rows: Sequence[dict[str, Any]], key: str, path: str, base: str) -> Spread | None:
     """``path``'s ``key`` minus ``base``'s ``key`` round by round, over the rounds where both
-    have it (a path whose every stream failed has none): median, min and max."""
+    have it (a path whose every stream failed has none): median and range (None for none)."""
     return spread(
         [
             round(row[path][key] - row[base][key], 3)
@@ -327,12 +318,12 @@ def difference(
     )
 
 
-def added(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, float | None]]:
+def added(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Spread | None]:
     """Per path, ``key`` minus the direct path's ``key`` of the same round."""
     return {path: difference(rows, key, path, DIRECT) for path in PATHS if path != DIRECT}
 
 
-def beyond_bare(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, float | None]]:
+def beyond_bare(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Spread | None]:
     """Per modelroll path, ``key`` minus its bare counterpart's (:data:`CEILINGS`) of the same
     round: what its own code adds beyond as many bare aiohttp hops."""
     return {path: difference(rows, key, path, bare) for path, bare in CEILINGS.items()}
@@ -341,7 +332,7 @@ def beyond_bare(rows: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str,
 def medians(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """One path's TTFT figures (and e2e p50), each the median over the rounds that have it."""
     return {
-        key: spread([row[key] for row in rows if row[key] is not None])["median"]
+        key: found.median if (found := spread(row[key] for row in rows)) else None
         for key in llm_report.OVERHEAD_KEYS
     }
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import statistics
 import time
@@ -33,6 +32,7 @@ import aiohttp
 from modelroll_common.sse import EventScanner, EventTooLong, GenerationWatch
 
 from .loadgen import HEADERS, Body, poisson_arrivals
+from .stats import rank_index
 
 T = TypeVar("T")
 Route = Callable[[int], tuple[str, str]]
@@ -292,13 +292,6 @@ def run_extent(samples: Sequence[Sample], start: float) -> float:
 # -- figures ----------------------------------------------------------------------------------
 
 
-def _rank_index(n: int, q: float) -> int:
-    """The 0-based index of the nearest-rank percentile ``q`` of ``n`` sorted values (as
-    :func:`modelroll_bench.loadgen.percentile` takes it)."""
-    rank = math.ceil(q * n - 1e-9)
-    return max(0, min(n, rank) - 1)
-
-
 def percentile_bound(values: Sequence[tuple[float, bool]], q: float) -> tuple[float, bool] | None:
     """Nearest-rank percentile ``q`` of ``(value, exact)`` pairs, where an inexact value is only a
     lower bound of the true one (a request cut before it got there). Returns the percentile and
@@ -308,7 +301,7 @@ def percentile_bound(values: Sequence[tuple[float, bool]], q: float) -> tuple[fl
     if not values:
         return None
     ordered = sorted(values)  # at a tie, a lower bound (False) sorts first: the cautious side
-    at = _rank_index(len(ordered), q)
+    at = rank_index(len(ordered), q)
     return ordered[at][0], all(exact for _, exact in ordered[: at + 1])
 
 

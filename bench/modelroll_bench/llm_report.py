@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .servers import Check
+from .stats import Spread
 
 LATENCY_KEYS = tuple(f"{n}_{p}_ms" for n in ("ttft", "e2e") for p in ("p50", "p95", "p99"))
 RATIO_KEYS = ("output_tps", *LATENCY_KEYS)
@@ -177,13 +178,27 @@ def _print_scheduling(found: dict[str, Any], setup: dict[str, Any]) -> None:
         )
 
 
-def _spread_text(found: dict[str, Any] | None) -> str:
-    """``+median (+min..+max)``; empty for no figure, ``-`` for a figure no round had."""
+def _spread_text(found: Spread | None) -> str:
+    """``+median (+low..+high)``; ``-`` for a figure no round had."""
     if found is None:
-        return ""
-    if found["median"] is None:
         return "-"
-    return f"{_plus(found['median'])} ({_plus(found['min'])}..{_plus(found['max'])})"
+    return f"{_plus(found.median)} ({_plus(found.low)}..{_plus(found.high)})"
+
+
+def _median_text(found: Spread | None) -> str:
+    return _plus(None if found is None else found.median)
+
+
+def _rounds_text(found: Spread | None) -> str:
+    """``+median ms (rounds +low..+high)``; ``- ms`` for a figure no round had."""
+    if found is None:
+        return "- ms"
+    return f"{_plus(found.median)} ms (rounds {_plus(found.low)}..{_plus(found.high)})"
+
+
+def _figure_text(figures: dict[str, Spread | None], path: str) -> str:
+    """A path's figure as :func:`_spread_text` writes it; empty for a path without one."""
+    return _spread_text(figures[path]) if path in figures else ""
 
 
 def print_overhead(found: dict[str, Any]) -> None:
@@ -199,8 +214,8 @@ def print_overhead(found: dict[str, Any]) -> None:
     heads = ("added p50", "added p99", "beyond bare p50", "beyond bare p99")
     lines: list[tuple[str, str, list[str]]] = []
     for path, row in found["median"].items():
-        text = [_spread_text(found["added"][k].get(path)) for k in keys]
-        text += [_spread_text(beyond.get(k, {}).get(path)) for k in keys]
+        text = [_figure_text(found["added"][k], path) for k in keys]
+        text += [_figure_text(beyond.get(k, {}), path) for k in keys]
         ttft = " ".join(figure(row, f"ttft_{p}_ms", 2).rjust(7) for p in ("p50", "p95", "p99"))
         lines.append((path, ttft, text))
     width = max(len(t) for t in [*heads, *(t for _, _, text in lines for t in text)]) + 2
@@ -225,16 +240,15 @@ def checks(report: dict[str, Any]) -> list[Check]:
     p99 = found["added"]["ttft_p99_ms"][JUDGED]
     alone = found["added"]["ttft_p50_ms"]["sidecar"]
     bare = found["added"]["ttft_p50_ms"].get(found.get("ceilings", {}).get(JUDGED, ""))
-    floor = "" if bare is None else f"; two bare aiohttp hops {_plus(bare['median'])} ms"
-    met = p50["median"] is not None and p50["median"] <= TARGET_MS and found["failed"] == 0
+    floor = "" if bare is None else f"; two bare aiohttp hops {_plus(bare.median)} ms"
+    met = p50 is not None and p50.median <= TARGET_MS and found["failed"] == 0
     return [
         (
             f"gateway + sidecar add <= {TARGET_MS:g} ms to TTFT p50 at "
             f"{found['rate_rps']:g} req/s (median of {len(found['rounds'])} rounds)",
             met,
-            f"{_plus(p50['median'])} ms (rounds {_plus(p50['min'])}..{_plus(p50['max'])}); the "
-            f"sidecar alone {_plus(alone['median'])} ms{floor}; added p99 "
-            f"{_plus(p99['median'])} ms; streams failed or cut: {found['failed']}",
+            f"{_rounds_text(p50)}; the sidecar alone {_median_text(alone)} ms{floor}; added p99 "
+            f"{_median_text(p99)} ms; streams failed or cut: {found['failed']}",
         )
     ]
 
@@ -252,7 +266,7 @@ def informational(report: dict[str, Any]) -> list[tuple[str, str]]:
     one_hop = (
         ""
         if alone is None
-        else f"; one hop (sidecar - {ceilings['sidecar']}): {_plus(alone['median'])} ms"
+        else f"; one hop (sidecar - {ceilings['sidecar']}): {_median_text(alone)} ms"
     )
     return [
         (

@@ -23,6 +23,8 @@ from typing import Any
 
 import aiohttp
 
+from .stats import percentile
+
 Body = Callable[[int], bytes]
 Length = Callable[[int], int]
 """The length of the ``i``-th request's body."""
@@ -33,15 +35,6 @@ def json_bodies(payloads: list[Any]) -> Body:
     """Request bodies ``{"payload": p}``, encoded once up front and cycled through."""
     encoded = [json.dumps({"payload": p}).encode() for p in payloads]
     return lambda i: encoded[i % len(encoded)]
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (0 for an empty one): the smallest value
-    with at least a fraction ``q`` of the values at or below it."""
-    if not sorted_values:
-        return 0.0
-    rank = math.ceil(q * len(sorted_values) - 1e-9)  # 1-based; the epsilon absorbs 0.07 * 100
-    return sorted_values[max(0, min(len(sorted_values), rank) - 1)]
 
 
 @dataclass
@@ -87,7 +80,8 @@ class LoadResult:
 
     def summary(self) -> dict[str, Any]:
         """Counts and p50/p95/p99 in ms of the successful requests; a percentile that falls
-        among the unanswered requests is None (slower than anything measured)."""
+        among the unanswered requests is None (slower than anything measured), and so is one of
+        no requests."""
         ordered = sorted(self.latencies_s) + [math.inf] * self.unanswered
         errors = {str(c): n for c, n in sorted(self.statuses.items()) if not 200 <= c < 300}
         if self.unanswered:
@@ -101,7 +95,7 @@ class LoadResult:
             "ok": self.ok,
             "errors": errors,
             **{
-                f"p{q}_ms": None if math.isinf(v) else round(v * 1000, 2)
+                f"p{q}_ms": None if v is None or math.isinf(v) else round(v * 1000, 2)
                 for q, v in quantiles.items()
             },
         }

@@ -46,9 +46,8 @@ from modelroll_devcluster import Cluster, ControlPlane, namespace_name
 from modelroll_devcluster.processes import free_port
 
 from . import plots
-from .arithmetic import Spread
-from .loadgen import percentile
 from .runs import bar, load_average, machine
+from .stats import percentile
 from .systems import serve
 
 MODEL = "bench"
@@ -360,13 +359,13 @@ async def flips(
 
 
 def summarize(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    values = sorted(r[key] for r in rows if r[key] is not None)
-    spread = Spread.of(values)
+    values = [r[key] for r in rows if r[key] is not None]
+    p50, p99 = percentile(values, 0.50), percentile(values, 0.99)
     return {
-        "p50_ms": round(percentile(values, 0.50), 1),
-        "p99_ms": round(percentile(values, 0.99), 1),
-        "max_ms": spread and spread.high,
-        "min_ms": spread and spread.low,
+        "p50_ms": None if p50 is None else round(p50, 1),
+        "p99_ms": None if p99 is None else round(p99, 1),
+        "max_ms": max(values, default=None),
+        "min_ms": min(values, default=None),
         "timeouts": sum(1 for r in rows if r[key] is None),
         "samples": len(values),
     }
@@ -447,7 +446,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
     report["load_average_1m_end"] = round(load_average(), 2)
     print_report(report, setup)
     delays = {
-        f"{mode} (p50 {m['rollback']['p50_ms']:g}, p99 {m['rollback']['p99_ms']:g} ms)": [
+        f"{mode} (p50 {_ms(m['rollback']['p50_ms'])}, p99 {_ms(m['rollback']['p99_ms'])} ms)": [
             r["rollback_ms"] for r in m["flips"] if r["rollback_ms"] is not None
         ]
         for mode, m in report["modes"].items()
@@ -504,6 +503,11 @@ async def with_operator(
                 await proc.wait()
 
 
+def _ms(value: float | None) -> str:
+    """A percentile in ms, or ``-`` where every sample timed out."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def print_report(report: dict[str, Any], setup: Setup) -> None:
     print(
         f"\n{setup.flips} flips per mode at {setup.rate:g} req/s through the gateway "
@@ -512,17 +516,17 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
     for mode, m in report["modes"].items():
         rb, rs, kc, cm = m["rollback"], m["restore"], m["kubectl"], m["configmap"]
         print(
-            f"  {mode:<9} rollback p50 {rb['p50_ms']:7.1f} ms  p99 {rb['p99_ms']:7.1f} ms  "
-            f"(min {rb['min_ms']}, timeouts {rb['timeouts']}); restore p50 {rs['p50_ms']:.1f} "
-            f"p99 {rs['p99_ms']:.1f} ms; kubectl itself p50 {kc['p50_ms']:.1f} ms; "
+            f"  {mode:<9} rollback p50 {_ms(rb['p50_ms']):>7} ms  p99 {_ms(rb['p99_ms']):>7} ms  "
+            f"(min {rb['min_ms']}, timeouts {rb['timeouts']}); restore p50 {_ms(rs['p50_ms'])} "
+            f"p99 {_ms(rs['p99_ms'])} ms; kubectl itself p50 {_ms(kc['p50_ms'])} ms; "
             f"errors {m['errors'] or 0}\n"
-            f"  {'':<9} kubectl patch -> ConfigMap change p50 {cm['p50_ms']:.1f} ms, "
+            f"  {'':<9} kubectl patch -> ConfigMap change p50 {_ms(cm['p50_ms'])} ms, "
             f"max {cm['max_ms']} ms ({cm['samples']} patches, timeouts {cm['timeouts']})"
         )
         if op := m["operator"]["samples"] and m["operator"]:
             print(
                 f"  {'':<9} ModelVersion change -> ConfigMap change (the operator) "
-                f"p50 {op['p50_ms']:.1f} ms, max {op['max_ms']} ms ({op['samples']} patches)"
+                f"p50 {_ms(op['p50_ms'])} ms, max {op['max_ms']} ms ({op['samples']} patches)"
             )
     print(f"Requests by status: {report['requests']}")
 

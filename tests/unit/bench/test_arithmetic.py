@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 from modelroll_bench.arithmetic import (
     Point,
-    Spread,
     goodput_by_setting,
     goodput_windows,
     median_points,
     meets_slo,
     next_probe,
-    paired_ratios,
     recommend,
 )
 from modelroll_bench.metrics import BatchCounters, parse_model_stats, parse_sidecar_metrics
@@ -41,18 +37,6 @@ def test_goodput_search_tries_the_ceiling_then_bisects() -> None:
 def test_goodput_search_stops_when_the_ceiling_passes_or_noise_crosses() -> None:
     assert next_probe([100, 400], [], ceiling=400) is None
     assert next_probe([300], [200], ceiling=400) is None
-
-
-def test_spread_over_rounds() -> None:
-    spread = Spread.of([10.0, 12.0, 11.0])
-    assert spread is not None
-    assert (spread.median, spread.low, spread.high, spread.n) == (11.0, 10.0, 12.0, 3)
-    assert spread.relative_range == pytest.approx(2 / 11)
-    assert Spread.of([]) is None
-
-
-def test_ratios_pair_rounds_and_skip_missing_ones() -> None:
-    assert paired_ratios([2.0, None, 9.0, 4.0], [1.0, 1.0, 3.0, 0.0]) == [2.0, 3.0]
 
 
 def sweep_table() -> list[Point]:

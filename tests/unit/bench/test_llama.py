@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelroll_bench.llama import QUICK, chat_prompts, checks, median_ratios
+from modelroll_bench.stats import Spread
 
 
 def test_the_prompts_are_distinct_and_the_same_for_a_seed() -> None:
@@ -26,9 +27,9 @@ def test_ratios_are_medians_over_rounds_of_exact_ratios_only() -> None:
         [{"rate_rps": 2.0, "ratio": {"output_tps": ratio(1.3), "ttft_p99_ms": ratio(0.7)}}],
     ]
     [row] = median_ratios(rounds)
-    assert row["output_tps"] == {"median": 1.3, "min": 1.2, "max": 1.4}
-    assert row["ttft_p99_ms"] == {"median": 0.6, "min": 0.5, "max": 0.7}  # the bound left out
-    assert row["e2e_p50_ms"]["median"] is None
+    assert row["output_tps"] == Spread(median=1.3, low=1.2, high=1.4, rounds=3)
+    assert row["ttft_p99_ms"] == Spread(median=0.6, low=0.5, high=0.7, rounds=2)  # no bound
+    assert row["e2e_p50_ms"] is None
 
 
 def test_slots_that_serve_no_more_than_one_miss_the_target() -> None:

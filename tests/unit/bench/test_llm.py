@@ -57,6 +57,7 @@ from modelroll_bench.llm_report import (
     ratios,
 )
 from modelroll_bench.servers import serve_module
+from modelroll_bench.stats import Spread
 from modelroll_devcluster.processes import free_port
 
 
@@ -256,6 +257,11 @@ def test_a_static_batch_starts_where_the_running_count_jumps() -> None:
 # -- the overhead target ----------------------------------------------------------------------
 
 
+def median(found: Spread | None) -> float:
+    assert found is not None
+    return found.median
+
+
 def overhead_row(
     direct: float, sidecar: float, both: float, bare: float = 0.0, bare2: float = 0.0
 ) -> dict[str, Any]:
@@ -297,8 +303,8 @@ def test_added_ttft_is_taken_round_by_round_and_judged_on_the_median() -> None:
     rows = [overhead_row(3.0, 3.4, 3.9), overhead_row(5.0, 5.2, 7.5), overhead_row(4.0, 4.1, 4.8)]
     found = added(rows, "ttft_p50_ms")
     assert set(found) == set(PATHS) - {DIRECT}
-    assert found[GATEWAY] == {"median": 0.9, "min": 0.8, "max": 2.5}
-    assert found[SIDECAR]["median"] == pytest.approx(0.2)
+    assert found[GATEWAY] == Spread(median=0.9, low=0.8, high=2.5, rounds=3)
+    assert found[SIDECAR] == Spread(median=0.2, low=0.1, high=0.4, rounds=3)
     [(target, met, measured)] = checks(overhead_report(rows))
     assert met
     assert "1 ms" in target
@@ -313,10 +319,10 @@ def test_added_ttft_is_taken_round_by_round_and_judged_on_the_median() -> None:
 def test_a_path_without_answers_has_no_added_figure_and_misses_the_target() -> None:
     rows = [overhead_row(3.0, 3.4, 3.9), overhead_row(5.0, 5.2, 7.5)]
     rows[1][GATEWAY]["ttft_p50_ms"] = None  # every stream of that round failed
-    assert added(rows, "ttft_p50_ms")[GATEWAY] == {"median": 0.9, "min": 0.9, "max": 0.9}
+    assert added(rows, "ttft_p50_ms")[GATEWAY] == Spread(median=0.9, low=0.9, high=0.9, rounds=1)
     for row in rows:
         row[GATEWAY]["ttft_p50_ms"] = None
-    assert added(rows, "ttft_p50_ms")[GATEWAY]["median"] is None
+    assert added(rows, "ttft_p50_ms")[GATEWAY] is None
     [(_, met, measured)] = checks(overhead_report(rows, failed=40))
     assert not met
     assert measured.startswith("- ms")
@@ -333,12 +339,12 @@ def test_the_cost_beyond_bare_hops_is_taken_round_by_round_against_as_many_hops(
     ]
     p50 = beyond_bare(rows, "ttft_p50_ms")
     assert set(p50) == {SIDECAR, GATEWAY}
-    assert p50[SIDECAR] == {"median": 0.5, "min": 0.5, "max": 0.5}
-    assert p50[GATEWAY] == {"median": 0.5, "min": 0.5, "max": 1.0}
-    assert beyond_bare(rows, "ttft_p99_ms")[GATEWAY]["median"] == pytest.approx(1.0)
+    assert p50[SIDECAR] == Spread(median=0.5, low=0.5, high=0.5, rounds=3)
+    assert p50[GATEWAY] == Spread(median=0.5, low=0.5, high=1.0, rounds=3)
+    assert median(beyond_bare(rows, "ttft_p99_ms")[GATEWAY]) == pytest.approx(1.0)
     # not the difference of the medians over rounds: added 2.0 (gateway) - 1.0 (two bare hops)
-    assert difference(rows, "ttft_p50_ms", GATEWAY, DIRECT)["median"] == 2.0
-    assert difference(rows, "ttft_p50_ms", BARE2, DIRECT)["median"] == 1.0
+    assert median(difference(rows, "ttft_p50_ms", GATEWAY, DIRECT)) == 2.0
+    assert median(difference(rows, "ttft_p50_ms", BARE2, DIRECT)) == 1.0
     report = overhead_report(rows)
     # the target is judged over direct, whatever the bare hops cost; the floor is shown beside
     [(_, met, measured)] = checks(report)
