@@ -521,7 +521,7 @@ async def run(setup: Setup) -> dict[str, Any]:
             f"{found.per_token.fixed_ms:.2f} ms + {found.per_token.per_ms:.4f} ms.",
             flush=True,
         )
-        argv = [sys.executable, "-m", "modelroll_demo.model", "--port", str(mport)]
+        argv = [sys.executable, "-m", "modelroll_standins.model", "--port", str(mport)]
         argv += [*flags, "--parallel", "1"]
     async with contextlib.AsyncExitStack() as stack:
         model_url = await stack.enter_async_context(serve(argv, mport))

@@ -147,7 +147,9 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
             model_args = ["--port", str(mport), *model_flags]
             sidecar_args = ["--port", str(sport), "--upstream", f"http://127.0.0.1:{mport}"]
             sidecar_args += ["--model", MODEL, "--version", name, "--max-wait-ms", "1"]
-            await stack.enter_async_context(serve_module("modelroll_demo.model", model_args, mport))
+            await stack.enter_async_context(
+                serve_module("modelroll_standins.model", model_args, mport)
+            )
             return await stack.enter_async_context(
                 serve_module("modelroll_sidecar", sidecar_args, sport)
             )

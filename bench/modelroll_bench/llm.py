@@ -265,7 +265,7 @@ async def scheduling(setup: Setup) -> dict[str, Any]:
         for scheduler in SCHEDULERS:
             port = free_port()
             engines[scheduler] = await stack.enter_async_context(
-                serve_module("modelroll_demo.llm", setup.engine.args(scheduler, port), port)
+                serve_module("modelroll_standins.llm", setup.engine.args(scheduler, port), port)
             )
         http = await stack.enter_async_context(aiohttp.ClientSession())
         saturated: dict[str, dict[str, Any]] = {}
@@ -357,7 +357,7 @@ async def overhead(
         engine = await stack.enter_async_context(
             engine_of()
             if engine_of is not None
-            else serve_module("modelroll_demo.llm", cost.args("continuous", eport), eport)
+            else serve_module("modelroll_standins.llm", cost.args("continuous", eport), eport)
         )
         sidecar_args = ["--protocol", "openai", "--upstream", engine.url, "--model", MODEL]
         sidecar_args += ["--version", "v1", "--host", "127.0.0.1", "--port", str(sport)]

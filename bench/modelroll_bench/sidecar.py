@@ -109,7 +109,7 @@ async def batching_comparison(setup: Setup) -> dict[str, Any]:
     mport = free_port()
     model_args = ["--port", str(mport), "--fixed-ms", str(setup.fixed_ms)]
     model_args += ["--per-token-ms", str(setup.per_token_ms), "--parallel", str(setup.parallel)]
-    async with serve_module("modelroll_demo.model", model_args, mport) as model_server:
+    async with serve_module("modelroll_standins.model", model_args, mport) as model_server:
         model = model_server.url
         stats = model + "/v1/stats"
         ports = free_port(), free_port(), free_port()
@@ -182,7 +182,7 @@ async def zero_cost_comparison(setup: Setup, rounds: int) -> dict[str, Any]:
     mport, sport, eport = free_port(), free_port(), free_port()
     model_args = ["--port", str(mport), "--fixed-ms", "0", "--per-token-ms", "0"]
     async with (
-        serve_module("modelroll_demo.model", model_args, mport) as model,
+        serve_module("modelroll_standins.model", model_args, mport) as model,
         serve_module(
             "modelroll_sidecar", sidecar_args(sport, model.url, setup.max_batch, setup), sport
         ) as sidecar,

@@ -176,7 +176,7 @@ async def serve(
 @contextlib.asynccontextmanager
 async def demo_model(cost: CostModel) -> AsyncIterator[str]:
     port = free_port()
-    argv = [sys.executable, "-m", "modelroll_demo.model", "--port", str(port)]
+    argv = [sys.executable, "-m", "modelroll_standins.model", "--port", str(port)]
     argv += ["--fixed-ms", f"{cost.fixed_ms:g}", "--per-token-ms", f"{cost.per_token_ms:g}"]
     argv += ["--parallel", str(cost.parallel)]
     async with serve(argv, port) as url:

@@ -70,7 +70,7 @@ mkdir -p "$out"
 save() {  # image, file: an archive containerd's `ctr images import` takes
   "$docker" save "$1" -o "$out/$2.tar.tmp" && mv "$out/$2.tar.tmp" "$out/$2.tar"
 }
-for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder demo:demo; do  # folder:image
+for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder standins:demo; do  # folder:image
   component=${spec%%:*} name=modelroll-${spec#*:}
   image=$registry/$name:$tag
   echo "Building $image (base $python_image)"

@@ -25,7 +25,7 @@ COMPONENTS = {
     "gateway": ("modelroll-gateway", ()),
     "operator": ("modelroll-operator", ()),
     "models": ("modelroll-encoder", ()),
-    "demo": ("modelroll-demo-model", ("modelroll-demo-llm",)),
+    "standins": ("modelroll-demo-model", ("modelroll-demo-llm",)),
 }
 
 

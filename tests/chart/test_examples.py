@@ -27,12 +27,12 @@ def test_the_managed_examples_use_the_demo_image_make_images_builds(
     directory: str, command: str
 ) -> None:
     """examples/managed/ runs the demo model, examples/llm/ the demo LLM, from the demo image:
-    the name and tag `make images` gives it (hack/images/build.sh: the registry prefix, the demo
-    folder's image, the chart's appVersion), never pulled on a node that has it, and the stable's
-    file says how to get it."""
+    the name and tag `make images` gives it (hack/images/build.sh: the registry prefix, the
+    stand-ins' folder's image, the chart's appVersion), never pulled on a node that has it, and
+    the stable's file says how to get it."""
     build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
     assert "registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}" in build_sh
-    assert " demo:demo;" in build_sh
+    assert " standins:demo;" in build_sh
     built = "ghcr.io/modelroll/modelroll-demo:" + chart_meta()["appVersion"]
     paths = sorted((EXAMPLES / directory).glob("*.yaml"))
     assert len(paths) == 2, paths

@@ -38,8 +38,6 @@ from prometheus_client.registry import Collector
 
 from modelroll_common.calls import SharedHistogram
 from modelroll_common.flags import EnvArgumentParser, env_name
-from modelroll_demo import llm as demo_llm
-from modelroll_demo import model as demo_model
 from modelroll_gateway import cli as gateway_cli
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS, GatewayMetrics
 from modelroll_models import cli as encoder_cli
@@ -48,6 +46,8 @@ from modelroll_operator.analysis.exporter import PHASES, AnalysisMetrics
 from modelroll_operator.plugin import cli as plugin_cli
 from modelroll_sidecar import config as sidecar_config
 from modelroll_sidecar.metrics import SidecarMetrics
+from modelroll_standins import llm as demo_llm
+from modelroll_standins import model as demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"
@@ -66,7 +66,7 @@ LINKED_DOCUMENTS = (
     SIDECAR_README,
     GATEWAY_README,
     OPERATOR_README,
-    ROOT / "demo" / "README.md",
+    ROOT / "standins" / "README.md",
     ROOT / "models" / "README.md",
 )
 ENV_PREFIX = "MODELROLL_"
@@ -163,8 +163,8 @@ class Command:
 
 COMMANDS = (
     Command("modelroll-sidecar", SIDECAR_README, sidecar_parser),
-    Command("modelroll-demo-model", ROOT / "demo" / "README.md", demo_model_parser),
-    Command("modelroll-demo-llm", ROOT / "demo" / "README.md", demo_llm_parser),
+    Command("modelroll-demo-model", ROOT / "standins" / "README.md", demo_model_parser),
+    Command("modelroll-demo-llm", ROOT / "standins" / "README.md", demo_llm_parser),
     Command("modelroll-gateway", GATEWAY_README, gateway_parser),
     Command("modelroll-operator", OPERATOR_README, operator_parser),
     Command("kubectl modelroll", OPERATOR_README, plugin_cli.build_parser),

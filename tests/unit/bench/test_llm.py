@@ -417,7 +417,7 @@ async def test_a_short_run_counts_what_the_demo_engine_counts(scheduler: str) ->
     )
     body = chat_bodies(prompts(40, 8), "chat", max_tokens=12)
     async with (
-        serve_module("modelroll_demo.llm", cost.args(scheduler, port), port) as engine,
+        serve_module("modelroll_standins.llm", cost.args(scheduler, port), port) as engine,
         aiohttp.ClientSession() as http,
     ):
         before = await read_stats(http, engine.url)
@@ -448,7 +448,7 @@ async def test_two_bare_proxies_pass_the_engine_streams_through_unchanged() -> N
     cost = EngineSetup(step_ms=2.0, step_ms_per_seq=0.0, prefill_ms_per_token=0.0, output_mu=1.5)
     body = chat_bodies(prompts(20, 8), "chat", max_tokens=8)
     async with (
-        serve_module("modelroll_demo.llm", cost.args("continuous", eport), eport) as e,
+        serve_module("modelroll_standins.llm", cost.args("continuous", eport), eport) as e,
         bare_proxy(e.url, inner_port) as inner,
         bare_proxy(inner.url, outer_port) as outer,
         aiohttp.ClientSession() as http,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from modelroll_demo.engine import Engine, EngineCost, Failed, Finished, Sequence, Token
+from modelroll_standins.engine import Engine, EngineCost, Failed, Finished, Sequence, Token
 
 # 10 ms an iteration, whatever is in it: token times are multiples of 10 ms.
 FLAT = EngineCost(step_ms=10.0, step_ms_per_seq=0.0, prefill_ms_per_token=0.0)

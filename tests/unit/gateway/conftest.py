@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.calls import CALL_SIZE_HEADER
-from modelroll_demo.llm import DemoLLMConfig, create_demo_llm_app
 from modelroll_gateway import GatewayConfig, create_admin_app, create_app
 from modelroll_gateway.config import parse_networks
+from modelroll_standins.llm import DemoLLMConfig, create_demo_llm_app
 
 
 @dataclass

@@ -13,8 +13,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from modelroll_demo.engine import Engine
-from modelroll_demo.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
+from modelroll_standins.engine import Engine
+from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
 
 from .conftest import RoutesFile, StartGateway, route
 

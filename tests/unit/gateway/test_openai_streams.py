@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.sse import EventScanner
-from modelroll_demo.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
 from modelroll_gateway.app import PROXY_KEY
 from modelroll_gateway.streaming import StreamingForwarder
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
+from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
 
 from ..common.scripted_engines import (
     CHAT_PATH,

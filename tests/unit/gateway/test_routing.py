@@ -10,9 +10,9 @@ import aiohttp
 import pytest
 from pytest_aiohttp import AiohttpServer
 
-from modelroll_demo.model import DemoModelConfig, create_demo_model_app
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
+from modelroll_standins.model import DemoModelConfig, create_demo_model_app
 from tests.conftest import free_port
 
 from .conftest import RoutesFile, StartGateway, StartStandIn, route

@@ -13,15 +13,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from modelroll_demo.model import (
+from modelroll_sidecar.app import SIDECAR, Sidecar, create_app
+from modelroll_sidecar.config import SidecarConfig
+from modelroll_sidecar.cost_model import MIN_BATCHES
+from modelroll_standins.model import (
     DEMO_MODEL,
     DemoModel,
     DemoModelConfig,
     create_demo_model_app,
 )
-from modelroll_sidecar.app import SIDECAR, Sidecar, create_app
-from modelroll_sidecar.config import SidecarConfig
-from modelroll_sidecar.cost_model import MIN_BATCHES
 
 
 @dataclass

@@ -15,8 +15,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from modelroll_demo.engine import Engine
-from modelroll_demo.llm import ENGINE, STATS_EMBED, DemoLLMConfig, create_demo_llm_app
+from modelroll_standins.engine import Engine
+from modelroll_standins.llm import ENGINE, STATS_EMBED, DemoLLMConfig, create_demo_llm_app
 
 from .conftest import RunningSidecar, StartSidecar
 

@@ -12,8 +12,8 @@ import pytest
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.sse import EventScanner
-from modelroll_demo.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
 from modelroll_sidecar.openai_proxy import OpenAIProxy
+from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
 
 from ..common.scripted_engines import (
     CHAT_PATH,
