@@ -1,6 +1,6 @@
 """modelroll operator: ModelVersion weights into the gateway's routes ConfigMap, managed versions
 as Deployments and Services, and the kubectl-modelroll plugin."""
 
-from .settings import OperatorConfig
+from .config import OperatorConfig
 
 __all__ = ["OperatorConfig"]

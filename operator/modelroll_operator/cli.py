@@ -17,8 +17,8 @@ from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # importing it registers the kopf handlers
 from .analysis.access import parse_url
+from .config import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
 from .pod_security import DEFAULT_LEVEL, LEVELS
-from .settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
 from .spec import SpecError, parse_resources
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"

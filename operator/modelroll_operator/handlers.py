@@ -28,9 +28,9 @@ from .analysis.daemon import Canaries
 from .analysis.exporter import AnalysisMetrics, serve
 from .analysis.reader import MetricsReader
 from .api import Api
+from .config import OperatorConfig, configure
 from .httproute import GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES, HTTPRouteInfo
 from .reconcile import TRANSIENT, Reconciler, VersionIndex, WorkloadIndex
-from .settings import OperatorConfig, configure
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .spec import GROUP, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PLURAL, VERSION
 

@@ -22,6 +22,7 @@ import kopf
 from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
 
 from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
+from .config import OperatorConfig
 from .httproute import HTTPRouteInfo, HTTPRoutes, RouteChanged
 from .planes import DataPlane, PlaneKind, Planes
 from .planes.configmap import ConfigMapKind
@@ -30,7 +31,6 @@ from .pod_security import forbidden
 from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
-from .settings import OperatorConfig
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
 from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch

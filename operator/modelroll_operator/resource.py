@@ -46,9 +46,7 @@ class Condition:
         min_length=1,
         max_length=REASON_MAX,
     )
-    message: str = api(
-        "A human-readable explanation of the transition.", max_length=MESSAGE_MAX
-    )
+    message: str = api("A human-readable explanation of the transition.", max_length=MESSAGE_MAX)
     observed_generation: int | None = api(
         "The metadata.generation the condition was set from.",
         default=None,
@@ -80,9 +78,7 @@ class VersionStatus:
         "modelroll.io/model); its acceptance by its parents is the HTTPRouteAccepted condition.",
         default=None,
     )
-    replicas: int | None = api(
-        "Managed mode, pods of the version's Deployment.", default=None
-    )
+    replicas: int | None = api("Managed mode, pods of the version's Deployment.", default=None)
     ready_replicas: int | None = api(
         "Managed mode, ready pods of the version's Deployment.", default=None
     )

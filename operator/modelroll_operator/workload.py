@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from .settings import GRACE_MARGIN_S, OperatorConfig
+from .config import GRACE_MARGIN_S, OperatorConfig
 from .snapshots import VersionInfo
 from .spec import (
     ANNOTATION_SPEC_HASH,

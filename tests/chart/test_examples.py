@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.config import OperatorConfig
 from modelroll_operator.spec import parse_spec
 from modelroll_operator.workload import sidecar_args
 from tests.chart.conftest import EXAMPLES, REPO, Manifest, commented_manifest

@@ -11,7 +11,7 @@ import yaml
 
 from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
-from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE
+from modelroll_operator.config import DEFAULT_SIDECAR_IMAGE
 from tests.chart.conftest import CHART, FULL_VALUES, Helm, one
 from tests.chart.rendering import chart_meta, container_args, operator_args
 

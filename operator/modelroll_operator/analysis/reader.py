@@ -37,12 +37,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from modelroll_common import metric_names as names
 
 from ..api import UNREACHABLE, Api, KubeApiError, core_path
+from ..config import SIDECAR_PORT
 from ..httproute import HTTPRoutes
 from ..planes import DataPlane, MetricsOrigin, Planes
 from ..planes.configmap import ConfigMapKind
 from ..planes.httproute import HTTPRouteKind, listed
 from ..routes_configmap import RoutesConfigMap
-from ..settings import SIDECAR_PORT
 from ..spec import LABEL_MODEL, LABEL_VERSION, BackendRef
 from .access import URL_FLAG, ReadAccess, RefusedSource
 from .machine import Snapshot, Split, Tally, VersionCounts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from modelroll_operator.cli import build_parser, parse_config
-from modelroll_operator.settings import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig
+from modelroll_operator.config import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig
 from tests.unit.common.test_flags import help_entries
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.config import OperatorConfig
 from modelroll_operator.spec import ANNOTATION_SPEC_HASH, SpecError, parse_server
 from modelroll_operator.workload import conflict, deployment_manifest
 

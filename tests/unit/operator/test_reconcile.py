@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 
 from modelroll_operator.api import Api, KubeApiError, core_path
+from modelroll_operator.config import OperatorConfig
 from modelroll_operator.permissions import require
 from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
-from modelroll_operator.settings import OperatorConfig
 from modelroll_operator.snapshots import VersionInfo, WorkloadInfo
 
 from .conftest import version

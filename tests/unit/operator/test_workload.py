@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.config import OperatorConfig
 from modelroll_operator.spec import ANNOTATION_SPEC_HASH, parse_server
 from modelroll_operator.workload import (
     conflict,
