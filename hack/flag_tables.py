@@ -33,8 +33,8 @@ from modelroll_sidecar import config as sidecar_config
 ROOT = Path(__file__).resolve().parents[1]
 
 STAND_INS = {
-    "modelroll-demo-model": ("modelroll_demo.model", "demo/README.md"),
-    "modelroll-demo-llm": ("modelroll_demo.llm", "demo/README.md"),
+    "modelroll-demo-model": ("modelroll_standins.model", "standins/README.md"),
+    "modelroll-demo-llm": ("modelroll_standins.llm", "standins/README.md"),
 }
 """The stand-in model servers: command, the module whose ``parse_args`` builds its parser, and
 the README its table is in."""

@@ -7,7 +7,8 @@ default. Three things follow from the class and cannot drift apart:
 - :func:`schema_of`: the OpenAPI v3 schema the CRD carries (``make generate`` writes it);
 - :func:`decode`: a stored object read into the class, with the declared defaults and bounds
   applied (so an object stored before a default or a bound existed reads as the API server
-  would now default it), and a :class:`FieldError` naming the field at fault;
+  would now default it), its class's ``validate()`` run if it has one (the rules across its
+  fields), and a :class:`FieldError` naming the field at fault;
 - :func:`encode`: an instance written back as the JSON the API server stores.
 
 The Python type of a field gives its JSON type: ``int``, ``float``, ``str``, ``bool``, a
@@ -275,11 +276,13 @@ def decode(cls: type[_D], raw: object, where: str) -> _D:
     if derive is not None:
         values |= derive(raw)
     try:
-        return cls(**values)
-    except FieldError:
-        raise
+        value = cls(**values)
     except (TypeError, ValueError) as exc:
         raise FieldError(f"{where}: {exc}") from None
+    validate = getattr(value, "validate", None)
+    if validate is not None:
+        validate()  # the class's rules across its fields, as the CRD's CEL checks them
+    return value
 
 
 def _read(kind: Any, meta: Api, value: Any, path: str) -> Any:

@@ -3,8 +3,8 @@
 Each class below declares its fields (``schema.api``): ``make generate`` writes the CRD's schema
 of spec (crds/modelversion.yaml) from them, and :func:`parse_spec` reads a stored spec with the
 same defaults and bounds, so an object stored before a default existed reads as the API server
-would now default it. Where the CRD checks a rule in CEL, the class checks it too
-(``__post_init__``), for objects stored before the rule.
+would now default it. Where the CRD checks a rule across fields in CEL, the class checks
+it too (``validate``), for objects stored before the rule.
 """
 
 from __future__ import annotations
@@ -659,7 +659,8 @@ class BackendRef:
     )
     """The Service's port; None for an InferencePool."""
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        """The CRD's rules across fields, for an object stored before them."""
         if (self.kind == "InferencePool") == (self.port is not None):
             raise SpecError(
                 "spec.backendRef.port is required for a Service and not allowed for an "
@@ -835,7 +836,8 @@ class ModelVersionSpec:
         default_factory=SidecarSettings,
     )
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        """The CRD's rules across fields, for an object stored before them."""
         if (self.server is None) == (self.endpoint is None):
             raise SpecError("exactly one of spec.server and spec.endpoint must be set")
         if self.server is not None and self.backend_ref is not None:
