@@ -54,7 +54,7 @@ from statistics import NormalDist
 from typing import Any
 
 from modelroll_common.metric_names import DURATION_BUCKETS, TTFT_BUCKETS
-from modelroll_operator.analysis import machine, statistics
+from modelroll_operator.analysis import counts, machine, phases, statistics
 from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
 from modelroll_operator.analysis.spec import AnalysisSpec, Checks, ErrorCheck, LatencyCheck, Step
 
@@ -368,16 +368,16 @@ def modelroll(spec: AnalysisSpec, traffic: Traffic, calls: bool = True) -> Outco
         now += interval
         canary.add(data.canary)
         baseline.add(data.baseline)
-        gateway = machine.Tally(now, canary.counts(calls), baseline.counts(calls))
-        snapshot = machine.Snapshot(now, {"pod/gateway": gateway})
+        gateway = counts.Tally(now, canary.counts(calls), baseline.counts(calls))
+        snapshot = counts.Snapshot(now, {"pod/gateway": gateway})
         decision = machine.evaluate(spec, decision.state, snapshot, now)
         state = decision.state
-        if state.phase == machine.ROLLED_BACK:
+        if state.phase == phases.ROLLED_BACK:
             why = ",".join(n for n, c in state.checks.items() if c.verdict == statistics.FAIL)
             return Outcome(ROLLED_BACK, now, step, now - step_reached, why or state.reason)
-        if state.phase == machine.PROMOTED:
+        if state.phase == phases.PROMOTED:
             return Outcome(PROMOTED, now, step, now - step_reached)
-        if state.phase == machine.HOLDING:
+        if state.phase == phases.HOLDING:
             return Outcome(HELD, now, step, now - step_reached)
         if state.step != step:
             step, step_reached, in_step = state.step, now, 0
@@ -407,12 +407,12 @@ class _Counters:
             a + b for a, b in zip(self.call_buckets, sample.call_buckets, strict=True)
         ]
 
-    def counts(self, calls: bool = True) -> machine.VersionCounts:
+    def counts(self, calls: bool = True) -> counts.VersionCounts:
         codes = {"200": float(self.ok), "500": float(self.errors)}
         buckets = tuple(_cumulative(self.buckets, self.les))
         if self.streams:
-            return machine.VersionCounts(codes, ttft_buckets=buckets)
-        requests = machine.VersionCounts(codes, buckets=buckets)
+            return counts.VersionCounts(codes, ttft_buckets=buckets)
+        requests = counts.VersionCounts(codes, buckets=buckets)
         if not calls:
             return requests
         return replace(

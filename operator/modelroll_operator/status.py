@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from modelroll_common.routes import ModelRoute
 
-from .analysis import machine
+from .analysis import phases
 from .routing import Acceptance, placement
 
 READY = "Ready"
@@ -61,8 +61,8 @@ RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
 """Every reason of the Routed condition."""
 UNKNOWN_REASON = "Unknown"
 """A canary condition's reason when status.analysis holds no valid one (edited by hand)."""
-ANALYSIS_REASONS = (*machine.PHASES, *machine.REASONS, UNKNOWN_REASON)
-"""Every reason of a canary's conditions: its analysis's phase or reason (analysis/machine.py)."""
+ANALYSIS_REASONS = (*phases.PHASES, *phases.REASONS, UNKNOWN_REASON)
+"""Every reason of a canary's conditions: its analysis's phase or reason (analysis/phases.py)."""
 REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 """metav1.Condition's pattern for a reason, which the CRD has too."""
 REASON_MAX = 1024
@@ -70,15 +70,15 @@ REASON_MAX = 1024
 MESSAGE_MAX = 32768
 """metav1.Condition's maximum length of a message, in characters; longer ones are cut."""
 
-_UNHEALTHY = (machine.CANARY_WORSE, machine.GUARDRAIL, machine.SHADOW_DISAGREES)
+_UNHEALTHY = (phases.CANARY_WORSE, phases.GUARDRAIL, phases.SHADOW_DISAGREES)
 _UNKNOWN_HEALTH = (
-    machine.WARMING_UP,
-    machine.SHADOWING,
-    machine.INSUFFICIENT_DATA,
-    machine.METRICS_UNAVAILABLE,
-    machine.WEIGHTS_NOT_APPLIED,
-    machine.NO_BASELINE,
-    machine.OTHER_CANARY,
+    phases.WARMING_UP,
+    phases.SHADOWING,
+    phases.INSUFFICIENT_DATA,
+    phases.METRICS_UNAVAILABLE,
+    phases.WEIGHTS_NOT_APPLIED,
+    phases.NO_BASELINE,
+    phases.OTHER_CANARY,
 )
 
 
@@ -169,17 +169,17 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
     if phase in (PROMOTED, ROLLED_BACK) and analysis.get("applied") is False:
         # Decided, and saved, but the weights are not written yet: not Promoted (or RolledBack)
         # until they are, so that `kubectl wait --for=condition=Promoted` means it.
-        phase, reason = machine.PROGRESSING, phase
+        phase, reason = phases.PROGRESSING, phase
     elif phase == PROMOTED and analysis.get("routed") is False:
         # Written, but a gateway does not route by them yet: not Promoted until every one does.
-        phase, reason = machine.PROGRESSING, machine.WEIGHTS_NOT_APPLIED
+        phase, reason = phases.PROGRESSING, phases.WEIGHTS_NOT_APPLIED
     phase = phase if valid_reason(phase) else UNKNOWN_REASON
     reason = reason if valid_reason(reason) else phase
-    finished = phase in machine.FINISHED
-    progressing = phase == machine.PROGRESSING
+    finished = phase in phases.FINISHED
+    progressing = phase == phases.PROGRESSING
     if reason in _UNHEALTHY:
         health = "False"
-    elif reason in _UNKNOWN_HEALTH or (reason == machine.INCONCLUSIVE and not finished):
+    elif reason in _UNKNOWN_HEALTH or (reason == phases.INCONCLUSIVE and not finished):
         health = "Unknown"
     else:
         health = "True"

@@ -31,7 +31,7 @@ from modelroll_devcluster.prometheus import (
 from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_operator.analysis import reader
 from modelroll_operator.analysis.access import ReadAccess
-from modelroll_operator.analysis.machine import Split
+from modelroll_operator.analysis.counts import Split
 from modelroll_operator.analysis.reader import MetricsReader
 from modelroll_operator.analysis.spec import MetricsSource, PrometheusSource
 from modelroll_operator.api import Api

@@ -38,10 +38,11 @@ from modelroll_devcluster import MissingBinaryError
 from modelroll_devcluster.chat import ChatLoad
 from modelroll_devcluster.prometheus import Prometheus as PrometheusServer
 from modelroll_devcluster.prometheus import PrometheusError, Series, find_tool, static_job
-from modelroll_operator.analysis import machine, statistics
+from modelroll_operator.analysis import machine, phases, statistics
 from modelroll_operator.analysis.exporter import PREFIX as ANALYSIS_PREFIX
 from modelroll_operator.analysis.exporter import AnalysisMetrics, serve
 from modelroll_operator.analysis.spec import parse_analysis
+from modelroll_operator.analysis.state import AnalysisState, CheckState
 from tests.chart.conftest import CHART, Helm, one
 from tests.conftest import VENV_BIN, Proc, free_port, start_proc, wait_http
 
@@ -277,7 +278,7 @@ def expected_pairs(expr: str) -> set[tuple[str, str]]:
     return chat if is_llm(expr) else chat | {(MODEL, v) for v in VERSIONS}
 
 
-def analysed_state() -> machine.AnalysisState:
+def analysed_state() -> AnalysisState:
     """The canary's analysis as the operator exports it mid-step: both checks judged, their
     ratios known."""
     spec = parse_analysis({"steps": [{"weight": 25}, {"weight": 50}]})
@@ -291,8 +292,8 @@ def analysed_state() -> machine.AnalysisState:
         evidence = statistics.update(
             statistics.new_evidence(), 1.5, statistics.Counts(*canary), statistics.Counts(*baseline)
         )
-        checks[name] = machine.CheckState(evidence, verdict)
-    return replace(state, reason=machine.INSUFFICIENT_DATA, checks=checks)
+        checks[name] = CheckState(evidence, verdict)
+    return replace(state, reason=phases.INSUFFICIENT_DATA, checks=checks)
 
 
 @dataclass

@@ -31,11 +31,12 @@ from ..api import UNREACHABLE, Api, KubeApiError, mv_path
 from ..planes import DataPlane, Planes
 from ..snapshots import ModelKey, VersionInfo, VersionKey
 from ..spec import PREFIX, SpecError
-from . import machine
+from . import machine, phases
 from .exporter import AnalysisMetrics
-from .machine import AnalysisState, Decision
+from .machine import Decision
 from .reader import MetricsReader, MetricsUnavailable
 from .spec import AnalysisSpec, parse_analysis
+from .state import AnalysisState
 
 log = logging.getLogger("modelroll_operator")
 
@@ -51,9 +52,9 @@ traceback) is tried again: soon enough to go on once the cause is gone, seldom e
 the log is not one traceback after another."""
 FINISHED_CHECK_S = 10.0
 """Seconds between two looks at a canary whose analysis is over."""
-PENDING = machine.PENDING
+PENDING = phases.PENDING
 """status.analysis.phase while no analysis can start (no baseline yet, or another canary)."""
-UNDER_WAY = (machine.PROGRESSING, machine.PAUSED, machine.HOLDING)
+UNDER_WAY = (phases.PROGRESSING, phases.PAUSED, phases.HOLDING)
 """The phases of an analysis that holds its model: another canary of the model waits."""
 
 VersionLookup = Callable[[ModelKey], list[VersionInfo]]
@@ -189,13 +190,13 @@ class Canaries:
             if verb == "skip":
                 return machine.skip(spec, state, now)
             return Decision(state)
-        if state.finished or state.phase == machine.PAUSED:
+        if state.finished or state.phase == phases.PAUSED:
             return Decision(state)
         changed = await self._changed_by_hand(info, state)
         if changed:
             return machine.pause(
                 state,
-                machine.MANUAL_WEIGHT,
+                phases.MANUAL_WEIGHT,
                 f"Paused: {changed}, not what the analysis set; `kubectl modelroll analysis "
                 "resume` starts this step again with its weights, `abort` rolls back",
             )
@@ -250,12 +251,12 @@ class Canaries:
                 f"Waiting for the analysis of {other}, another canary of model {info.model}, "
                 "to finish: one canary of a model is analysed at a time"
             )
-            await self._wait(info, machine.OTHER_CANARY, message, digest, current)
+            await self._wait(info, phases.OTHER_CANARY, message, digest, current)
             return float(spec.interval_seconds)
         baseline, why = choose_baseline(versions, info.name, spec.baseline)
         if baseline is None or baseline.spec is None:
             message = f"Waiting for a baseline: {why}"
-            await self._wait(info, machine.NO_BASELINE, message, digest, current)
+            await self._wait(info, phases.NO_BASELINE, message, digest, current)
             return float(spec.interval_seconds)
         self._holders[info.model_key] = info.key
         decision = machine.start(spec, baseline.name, baseline.spec.weight, self.clock(), digest)
@@ -360,16 +361,16 @@ class Canaries:
 def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | None:
     """What the decision did, for modelroll_operator_analysis_decisions_total (None: nothing)."""
     after = decision.state
-    if after.phase == machine.PROMOTED and (before is None or before.phase != machine.PROMOTED):
+    if after.phase == phases.PROMOTED and (before is None or before.phase != phases.PROMOTED):
         return "promote"
-    if after.phase == machine.ROLLED_BACK and (before is None or not before.finished):
+    if after.phase == phases.ROLLED_BACK and (before is None or not before.finished):
         return "rollback"
     if decision.weights is not None:
         return "step"
     if before is not None and after.phase != before.phase:
-        if after.phase == machine.PAUSED:
+        if after.phase == phases.PAUSED:
             return "pause"
-        if after.phase == machine.HOLDING:
+        if after.phase == phases.HOLDING:
             return "hold"
     return None
 
@@ -377,6 +378,6 @@ def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | No
 def _event_reason(state: AnalysisState) -> str:
     if state.finished:
         return state.phase
-    if state.phase in (machine.PAUSED, machine.HOLDING):
+    if state.phase in (phases.PAUSED, phases.HOLDING):
         return state.reason
     return "AnalysisStep"

@@ -39,13 +39,13 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import machine, statistics
-from .machine import AnalysisState
+from . import phases, statistics
+from .state import AnalysisState
 
 PREFIX = "modelroll_operator_analysis_"
-PENDING = machine.PENDING
+PENDING = phases.PENDING
 """daemon.PENDING: the phase while no analysis can start (no baseline yet)."""
-PHASES = machine.PHASES
+PHASES = phases.PHASES
 VERDICTS = (statistics.PASS, statistics.FAIL, statistics.INCONCLUSIVE)
 DECISIONS = ("step", "promote", "rollback", "pause", "hold")
 """What :meth:`AnalysisMetrics.decided` counts: a new step's weights, the promotion, the

@@ -1,94 +1,59 @@
-"""A canary analysis as a pure state machine: what the operator does at each evaluation.
+"""A canary analysis as a pure state machine: the transitions the operator makes at each
+evaluation, and by command (resume, skip, abort).
 
-Everything the analysis knows lives in :class:`AnalysisState`, which the operator keeps in the
-canary's ``status.analysis``: an operator restarted mid-step reads it back and goes on from there.
-Every decision is a function of (spec, state, the counters read now, the time), so the operator,
-the tests and the simulation in ``modelroll-bench analysis`` run the same code.
+Everything the analysis knows lives in :class:`~.state.AnalysisState`, which the operator keeps
+in the canary's ``status.analysis``: an operator restarted mid-step reads it back and goes on
+from there. Every decision is a function of (spec, state, the counters read now, the time), so
+the operator, the tests and the simulation in ``modelroll-bench analysis`` run the same code.
 
 A step: the operator writes its weights (canary ``w``, baseline ``100 - w``, scaled to the
 baseline's weight when that was above 100). The first ``warmupSeconds`` (and ``warmupRequests``
 canary requests) are not judged. Then every interval the deltas of both versions' counters feed
-each check (statistics.py): taken per source (a gateway replica) and summed (:func:`count`), so that
-a replica missing from a reading, restarted or new never passes its history off as one
-interval's counts. A check that fails rolls back at once; the step passes when every check
-passes after ``minSeconds`` and ``minRequests``; at ``maxSeconds`` without a verdict the
-``onInconclusive`` policy applies (Hold: the weights stay, the analysis goes on and says why).
-Those seconds are counted by the evaluations (:data:`CREDIT_INTERVALS`), not read off the wall
-clock. Only requests routed by weight are judged, and a stream that ended badly is an error
-whatever its status line said (:meth:`VersionCounts.judged`).
+each check (statistics.py), as counts.py sums them per source. A check that fails rolls back at
+once; the step passes when every check passes after ``minSeconds`` and ``minRequests``; at
+``maxSeconds`` without a verdict the ``onInconclusive`` policy applies (Hold: the weights stay,
+the analysis goes on and says why). Those seconds are counted by the evaluations
+(:data:`CREDIT_INTERVALS`), not read off the wall clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from . import statistics
+from .counts import Histogram, Interval, Snapshot, Tally, VersionCounts, count
+from .phases import (
+    ABORTED,
+    CANARY_WORSE,
+    GUARDRAIL,
+    HOLDING,
+    INCONCLUSIVE,
+    INSUFFICIENT_DATA,
+    MANUAL_WEIGHT,
+    METRICS_UNAVAILABLE,
+    PAUSED,
+    PROGRESSING,
+    PROMOTED,
+    ROLLED_BACK,
+    SHADOW_DISAGREES,
+    SHADOWING,
+    STEP_PAUSE,
+    WARMING_UP,
+    WEIGHTS_NOT_APPLIED,
+)
 from .spec import (
     LATENCY,
     PROMOTE,
     ROLLBACK,
-    STREAM_ERROR,
     TPOT,
     TTFT,
     AnalysisSpec,
     ErrorCheck,
     LatencyCheck,
 )
-
-_K = TypeVar("_K")
-
-PENDING = "Pending"
-"""The phase while no analysis can start (no baseline yet): daemon.py writes it, not this."""
-PROGRESSING = "Progressing"
-PAUSED = "Paused"
-HOLDING = "Holding"
-PROMOTED = "Promoted"
-ROLLED_BACK = "RolledBack"
-FINISHED = (PROMOTED, ROLLED_BACK)
-PHASES = (PENDING, PROGRESSING, PAUSED, HOLDING, PROMOTED, ROLLED_BACK)
-"""Every ``status.analysis.phase``."""
-
-# Reasons (the AnalysisHealthy condition's, and the phase's)
-WARMING_UP = "WarmingUp"
-INSUFFICIENT_DATA = "InsufficientData"
-INCONCLUSIVE = "Inconclusive"
-HEALTHY = "CanaryHealthy"
-CANARY_WORSE = "CanaryWorse"
-GUARDRAIL = "GuardrailBreached"
-METRICS_UNAVAILABLE = "MetricsUnavailable"
-WEIGHTS_NOT_APPLIED = "WeightsNotApplied"
-SHADOWING = "Shadowing"
-"""Before step 1: the canary is judged on shadow copies alone (spec.analysis.shadow)."""
-SHADOW_DISAGREES = "ShadowDisagrees"
-STEP_PAUSE = "PausedAtStep"
-MANUAL_WEIGHT = "ManualWeightChange"
-ABORTED = "Aborted"
-NO_BASELINE = "NoBaseline"
-OTHER_CANARY = "OtherCanaryAnalysing"
-"""Pending: another canary of the model is being analysed (daemon.py writes it, not this)."""
-REASONS = (
-    WARMING_UP,
-    INSUFFICIENT_DATA,
-    INCONCLUSIVE,
-    HEALTHY,
-    CANARY_WORSE,
-    GUARDRAIL,
-    METRICS_UNAVAILABLE,
-    WEIGHTS_NOT_APPLIED,
-    SHADOWING,
-    SHADOW_DISAGREES,
-    STEP_PAUSE,
-    MANUAL_WEIGHT,
-    ABORTED,
-    NO_BASELINE,
-    OTHER_CANARY,
-    PROMOTED,
-)
-"""Every ``status.analysis.reason``; the canary's conditions take theirs from these and
-:data:`PHASES` (status.py), so each must be a valid metav1.Condition reason."""
+from .state import AnalysisState, CheckState
 
 PROMOTING = "Promoting:"
 """How a promotion's message starts until every gateway routes by it."""
@@ -98,560 +63,12 @@ _DEFAULT_ERRORS = ErrorCheck(max_ratio=1.5)
 """What counts as an error for the guardrail when the spec has no error check."""
 
 
-SOURCE_TTL_S = 300.0
-"""Seconds a source that is not read is remembered (default 300): one back within them counts
-what it counted since its last reading; one gone longer is forgotten, and if it comes back its
-next reading is a first one. Long enough for a gateway pod's restart or a readiness blip, short
-enough that replicas scaled away do not stay in ``status.analysis``."""
 CREDIT_INTERVALS = 2
 """An evaluation adds to a step's time what passed since the last one, at most this many
 intervals (default 2): room for a late tick, while a wall clock that jumps ahead (or an
 operator that was down) cannot skip a step's warm-up, ``minSeconds`` or ``maxSeconds``."""
-MAX_SOURCES = 64
-"""At most this many sources are remembered (the most recently read): a bound on the size of
-``status.analysis``, far above a gateway's replica count."""
-MESSAGE_MAX = 32768
-"""The longest ``status.analysis.message``, in characters: the CRD's maxLength (and
-metav1.Condition's, whose messages the canary's conditions copy). A longer one is cut, so that
-a long reason (many sources not read, say) never gets the status patch refused."""
 NO_SOURCE = "no source had a series of the two versions"
 """Why a reading that found no source at all holds."""
-
-
-STREAM_OUTCOMES_NOT_FAILED = ("completed", "whole", "client_disconnect", "client_stalled")
-"""Stream outcomes (modelroll_gateway_llm_requests_total) that are no failure of the version:
-it answered in full, or the client went away or took nothing. Every other outcome (an error
-event, a stream that broke off or was cut, a version unreachable or silent) is a failure."""
-
-
-@dataclass(frozen=True)
-class VersionCounts:
-    """One version's counters: cumulative, as one source exports them, or the sum of deltas."""
-
-    codes: Mapping[str, float] = field(default_factory=dict)
-    """Requests routed by weight, or by a cohort key within its budget, by status code (the
-    judged ones)."""
-    buckets: tuple[tuple[float, float], ...] = ()
-    """Their latency histogram: cumulative (le, count), ascending, the last le is +Inf."""
-    pinned: Mapping[str, float] = field(default_factory=dict)
-    """Requests pinned to the version by header, or routed by a cohort key past its budget, by
-    status code: never judged."""
-    outcomes: Mapping[str, float] = field(default_factory=dict)
-    """OpenAI requests by how they ended, pinned ones included (the gateway does not tell them
-    apart there): only :meth:`judged` reads them."""
-    calls: Mapping[str, float] = field(default_factory=dict)
-    """The model calls behind the weighted requests, by status code: each request is 1/n of a
-    call that answered n requests together (modelroll_gateway_model_calls_total). After
-    :meth:`judged`, a source that does not export them has one call per request."""
-    call_buckets: tuple[tuple[float, float], ...] = ()
-    """The latency histogram counted the same way (the model_call_duration histogram)."""
-    ttft_buckets: tuple[tuple[float, float], ...] = ()
-    """The weighted generation streams' time to first token, as a cumulative histogram; read
-    only for a spec with a stream check (AnalysisSpec.judges_streams)."""
-    tpot_buckets: tuple[tuple[float, float], ...] = ()
-    """Their time per output token, likewise."""
-    agreement: Mapping[str, float] = field(default_factory=dict)
-    """The canary's shadow copies compared with the baseline's answers: the agreement
-    histogram's ``sum`` and ``count``; read only for a spec with a shadow gate."""
-
-    @property
-    def mean_agreement(self) -> float | None:
-        count = self.agreement.get("count", 0.0)
-        return self.agreement.get("sum", 0.0) / count if count else None
-
-    @property
-    def requests(self) -> float:
-        return sum(self.codes.values())
-
-    def errors(self, check: ErrorCheck) -> float:
-        return sum(n for code, n in self.codes.items() if check.is_error(code))
-
-    @property
-    def call_count(self) -> float:
-        return sum(self.calls.values())
-
-    def bad_calls(self, check: ErrorCheck) -> float:
-        return sum(n for code, n in self.calls.items() if check.is_error(code))
-
-    def _maps(self) -> tuple[Mapping[str, float], ...]:
-        return (self.codes, self.pinned, self.outcomes, self.calls, self.agreement)
-
-    def _histograms(self) -> tuple[tuple[tuple[float, float], ...], ...]:
-        return (self.buckets, self.call_buckets, self.ttft_buckets, self.tpot_buckets)
-
-    def lacks_series_of(self, earlier: VersionCounts) -> bool:
-        """Whether a series (a code, an outcome, a bucket) that ``earlier`` has is missing."""
-        return any(
-            not old.keys() <= new.keys()
-            for new, old in zip(self._maps(), earlier._maps(), strict=True)
-        ) or any(
-            not {le for le, _ in old} <= {le for le, _ in new}
-            for new, old in zip(self._histograms(), earlier._histograms(), strict=True)
-        )
-
-    def went_down_since(self, earlier: VersionCounts) -> bool:
-        """Whether a series is lower than in ``earlier`` (the same source, read before)."""
-        return any(
-            n < old.get(k, n)
-            for new, old in zip(self._maps(), earlier._maps(), strict=True)
-            for k, n in new.items()
-        ) or any(
-            n < dict(old).get(le, n)
-            for new, old in zip(self._histograms(), earlier._histograms(), strict=True)
-            for le, n in new
-        )
-
-    def increase(self, earlier: VersionCounts) -> VersionCounts:
-        """What each series counted since ``earlier`` (the same source, read before), as
-        Prometheus's increase() takes it: the difference; for a series that went down (its
-        process restarted) or that ``earlier`` lacks (created since), its value now."""
-        return VersionCounts(
-            codes=_increases(self.codes, earlier.codes),
-            buckets=_bucket_increases(self.buckets, earlier.buckets),
-            pinned=_increases(self.pinned, earlier.pinned),
-            outcomes=_increases(self.outcomes, earlier.outcomes),
-            calls=_increases(self.calls, earlier.calls),
-            call_buckets=_bucket_increases(self.call_buckets, earlier.call_buckets),
-            ttft_buckets=_bucket_increases(self.ttft_buckets, earlier.ttft_buckets),
-            tpot_buckets=_bucket_increases(self.tpot_buckets, earlier.tpot_buckets),
-            agreement=_increases(self.agreement, earlier.agreement),
-        )
-
-    def judged(self) -> VersionCounts:
-        """One source's deltas as the checks judge them: the weighted requests, with the
-        streams that ended badly under a 200 moved from "200" to STREAM_ERROR.
-
-        The stream outcomes count pinned requests too, and count the streams the gateway
-        answered with a 502 or 504 itself, which ``codes`` has as errors already. So the
-        streams moved are a lower bound: the failed outcomes less the weighted 5xx and every
-        pinned request, at most the 200s. Pinned requests can so hide a stream failure, never
-        make one, and no request is counted twice.
-
-        A stream is a model call of its own (the gateway counts it as one), so the streams moved
-        are moved in ``calls`` too; a source without ``calls`` gets one call per request."""
-        failed = sum(n for o, n in self.outcomes.items() if o not in STREAM_OUTCOMES_NOT_FAILED)
-        server_errors = sum(n for c, n in self.codes.items() if c.startswith("5"))
-        moved = max(0.0, failed - server_errors - sum(self.pinned.values()))
-        return VersionCounts(
-            codes=_moved(self.codes, moved),
-            buckets=self.buckets,
-            calls=_moved(self.calls or self.codes, moved),
-            call_buckets=self.call_buckets or self.buckets,
-            ttft_buckets=self.ttft_buckets,
-            tpot_buckets=self.tpot_buckets,
-            agreement=self.agreement,
-        )
-
-    def plus(self, other: VersionCounts) -> VersionCounts:
-        """Both counts together: two sources' deltas, or two intervals'."""
-        return VersionCounts(
-            codes=_sum(self.codes, other.codes),
-            buckets=_bucket_sum(self.buckets, other.buckets),
-            pinned=_sum(self.pinned, other.pinned),
-            outcomes=_sum(self.outcomes, other.outcomes),
-            calls=_sum(self.calls, other.calls),
-            call_buckets=_bucket_sum(self.call_buckets, other.call_buckets),
-            ttft_buckets=_bucket_sum(self.ttft_buckets, other.ttft_buckets),
-            tpot_buckets=_bucket_sum(self.tpot_buckets, other.tpot_buckets),
-            agreement=_sum(self.agreement, other.agreement),
-        )
-
-    def to_dict(self, calls: bool = True) -> dict[str, Any]:
-        """JSON for the CR status; ``calls=False`` leaves out the model calls.
-
-        Lists, not maps keyed by code: the state is written with JSON merge patches, which
-        would keep keys a new map lacks."""
-        out: dict[str, Any] = {
-            "codes": [{"code": c, "count": _num(n)} for c, n in sorted(self.codes.items())],
-            "buckets": _buckets_out(self.buckets),
-        }
-        # A source's counters only: summed deltas are judged ones, without either.
-        if self.pinned:
-            out["pinned"] = [{"code": c, "count": _num(n)} for c, n in sorted(self.pinned.items())]
-        if self.outcomes:
-            out["outcomes"] = [
-                {"outcome": o, "count": _num(n)} for o, n in sorted(self.outcomes.items())
-            ]
-        if self.calls and calls:
-            out["calls"] = [{"code": c, "count": _num(n)} for c, n in sorted(self.calls.items())]
-        if self.call_buckets and calls:
-            out["callBuckets"] = _buckets_out(self.call_buckets)
-        if self.ttft_buckets:
-            out["ttftBuckets"] = _buckets_out(self.ttft_buckets)
-        if self.tpot_buckets:
-            out["tpotBuckets"] = _buckets_out(self.tpot_buckets)
-        if self.agreement:
-            out["agreement"] = {k: _num(n) for k, n in sorted(self.agreement.items())}
-        return out
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> VersionCounts:
-        codes = {str(c["code"]): float(c["count"]) for c in raw.get("codes") or []}
-        pinned = {str(c["code"]): float(c["count"]) for c in raw.get("pinned") or []}
-        outcomes = {str(o["outcome"]): float(o["count"]) for o in raw.get("outcomes") or []}
-        calls = {str(c["code"]): float(c["count"]) for c in raw.get("calls") or []}
-        return cls(
-            codes=codes,
-            buckets=_buckets_in(raw.get("buckets")),
-            pinned=pinned,
-            outcomes=outcomes,
-            calls=calls,
-            call_buckets=_buckets_in(raw.get("callBuckets")),
-            ttft_buckets=_buckets_in(raw.get("ttftBuckets")),
-            tpot_buckets=_buckets_in(raw.get("tpotBuckets")),
-            agreement={str(k): float(n) for k, n in (raw.get("agreement") or {}).items()},
-        )
-
-
-def _increases(now: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
-    return {k: _increase(n, before.get(k)) for k, n in now.items()}
-
-
-def _sum(a: Mapping[_K, float], b: Mapping[_K, float]) -> dict[_K, float]:
-    out = dict(a)
-    for k, n in b.items():
-        out[k] = out.get(k, 0.0) + n
-    return out
-
-
-_Histogram = tuple[tuple[float, float], ...]
-
-
-def _bucket_increases(now: _Histogram, before: _Histogram) -> _Histogram:
-    earlier = dict(before)
-    return tuple((le, _increase(n, earlier.get(le))) for le, n in now)
-
-
-def _bucket_sum(a: _Histogram, b: _Histogram) -> _Histogram:
-    return tuple(sorted(_sum(dict(a), dict(b)).items()))
-
-
-def _moved(codes: Mapping[str, float], streams: float) -> dict[str, float]:
-    """``codes`` with up to ``streams`` of its 200s moved to STREAM_ERROR (streams that ended
-    badly under a 200)."""
-    ok = codes.get("200", 0.0)
-    moved = min(ok, streams)
-    out = {c: n for c, n in codes.items() if c != STREAM_ERROR}
-    if moved:
-        out["200"] = ok - moved
-        out[STREAM_ERROR] = codes.get(STREAM_ERROR, 0.0) + moved
-    return out
-
-
-def _buckets_out(buckets: _Histogram) -> list[dict[str, Any]]:
-    return [{"le": _le(le), "count": _num(n)} for le, n in buckets]
-
-
-def _buckets_in(raw: Any) -> _Histogram:
-    return tuple((float(b["le"]), float(b["count"])) for b in raw or [])
-
-
-def _increase(now: float, before: float | None) -> float:
-    return now if before is None or now < before else now - before
-
-
-def _num(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
-
-
-def _le(bound: float) -> str:
-    """A bucket's bound as Prometheus writes it (``float()`` reads it back, "+Inf" included)."""
-    return "+Inf" if math.isinf(bound) else repr(bound)
-
-
-EMPTY = VersionCounts()
-
-
-@dataclass(frozen=True)
-class Tally:
-    """Both versions' counters and a time: a source's cumulative counters as read at ``at``,
-    or what the per-source deltas summed to since ``at``."""
-
-    at: float
-    canary: VersionCounts = EMPTY
-    baseline: VersionCounts = EMPTY
-
-    def plus(self, canary: VersionCounts, baseline: VersionCounts) -> Tally:
-        return Tally(self.at, self.canary.plus(canary), self.baseline.plus(baseline))
-
-    def to_dict(self, calls: bool = True) -> dict[str, Any]:
-        return {
-            "at": round(self.at, 3),
-            "canary": self.canary.to_dict(calls),
-            "baseline": self.baseline.to_dict(calls),
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> Tally | None:
-        if not raw:
-            return None
-        return cls(
-            at=float(raw.get("at") or 0.0),
-            canary=VersionCounts.from_dict(raw.get("canary") or {}),
-            baseline=VersionCounts.from_dict(raw.get("baseline") or {}),
-        )
-
-
-@dataclass(frozen=True)
-class Split:
-    """The weights a source routes the canary and its baseline by (None: it routes none)."""
-
-    canary: float | None
-    baseline: float | None
-
-    def __str__(self) -> str:
-        return "/".join("none" if w is None else f"{w:g}" for w in (self.canary, self.baseline))
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One reading of the metrics: each source's cumulative counters, by the source's name (a
-    gateway pod, ``pod/<name>``, or what Prometheus keeps for one), and the weights each routes
-    by (none known: nothing to verify)."""
-
-    at: float
-    sources: Mapping[str, Tally]
-    splits: Mapping[str, Split] = field(default_factory=dict)
-
-    def unapplied(self, canary: int, baseline: int) -> list[str]:
-        """The sources that do not route by the weights ``canary`` and ``baseline``."""
-        wanted = Split(canary, baseline)
-        return [
-            f"{name} routes by {split}" for name, split in self.splits.items() if split != wanted
-        ]
-
-
-@dataclass(frozen=True)
-class Interval:
-    """What the sources counted between two readings, and the sources to compare with next."""
-
-    canary: VersionCounts
-    baseline: VersionCounts
-    sources: Mapping[str, Tally]
-    unread: tuple[str, ...] = ()
-    """Sources of the last reading that this one lacks."""
-    incomplete: tuple[str, ...] = ()
-    """Sources read without a series they had, and with none lower: left for a later reading."""
-
-    def note(self) -> str:
-        """The interval's gaps in words ("" if none)."""
-        notes = [f"gateway {n} not read this interval" for n in self.unread]
-        notes += [f"gateway {n} read without some of its series" for n in self.incomplete]
-        return "; ".join(notes)
-
-
-def count(last: Mapping[str, Tally], snapshot: Snapshot) -> Interval:
-    """The interval from the sources' last readings to ``snapshot``: the sum of each source's
-    own deltas. A source new since then (or in the step) adds nothing: its reading is where its
-    deltas start. A source missing from the snapshot adds nothing now and, back within
-    :data:`SOURCE_TTL_S`, what it counted since its own last reading."""
-    canary, baseline = EMPTY, EMPTY
-    sources: dict[str, Tally] = {}
-    incomplete: list[str] = []
-    for name, now in sorted(snapshot.sources.items()):
-        before = last.get(name)
-        if before is None:
-            sources[name] = now
-            continue
-        restarted = now.canary.went_down_since(before.canary) or now.baseline.went_down_since(
-            before.baseline
-        )
-        partial = now.canary.lacks_series_of(before.canary) or now.baseline.lacks_series_of(
-            before.baseline
-        )
-        if partial and not restarted:
-            # Not a restart (that would take some series lower): a partial answer. The source
-            # waits for a whole reading, so that its series' deltas span the same time.
-            if snapshot.at - before.at > SOURCE_TTL_S:
-                sources[name] = now  # what it lacks is gone for good: start again from here
-            else:
-                sources[name] = before
-                incomplete.append(name)
-            continue
-        canary = canary.plus(now.canary.increase(before.canary).judged())
-        baseline = baseline.plus(now.baseline.increase(before.baseline).judged())
-        sources[name] = now
-    unread = sorted(
-        n for n, t in last.items() if n not in sources and snapshot.at - t.at <= SOURCE_TTL_S
-    )
-    for name in unread:
-        sources[name] = last[name]
-    if len(sources) > MAX_SOURCES:
-        newest = sorted(sources, key=lambda n: sources[n].at, reverse=True)[:MAX_SOURCES]
-        sources = {n: sources[n] for n in sorted(newest)}
-    return Interval(canary, baseline, sources, tuple(unread), tuple(incomplete))
-
-
-@dataclass(frozen=True)
-class CheckState:
-    evidence: statistics.Evidence
-    verdict: str = statistics.INCONCLUSIVE
-    bound: float | None = None
-    """The latency check's bound in seconds (the baseline's quantile), once known."""
-
-    def ratio(self) -> float | None:
-        """The canary's bad-request rate over the baseline's, when both are known."""
-        c, b = self.evidence.canary, self.evidence.baseline
-        if not (c.requests and b.requests and b.bad):
-            return None
-        return (c.bad / c.requests) / (b.bad / b.requests)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "verdict": self.verdict,
-            **self.evidence.to_dict(),
-            "statistic": float(f"{statistics.statistic(self.evidence):.4g}"),
-        }
-        if (ratio := self.ratio()) is not None:
-            out["ratio"] = float(f"{ratio:.4g}")
-        if self.bound is not None:
-            out["boundSeconds"] = self.bound
-        return out
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> CheckState:
-        bound = raw.get("boundSeconds")
-        return cls(
-            evidence=statistics.Evidence.from_dict(raw),
-            verdict=str(raw.get("verdict") or statistics.INCONCLUSIVE),
-            bound=float(bound) if bound is not None else None,
-        )
-
-
-@dataclass(frozen=True)
-class AnalysisState:
-    """Where an analysis is (``status.analysis``)."""
-
-    phase: str
-    step: int
-    """The current step's index (0-based)."""
-    step_started: float
-    """When the operator decided on this step's weights (unix seconds)."""
-    evaluated_at: float
-    """When this step's time was last counted (unix seconds)."""
-    baseline: str
-    baseline_weight: int
-    """The baseline's weight before the analysis: restored on rollback."""
-    canary_weight: int
-    """The weights this analysis last decided on; any others in the spec were set by hand."""
-    baseline_step_weight: int
-    reason: str = WARMING_UP
-    message: str = ""
-    sources: Mapping[str, Tally] = field(default_factory=dict)
-    """Each source's counters at its last reading in this step (the next deltas start there)."""
-    step_counts: Tally | None = None
-    """What the sources counted in this step (warm-up included), since its first reading."""
-    window: Tally | None = None
-    """What the sources counted in the judged intervals, since judging started (None: warming
-    up)."""
-    checks: Mapping[str, CheckState] = field(default_factory=dict)
-    guardrail: statistics.Counts = field(default_factory=lambda: statistics.Counts(0, 0))
-    """The canary's judged requests and errors in this step (for the guardrail)."""
-    spec_hash: str = ""
-    """The hash of the spec.analysis this state belongs to: another one starts anew."""
-    applied: bool = True
-    """Whether the weights above are written (a state is saved before its weights are, so an
-    operator stopped in between writes them on its return instead of taking them for a change
-    made by hand)."""
-    last_command: str = ""
-    """The last command annotation handled (commands carry a nonce: each is done once)."""
-    step_seconds: float = 0.0
-    """Seconds this step has run, as the analysis counts them (:data:`CREDIT_INTERVALS`): the
-    warm-up, ``minSeconds`` and ``maxSeconds`` are measured in these, not on the wall clock."""
-    judging_from: float = 0.0
-    """The ``step_seconds`` at which judging started."""
-    shadowing: bool = False
-    """Before step 1, judged on shadow copies alone (spec.analysis.shadow): ``step`` is 0 and
-    the canary's weight 0 until the gate passes."""
-    routed: bool = True
-    """Whether every gateway read routes by these weights; False from a promotion until they
-    do (a promotion is complete only then)."""
-
-    @property
-    def finished(self) -> bool:
-        """Over: rolled back, or promoted with every gateway routing by the promoted weights."""
-        return self.phase in FINISHED and self.routed
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "phase": self.phase,
-            "step": self.step + 1,  # as users count steps (and kubectl get shows it)
-            "stepStartedAt": round(self.step_started, 3),
-            "evaluatedAt": round(self.evaluated_at, 3),
-            "stepSeconds": round(self.step_seconds, 3),
-            "judgingFromSeconds": round(self.judging_from, 3),
-            "baseline": self.baseline,
-            "baselineWeight": self.baseline_weight,
-            "canaryWeight": self.canary_weight,
-            "baselineStepWeight": self.baseline_step_weight,
-            "reason": self.reason,
-            "message": clip(self.message, MESSAGE_MAX),
-            "checks": [{"name": n, **c.to_dict()} for n, c in sorted(self.checks.items())],
-            "guardrail": {"requests": self.guardrail.requests, "bad": self.guardrail.bad},
-            "specHash": self.spec_hash,
-            "applied": self.applied,
-            "lastCommand": self.last_command,
-            "shadowing": self.shadowing,
-            "routed": self.routed,
-        }
-        out["sources"] = [{"name": n, **t.to_dict()} for n, t in sorted(self.sources.items())]
-        # Every key, null when unset: a merge patch removes what a null names.
-        # A step's sums without their calls: only a source's own readings need them (deltas).
-        out["stepCounts"] = self.step_counts.to_dict(calls=False) if self.step_counts else None
-        out["window"] = self.window.to_dict(calls=False) if self.window else None
-        return out
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> AnalysisState | None:
-        """The state a status holds; None if it holds none (or not one this code can read).
-
-        A state without a ``window`` is warming up: its checks, if any, are dropped, and one
-        without ``sources`` takes its next reading as a first one. A status that holds neither
-        (only summed counters, ``last`` and ``windowStart``) so starts its step's window again.
-        One without ``stepSeconds`` counted time on the wall clock and pinned requests with the
-        others: its step's time starts again from 0, and its sources are dropped.
-        """
-        try:
-            guard = raw.get("guardrail") or {}
-            window = Tally.from_dict(raw.get("window"))
-            counted = raw.get("stepSeconds") is not None
-            sources = {
-                str(s["name"]): Tally.from_dict(s) or Tally(0.0)
-                for s in (raw.get("sources") or [] if counted else [])
-            }
-            started = float(raw["stepStartedAt"])
-            return cls(
-                phase=str(raw["phase"]),
-                step=int(raw["step"]) - 1,
-                step_started=started,
-                evaluated_at=float(raw.get("evaluatedAt") or started),
-                step_seconds=float(raw.get("stepSeconds") or 0.0),
-                judging_from=float(raw.get("judgingFromSeconds") or 0.0),
-                baseline=str(raw["baseline"]),
-                baseline_weight=int(raw["baselineWeight"]),
-                canary_weight=int(raw["canaryWeight"]),
-                baseline_step_weight=int(raw["baselineStepWeight"]),
-                reason=str(raw.get("reason") or ""),
-                message=str(raw.get("message") or ""),
-                sources=sources,
-                step_counts=Tally.from_dict(raw.get("stepCounts")),
-                window=window,
-                checks={
-                    str(c["name"]): CheckState.from_dict(c)
-                    for c in (raw.get("checks") or [] if window else [])
-                },
-                guardrail=statistics.Counts(
-                    int(guard.get("requests", 0)) if window else 0,
-                    int(guard.get("bad", 0)) if window else 0,
-                ),
-                spec_hash=str(raw.get("specHash") or ""),
-                applied=bool(raw.get("applied", True)),
-                last_command=str(raw.get("lastCommand") or ""),
-                shadowing=bool(raw.get("shadowing", False)),
-                routed=bool(raw.get("routed", True)),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
 
 
 @dataclass(frozen=True)
@@ -768,11 +185,6 @@ def _fresh_step(state: AnalysisState, now: float) -> AnalysisState:
         checks={},
         guardrail=statistics.Counts(0, 0),
     )
-
-
-def clip(text: str, limit: int) -> str:
-    """``text``, cut to ``limit`` characters ending in "…" if it is longer."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def rollback(state: AnalysisState, reason: str, why: str) -> Decision:
@@ -1107,14 +519,14 @@ def _slow(counts: VersionCounts, bound: float | None) -> statistics.Counts:
     )
 
 
-_STREAM_HISTOGRAMS: dict[str, Callable[[VersionCounts], _Histogram]] = {
+_STREAM_HISTOGRAMS: dict[str, Callable[[VersionCounts], Histogram]] = {
     TTFT: lambda counts: counts.ttft_buckets,
     TPOT: lambda counts: counts.tpot_buckets,
 }
 """The histogram each stream check judges."""
 
 
-def _slow_streams(buckets: _Histogram, bound: float | None) -> statistics.Counts:
+def _slow_streams(buckets: Histogram, bound: float | None) -> statistics.Counts:
     """An interval's streams (those the histogram counted) and those slower than ``bound``: a
     stream is a model call of its own."""
     total = buckets[-1][1] if buckets else 0.0

@@ -16,7 +16,7 @@ Requests are read by how the gateway chose their version (``routing``): those ro
 and by a cohort key within its budget, are judged (names.JUDGED_ROUTINGS); those pinned by
 header, or routed by a key past its budget, are kept apart; a series without the label (a
 gateway that does not set it) counts as routed by weight. Stream outcomes are read too
-(machine.VersionCounts), and for a spec with a stream check the judged streams' time to first
+(counts.VersionCounts), and for a spec with a stream check the judged streams' time to first
 token and time per output token histograms.
 """
 
@@ -45,7 +45,7 @@ from ..planes.httproute import HTTPRouteKind, listed
 from ..routes_configmap import RoutesConfigMap
 from ..spec import LABEL_MODEL, LABEL_VERSION, BackendRef
 from .access import URL_FLAG, ReadAccess, RefusedSource
-from .machine import Snapshot, Split, Tally, VersionCounts
+from .counts import Snapshot, Split, Tally, VersionCounts
 from .spec import MetricsSource
 
 REQUESTS = names.GATEWAY_REQUESTS

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..analysis.daemon import ANNOTATION_COMMAND
-from ..analysis.machine import FINISHED, PAUSED
+from ..analysis.phases import FINISHED, PAUSED
 from ..api import Api, KubeApiError, mv_path
 from .plans import PluginError
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from modelroll_common.settings import BATCHING_CHOICES
-from modelroll_operator.analysis.machine import MESSAGE_MAX
 from modelroll_operator.analysis.reader import MAX_LABEL, MAX_VALUES
+from modelroll_operator.analysis.state import MESSAGE_MAX
 from modelroll_sidecar.config import SidecarConfig
 
 from .test_machine import Story, spec

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_operator.analysis import reader as reader_module
 from modelroll_operator.analysis.access import ReadAccess
-from modelroll_operator.analysis.machine import Split
+from modelroll_operator.analysis.counts import Split
 from modelroll_operator.analysis.reader import (
     AGREEMENT_FAMILIES,
     FAMILIES,
