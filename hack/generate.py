@@ -1,11 +1,9 @@
 """``make generate``: the files written from modelroll's declarations. ``--check`` (part of
 ``make lint``) writes nothing and fails, naming them, when any would change.
 
-- ``crds/modelversion.yaml``: the CRD, from the declarations of ``modelroll_operator.resource``
-  (the names, printer columns and status), ``modelroll_operator.spec`` and
-  ``modelroll_operator.analysis.spec`` (every field of spec: type, default, bounds, enum, CEL
-  rules and description). status.analysis is edited in the file, and the stream histograms and
-  the shadow agreement of its every counters object are written from :data:`STREAM_HISTOGRAMS`.
+- ``crds/modelversion.yaml``: the CRD, from the declarations (``modelroll_operator.resource``
+  assembles them): every field of spec and status with its type, default, bounds, enum, CEL
+  rules and description.
 - ``charts/modelroll/crds/modelversion.yaml``: the same CRD, which the chart ships.
 - ``charts/modelroll/dashboards/modelroll.json``: the Grafana dashboard the chart ships, from
   ``hack/dashboard.py``.
@@ -47,82 +45,14 @@ CRD_HEADER = """\
 # The ModelVersion CRD: one object per version of a model. The modelroll operator writes every
 # Ready version's weight into the namespace's `modelroll-routes` ConfigMap; the gateway splits
 # traffic by those weights. Written by `make generate` from the declarations in
-# operator/modelroll_operator (resource.py, spec.py, analysis/spec.py), except status.analysis,
-# which is edited here; it writes the Helm chart's copy too.
+# operator/modelroll_operator (resource.py assembles them), with the Helm chart's copy: edit
+# those, not this file.
 """
 CHART_HEADER = """\
 # Written by `make generate` from crds/modelversion.yaml: edit that file, not this one.
 """
 WIDTH = 96
 """Where folded descriptions and CEL rules wrap."""
-
-
-STREAM_HISTOGRAMS = {
-    "ttftBuckets": "modelroll_gateway_llm_time_to_first_token_seconds",
-    "tpotBuckets": "modelroll_gateway_llm_time_per_output_token_seconds",
-}
-"""The histograms of the streams routed by weight that a counters object in status.analysis
-holds while a stream check judges them, by field."""
-
-
-def stream_histogram(metric: str) -> dict[str, Any]:
-    return {
-        "type": "array",
-        "description": f"The streams routed by weight ({metric}): cumulative counts by upper "
-        "bound; only while a stream check judges them.",
-        "maxItems": 100,
-        "items": {
-            "type": "object",
-            "description": "One bucket.",
-            "properties": {
-                "le": {
-                    "type": "string",
-                    "description": "The bucket's upper bound in seconds (+Inf for the last).",
-                    "maxLength": 32,
-                },
-                "count": {"type": "number", "description": "Streams at most this slow."},
-            },
-        },
-    }
-
-
-def agreement() -> dict[str, Any]:
-    """The agreement in each counters object of status.analysis (the canary's, in practice)."""
-    return {
-        "type": "object",
-        "description": "The canary's shadow copies compared with the baseline's answers "
-        "(modelroll_gateway_shadow_agreement): only while a shadow gate judges them.",
-        "properties": {
-            "sum": {"type": "number", "description": "The agreement of the copies, summed."},
-            "count": {"type": "number", "description": "The copies compared."},
-        },
-    }
-
-
-def with_stream_histograms(analysis: dict[str, Any]) -> None:
-    """The stream histograms and the shadow agreement in each counters object of
-    ``status.analysis``."""
-    tallies = [
-        analysis["sources"]["items"],
-        analysis["stepCounts"],
-        analysis["window"],
-    ]
-    for tally in tallies:
-        for arm in ("canary", "baseline"):
-            counters = tally["properties"][arm]["properties"]
-            for field, metric in STREAM_HISTOGRAMS.items():
-                counters[field] = stream_histogram(metric)
-            counters["agreement"] = agreement()
-
-
-def analysis_status() -> dict[str, Any]:
-    """status.analysis's schema: the file's, with the stream histograms and the shadow
-    agreement in each counters object."""
-    (version,) = yaml.safe_load(CRD.read_text())["spec"]["versions"]
-    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    analysis: dict[str, Any] = status["analysis"]
-    with_stream_histograms(analysis["properties"])
-    return analysis
 
 
 class _Dumper(yaml.SafeDumper):
@@ -160,7 +90,7 @@ def dump(doc: dict[str, Any] | list[Any]) -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and what it should hold."""
-    crd = resource.definition(analysis_status())
+    crd = resource.definition()
     body = dump(crd)
     documents = reference.outputs(crd)
     design = documents[reference.DESIGN]

@@ -1,7 +1,7 @@
 """The ModelVersion CRD, assembled from the declarations: the spec's (spec.py and
-analysis/spec.py), the status's (here and in analysis/state.py), the names, printer columns and
-the rules on the whole object. ``make generate`` (hack/generate.py) writes it to
-crds/modelversion.yaml and the chart's copy.
+analysis/spec.py), the status's (here, and analysis/state.py's status.analysis), and here the
+names, printer columns and the rules on the whole object. ``make generate`` (hack/generate.py)
+writes it to crds/modelversion.yaml and the chart's copy.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .analysis import spec as analysis_spec
+from .analysis import state as analysis_state
 from .schema import Json, Rule, api, schema_of
 from .spec import GROUP, KIND, PLURAL, VERSION, ModelVersionSpec
 
@@ -176,14 +177,14 @@ PRINTER_COLUMNS = [
 ]
 
 
-def openapi_schema(analysis_status: Json) -> Json:
-    """The whole object's schema; ``analysis_status`` the schema of status.analysis."""
+def openapi_schema() -> Json:
+    """The whole object's schema."""
     spec = schema_of(ModelVersionSpec, SPEC_DESCRIPTION, "spec")
     spec["properties"]["analysis"] = schema_of(
         analysis_spec.AnalysisSpec, analysis_spec.DESCRIPTION, "spec.analysis"
     )
     status = schema_of(VersionStatus, STATUS_DESCRIPTION, "status")
-    status["properties"]["analysis"] = analysis_status
+    status["properties"]["analysis"] = analysis_state.status_schema()
     return {
         "type": "object",
         "description": DESCRIPTION,
@@ -207,7 +208,7 @@ def openapi_schema(analysis_status: Json) -> Json:
     }
 
 
-def definition(analysis_status: Json) -> dict[str, Any]:
+def definition() -> dict[str, Any]:
     """The CustomResourceDefinition."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -244,7 +245,7 @@ def definition(analysis_status: Json) -> dict[str, Any]:
                         },
                     },
                     "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": openapi_schema(analysis_status)},
+                    "schema": {"openAPIV3Schema": openapi_schema()},
                 }
             ],
         },

@@ -7,8 +7,9 @@ default. Three things follow from the class and cannot drift apart:
 - :func:`schema_of`: the OpenAPI v3 schema the CRD carries (``make generate`` writes it);
 - :func:`decode`: a stored object read into the class, with the declared defaults and bounds
   applied (so an object stored before a default or a bound existed reads as the API server
-  would now default it), its class's ``validate()`` run if it has one (the rules across its
-  fields), and a :class:`FieldError` naming the field at fault;
+  would now default it), the fields its class's ``derive(raw)`` gives taken from there (what
+  an object stored by an earlier version reads as), its ``validate()`` run if it has one (the
+  rules across its fields), and a :class:`FieldError` naming the field at fault;
 - :func:`encode`: an instance written back as the JSON the API server stores.
 
 The Python type of a field gives its JSON type: ``int``, ``float``, ``str``, ``bool``, a
@@ -85,9 +86,29 @@ class Api:
     """Reads the field's JSON value instead of its type (the value, the field's path)."""
     write: Callable[[Any], Any] | None = None
     """Writes the field's value as JSON instead of its type."""
+    stored: Json | None = None
+    """The JSON schema of a field stored in a shape of its own (``read`` and ``write`` convert
+    it), instead of its type's; the field's description and bounds are added to it."""
+    nullable: bool = False
+    """None is written as null (so that a merge patch removes what was there), not left out."""
+    omit_empty: bool = False
+    """An empty value (an empty map, say) is left out when written."""
+    inline: bool = False
+    """A declared class whose fields are stored beside this class's own, not under a key."""
 
     def json_name(self, attr: str) -> str:
         return self.name or _camel(attr)
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A field written for the reader's sake and never read back (a ratio worked out from the
+    stored counts, say): its JSON name, its declaration and how it is worked out (None: left
+    out). A class lists them in ``COMPUTED``."""
+
+    name: str
+    api: Api
+    value: Callable[[Any], Any]
 
 
 def api(
@@ -166,9 +187,21 @@ def _unoptional(kind: Any) -> tuple[Any, bool]:
 
 def schema_of(cls: type, description: str, path: str, **keys: Any) -> Json:
     """The OpenAPI schema of a declared class, as the object at ``path`` so described. Its
-    object-level rules are its ``RULES``."""
-    properties = {f.name: _field_schema(f, f"{path}.{f.name}") for f in fields_of(cls)}
-    required = [f.name for f in fields_of(cls) if not f.has_default]
+    object-level rules are its ``RULES``. A class that only the operator writes, always whole,
+    sets ``WRITTEN_WHOLE``: its schema requires nothing, and reading it says what is missing."""
+    properties: Json = {}
+    for f in fields_of(cls):
+        if f.api.inline:
+            properties |= schema_of(f.type, "", path)["properties"]
+        else:
+            properties[f.name] = _field_schema(f, f"{path}.{f.name}")
+    for c in getattr(cls, "COMPUTED", ()):
+        properties[c.name] = {**c.api.stored, "description": c.api.description} | _bounds(c.api)
+    required = [
+        f.name
+        for f in fields_of(cls)
+        if not (f.has_default or f.api.inline or getattr(cls, "WRITTEN_WHOLE", False))
+    ]
     schema: Json = {"type": "object", "description": description}
     if required:
         schema["required"] = required
@@ -183,14 +216,15 @@ def schema_of(cls: type, description: str, path: str, **keys: Any) -> Json:
 def _field_schema(f: _Field, path: str) -> Json:
     meta = f.api
     rules = meta.rules
-    if _is_class(f.type):
+    if _is_class(f.type) and meta.stored is None:
         schema = schema_of(f.type, meta.description, path)
         head = {k: schema.pop(k) for k in ("type", "description")}
         head |= {"required": schema.pop("required")} if "required" in schema else {}
         schema = head | _bounds(meta) | schema
         rules = tuple(getattr(f.type, "RULES", ())) + rules
     else:
-        schema = {**_type_schema(f.type, meta, path), "description": meta.description}
+        kind = meta.stored if meta.stored is not None else _type_schema(f.type, meta, path)
+        schema = {**kind, "description": meta.description}
         schema = {"type": schema.pop("type"), "description": schema.pop("description"), **schema}
         schema |= _bounds(meta)
     if rules:
@@ -199,7 +233,7 @@ def _field_schema(f: _Field, path: str) -> Json:
 
 
 def _bounds(meta: Api) -> Json:
-    keys: Json = {}
+    keys: Json = {"nullable": True} if meta.nullable else {}
     if meta.schema_default is not _NO:
         keys["default"] = meta.schema_default
     for key, value in (
@@ -263,8 +297,15 @@ def decode(cls: type[_D], raw: object, where: str) -> _D:
     """``raw`` (a stored object) as ``cls``, or FieldError naming the field at fault."""
     if not isinstance(raw, Mapping):
         raise FieldError(f"{where} must be an object")
+    derive = getattr(cls, "derive", None)
+    derived: dict[str, Any] = derive(raw) if derive is not None else {}
     values: dict[str, Any] = {}
     for f in fields_of(cls):
+        if f.attr in derived:
+            continue
+        if f.api.inline:
+            values[f.attr] = decode(f.type, raw, where)
+            continue
         value = raw.get(f.name)
         path = f"{where}.{f.name}"
         if value is None or (f.api.empty_is_none and value == ""):
@@ -272,9 +313,7 @@ def decode(cls: type[_D], raw: object, where: str) -> _D:
                 raise FieldError(f"{path} is required")
             continue  # the dataclass's default
         values[f.attr] = _read(f.type, f.api, value, path)
-    derive = getattr(cls, "derive", None)
-    if derive is not None:
-        values |= derive(raw)
+    values |= derived
     try:
         value = cls(**values)
     except (TypeError, ValueError) as exc:
@@ -354,13 +393,21 @@ def _word(values: tuple[str, ...] | None, value: Any, path: str) -> str:
 
 
 def encode(value: Any) -> Json:
-    """A declared instance as the JSON the API server stores: fields that are None left out."""
+    """A declared instance as the JSON the API server stores: fields that are None left out
+    (or null, if nullable), then its computed fields."""
     out: Json = {}
     for f in fields_of(type(value)):
         item = getattr(value, f.attr)
-        if item is None:
-            continue
-        out[f.name] = f.api.write(item) if f.api.write is not None else _to_json(item)
+        if f.api.inline:
+            out |= encode(item)
+        elif item is None:
+            if f.api.nullable:
+                out[f.name] = None
+        elif not (f.api.omit_empty and not item):
+            out[f.name] = f.api.write(item) if f.api.write is not None else _to_json(item)
+    for c in getattr(type(value), "COMPUTED", ()):
+        if (worked_out := c.value(value)) is not None:
+            out[c.name] = worked_out
     return out
 
 

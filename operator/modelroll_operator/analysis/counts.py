@@ -10,9 +10,12 @@ said (:meth:`VersionCounts.judged`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from ..schema import api
+from . import shapes
+from .shapes import Histogram
 from .spec import STREAM_ERROR, ErrorCheck
 
 _K = TypeVar("_K")
@@ -34,33 +37,94 @@ event, a stream that broke off or was cut, a version unreachable or silent) is a
 
 @dataclass(frozen=True)
 class VersionCounts:
-    """One version's counters: cumulative, as one source exports them, or the sum of deltas."""
+    """One version's counters: cumulative, as one source exports them, or the sum of deltas.
+    Declared as status.analysis stores them (shapes.py)."""
 
-    codes: Mapping[str, float] = field(default_factory=dict)
+    codes: Mapping[str, float] = shapes.counted_field(
+        "Requests by status code (cumulative, as this source exports them).",
+        "code",
+        "The status code, or stream_error (a stream that ended badly under a 200).",
+        "Requests answered with it.",
+    )
     """Requests routed by weight, or by a cohort key within its budget, by status code (the
     judged ones)."""
-    buckets: tuple[tuple[float, float], ...] = ()
+    buckets: Histogram = shapes.histogram_field(
+        "The latency histogram: cumulative counts by upper bound.", "Requests at most this slow."
+    )
     """Their latency histogram: cumulative (le, count), ascending, the last le is +Inf."""
-    pinned: Mapping[str, float] = field(default_factory=dict)
+    pinned: Mapping[str, float] = shapes.counted_field(
+        "Requests pinned to the version by header, by status code (cumulative); never judged.",
+        "code",
+        "The status code.",
+        "Pinned requests answered with it.",
+        omit_empty=True,
+    )
     """Requests pinned to the version by header, or routed by a cohort key past its budget, by
     status code: never judged."""
-    outcomes: Mapping[str, float] = field(default_factory=dict)
+    outcomes: Mapping[str, float] = shapes.counted_field(
+        "OpenAI requests by how they ended (cumulative, pinned ones included).",
+        "outcome",
+        "The outcome (modelroll_gateway_llm_requests_total's label).",
+        "Requests that ended so.",
+        omit_empty=True,
+    )
     """OpenAI requests by how they ended, pinned ones included (the gateway does not tell them
     apart there): only :meth:`judged` reads them."""
-    calls: Mapping[str, float] = field(default_factory=dict)
+    calls: Mapping[str, float] = shapes.counted_field(
+        "The model calls behind the requests, by status code: each request adds 1/n, n the "
+        "requests its model call held (modelroll_gateway_model_calls_total).",
+        "code",
+        "The status code, or stream_error.",
+        "Model calls answered with it.",
+        omit_empty=True,
+    )
     """The model calls behind the weighted requests, by status code: each request is 1/n of a
     call that answered n requests together (modelroll_gateway_model_calls_total). After
     :meth:`judged`, a source that does not export them has one call per request."""
-    call_buckets: tuple[tuple[float, float], ...] = ()
+    call_buckets: Histogram = shapes.histogram_field(
+        "The latency histogram counted per model call "
+        "(modelroll_gateway_model_call_duration_seconds): cumulative by upper bound.",
+        "Model calls at most this slow.",
+        omit_empty=True,
+    )
     """The latency histogram counted the same way (the model_call_duration histogram)."""
-    ttft_buckets: tuple[tuple[float, float], ...] = ()
+    ttft_buckets: Histogram = shapes.histogram_field(
+        "The streams routed by weight (modelroll_gateway_llm_time_to_first_token_seconds): "
+        "cumulative counts by upper bound; only while a stream check judges them.",
+        "Streams at most this slow.",
+        omit_empty=True,
+    )
     """The weighted generation streams' time to first token, as a cumulative histogram; read
     only for a spec with a stream check (AnalysisSpec.judges_streams)."""
-    tpot_buckets: tuple[tuple[float, float], ...] = ()
+    tpot_buckets: Histogram = shapes.histogram_field(
+        "The streams routed by weight (modelroll_gateway_llm_time_per_output_token_seconds): "
+        "cumulative counts by upper bound; only while a stream check judges them.",
+        "Streams at most this slow.",
+        omit_empty=True,
+    )
     """Their time per output token, likewise."""
-    agreement: Mapping[str, float] = field(default_factory=dict)
+    agreement: Mapping[str, float] = api(
+        "The canary's shadow copies compared with the baseline's answers "
+        "(modelroll_gateway_shadow_agreement): only while a shadow gate judges them.",
+        default_factory=dict,
+        stored={
+            "type": "object",
+            "properties": {
+                "sum": {"type": "number", "description": "The agreement of the copies, summed."},
+                "count": {"type": "number", "description": "The copies compared."},
+            },
+        },
+        read=shapes.read_sums,
+        write=shapes.write_sums,
+        omit_empty=True,
+    )
     """The canary's shadow copies compared with the baseline's answers: the agreement
     histogram's ``sum`` and ``count``; read only for a spec with a shadow gate."""
+
+    def without_calls(self) -> VersionCounts:
+        """These counts but the model calls (a step's sums keep none: only a source's own
+        readings need them, for their deltas)."""
+        return replace(self, calls={}, call_buckets=())
 
     @property
     def mean_agreement(self) -> float | None:
@@ -176,9 +240,6 @@ def _sum(a: Mapping[_K, float], b: Mapping[_K, float]) -> dict[_K, float]:
     return out
 
 
-Histogram = tuple[tuple[float, float], ...]
-
-
 def _bucket_increases(now: Histogram, before: Histogram) -> Histogram:
     earlier = dict(before)
     return tuple((le, _increase(n, earlier.get(le))) for le, n in now)
@@ -212,12 +273,20 @@ class Tally:
     """Both versions' counters and a time: a source's cumulative counters as read at ``at``,
     or what the per-source deltas summed to since ``at``."""
 
-    at: float
-    canary: VersionCounts = EMPTY
-    baseline: VersionCounts = EMPTY
+    at: float = api(
+        "When these counts were taken (unix seconds): a source's last reading; for stepCounts "
+        "the step's first reading, for window when judging started.",
+        default=0.0,
+        write=shapes.seconds,
+    )
+    canary: VersionCounts = api("The canary's counters.", default=EMPTY)
+    baseline: VersionCounts = api("The baseline's counters.", default=EMPTY)
 
     def plus(self, canary: VersionCounts, baseline: VersionCounts) -> Tally:
         return Tally(self.at, self.canary.plus(canary), self.baseline.plus(baseline))
+
+    def without_calls(self) -> Tally:
+        return Tally(self.at, self.canary.without_calls(), self.baseline.without_calls())
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from . import statistics
-from .counts import Histogram, Interval, Snapshot, Tally, VersionCounts, count
+from .counts import Interval, Snapshot, Tally, VersionCounts, count
 from .phases import (
     ABORTED,
     CANARY_WORSE,
@@ -43,6 +43,7 @@ from .phases import (
     WARMING_UP,
     WEIGHTS_NOT_APPLIED,
 )
+from .shapes import Histogram
 from .spec import (
     LATENCY,
     PROMOTE,

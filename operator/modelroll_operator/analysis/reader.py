@@ -46,6 +46,7 @@ from ..routes_configmap import RoutesConfigMap
 from ..spec import LABEL_MODEL, LABEL_VERSION, BackendRef
 from .access import URL_FLAG, ReadAccess, RefusedSource
 from .counts import Snapshot, Split, Tally, VersionCounts
+from .shapes import MAX_LABEL, MAX_VALUES
 from .spec import MetricsSource
 
 REQUESTS = names.GATEWAY_REQUESTS
@@ -70,12 +71,6 @@ MAX_ANSWER_BYTES = 16 << 20
 """The most bytes read of one answer (a /metrics, a Prometheus query's): a gateway serving
 thousands of models exports a few MiB; a larger answer is a read error, not a reason to grow
 the operator."""
-MAX_VALUES = 100
-"""The most status codes, buckets or outcomes of one family and one version read from one
-source: the CRD's bound on each list of ``status.analysis.sources`` (a gateway exports a few
-dozen). More is a bad answer, rather than a status the API server refuses whole."""
-MAX_LABEL = {"code": 16, "outcome": 64}
-"""The longest status code and stream outcome ``status.analysis.sources`` holds (the CRD's)."""
 FIELD = "spec.analysis.metrics"
 SOURCE_LABEL = re.compile(r"[A-Za-z0-9._:\[\]-]{0,253}")
 """What a Prometheus series' ``pod`` or ``instance`` label may hold to name a source in the

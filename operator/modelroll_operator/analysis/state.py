@@ -1,16 +1,20 @@
 """The state of a canary analysis, as the operator keeps it in the canary's ``status.analysis``
-(:class:`AnalysisState`), and its serialization: an operator restarted mid-step reads it back and
-goes on from there."""
+(:class:`AnalysisState`): an operator restarted mid-step reads it back and goes on from there.
+
+Its fields are declared (``..schema.api``): ``make generate`` writes the CRD's schema of
+status.analysis from them, and :meth:`AnalysisState.to_dict` and :meth:`AnalysisState.from_dict`
+are the declaration's writing and reading.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from . import statistics
-from .counts import Histogram, Tally, VersionCounts
+from ..schema import Api, Computed, FieldError, Json, api, decode, encode, schema_of
+from . import shapes, statistics
+from .counts import Tally
 from .phases import FINISHED, WARMING_UP
 
 MESSAGE_MAX = 32768
@@ -18,12 +22,78 @@ MESSAGE_MAX = 32768
 metav1.Condition's, whose messages the canary's conditions copy). A longer one is cut, so that
 a long reason (many sources not read, say) never gets the status patch refused."""
 
+DESCRIPTION = (
+    "A canary's analysis (spec.analysis), written by the operator; an operator restarted "
+    "mid-analysis resumes from it. See docs/analysis.md."
+)
+"""What ``kubectl explain`` says of status.analysis."""
+
+_T = TypeVar("_T")
+
+
+def _named(cls: type, description: str, name: str, name_max: int) -> Json:
+    """The schema of a map of ``cls`` stored as a list of objects, each with its ``name``."""
+    item = schema_of(cls, description, "")
+    item["properties"] = {
+        "name": {"type": "string", "description": name, "maxLength": name_max},
+        **item["properties"],
+    }
+    return {"type": "array", "items": item}
+
+
+def _write_named(items: Mapping[str, Any]) -> list[Json]:
+    return [{"name": name, **encode(value)} for name, value in sorted(items.items())]
+
+
+def _read_named(cls: type[_T]) -> Callable[[Any, str], dict[str, _T]]:
+    def read(raw: Any, where: str) -> dict[str, _T]:
+        if not isinstance(raw, list):
+            raise FieldError(f"{where} must be a list")
+        return {
+            str(item.get("name")): decode(cls, item, f"{where}[{i}]")
+            for i, item in enumerate(raw)
+            if isinstance(item, Mapping)
+        }
+
+    return read
+
+
+def _ratio(check: CheckState) -> float | None:
+    ratio = check.ratio()
+    return float(f"{ratio:.4g}") if ratio is not None else None
+
 
 @dataclass(frozen=True)
 class CheckState:
-    evidence: statistics.Evidence
-    verdict: str = statistics.INCONCLUSIVE
-    bound: float | None = None
+    """One check's evidence in this step."""
+
+    COMPUTED = (
+        Computed(
+            "statistic",
+            Api(
+                "The mixture likelihood ratio: the canary fails when it reaches 1/alpha.",
+                stored={"type": "number"},
+            ),
+            lambda check: float(f"{statistics.statistic(check.evidence):.4g}"),
+        ),
+        Computed(
+            "ratio",
+            Api("The canary's bad-request rate over the baseline's.", stored={"type": "number"}),
+            _ratio,
+        ),
+    )
+
+    evidence: statistics.Evidence = api("", inline=True)
+    verdict: str = api(
+        "Pass, Fail or Inconclusive (the minimums of the step aside).",
+        default=statistics.INCONCLUSIVE,
+        max_length=32,
+    )
+    bound: float | None = api(
+        "The latency check's bound: the baseline's quantile, in seconds.",
+        default=None,
+        name="boundSeconds",
+    )
     """The latency check's bound in seconds (the baseline's quantile), once known."""
 
     def ratio(self) -> float | None:
@@ -33,74 +103,164 @@ class CheckState:
             return None
         return (c.bad / c.requests) / (b.bad / b.requests)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "verdict": self.verdict,
-            **self.evidence.to_dict(),
-            "statistic": float(f"{statistics.statistic(self.evidence):.4g}"),
-        }
-        if (ratio := self.ratio()) is not None:
-            out["ratio"] = float(f"{ratio:.4g}")
-        if self.bound is not None:
-            out["boundSeconds"] = self.bound
-        return out
 
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> CheckState:
-        bound = raw.get("boundSeconds")
-        return cls(
-            evidence=statistics.Evidence.from_dict(raw),
-            verdict=str(raw.get("verdict") or statistics.INCONCLUSIVE),
-            bound=float(bound) if bound is not None else None,
-        )
+def _judged_tally(description: str) -> Any:
+    """A declared sum of a step's deltas, null when there is none; written without the model
+    calls (only a source's own readings need them, for their deltas)."""
+    return api(
+        description,
+        default=None,
+        nullable=True,
+        read=lambda raw, where: decode(Tally, raw, where) if raw else None,
+        write=lambda tally: encode(tally.without_calls()),
+    )
 
 
 @dataclass(frozen=True)
 class AnalysisState:
     """Where an analysis is (``status.analysis``)."""
 
-    phase: str
-    step: int
+    WRITTEN_WHOLE = True
+
+    phase: str = api(
+        "Pending (no baseline yet), Progressing, Paused, Holding, Promoted or RolledBack.",
+        max_length=32,
+    )
+    step: int = api(
+        "The current step, 1-based.",
+        read=lambda raw, where: int(raw) - 1,
+        write=lambda step: step + 1,  # as users count steps (and kubectl get shows it)
+    )
     """The current step's index (0-based)."""
-    step_started: float
+    step_started: float = api(
+        "When the current step's weights were decided (unix seconds).",
+        name="stepStartedAt",
+        write=shapes.seconds,
+    )
     """When the operator decided on this step's weights (unix seconds)."""
-    evaluated_at: float
+    evaluated_at: float = api(
+        "When the step's time was last counted (unix seconds).", write=shapes.seconds
+    )
     """When this step's time was last counted (unix seconds)."""
-    baseline: str
-    baseline_weight: int
+    baseline: str = api("The version the canary is compared with.", max_length=253)
+    baseline_weight: int = api("The baseline's weight before the analysis (restored on rollback).")
     """The baseline's weight before the analysis: restored on rollback."""
-    canary_weight: int
+    canary_weight: int = api("The canary's weight the analysis set last.")
     """The weights this analysis last decided on; any others in the spec were set by hand."""
-    baseline_step_weight: int
-    reason: str = WARMING_UP
-    message: str = ""
-    sources: Mapping[str, Tally] = field(default_factory=dict)
+    baseline_step_weight: int = api("The baseline's weight the analysis set last.")
+    reason: str = api(
+        "Why the analysis is where it is: WarmingUp, InsufficientData, Inconclusive, "
+        "CanaryHealthy, CanaryWorse, GuardrailBreached, MetricsUnavailable, PausedAtStep, "
+        "ManualWeightChange, Aborted, NoBaseline, OtherCanaryAnalysing, Promoted.",
+        default=WARMING_UP,
+        max_length=64,
+    )
+    message: str = api(
+        "The same in words, with the evidence (a longer one is cut to this field's bound). Of "
+        "a metrics source's answer it says what was wrong and where, never what the answer "
+        "held.",
+        default="",
+        max_length=MESSAGE_MAX,
+        write=lambda message: clip(message, MESSAGE_MAX),
+    )
+    sources: Mapping[str, Tally] = api(
+        "Each source's counters (a gateway replica's) at its last reading in this step, where "
+        "its next deltas start; a source not read for 5 minutes is dropped (docs/analysis.md, "
+        "Counters per gateway replica).",
+        default_factory=dict,
+        max_items=64,
+        stored=_named(
+            Tally,
+            "One source's last reading.",
+            "The source, a gateway pod (pod/<name>), a Prometheus scrape target "
+            "(instance/<host:port>) or a fixed /metrics URL.",
+            512,
+        ),
+        read=_read_named(Tally),
+        write=_write_named,
+    )
     """Each source's counters at its last reading in this step (the next deltas start there)."""
-    step_counts: Tally | None = None
+    step_counts: Tally | None = _judged_tally(
+        "What the gateway's replicas counted in this step (warm-up included) since its first "
+        "reading, the sum of each replica's deltas."
+    )
     """What the sources counted in this step (warm-up included), since its first reading."""
-    window: Tally | None = None
+    window: Tally | None = _judged_tally(
+        "What the gateway's replicas counted in the judged intervals of this step (null while "
+        "warming up)."
+    )
     """What the sources counted in the judged intervals, since judging started (None: warming
     up)."""
-    checks: Mapping[str, CheckState] = field(default_factory=dict)
-    guardrail: statistics.Counts = field(default_factory=lambda: statistics.Counts(0, 0))
+    checks: Mapping[str, CheckState] = api(
+        "Per comparison check: counts per arm, the ratio, the test statistic, the verdict.",
+        default_factory=dict,
+        max_items=8,
+        stored=_named(
+            CheckState,
+            "One check's evidence in this step.",
+            "The check's key in spec.analysis.checks: errors, latency, timeToFirstToken or "
+            "timePerOutputToken.",
+            32,
+        ),
+        read=_read_named(CheckState),
+        write=_write_named,
+    )
+    guardrail: statistics.Counts = api(
+        "The canary's judged requests and errors in this step.",
+        default_factory=lambda: statistics.Counts(0, 0),
+        stored=statistics.REQUESTS_SCHEMA,
+        read=lambda raw, where: statistics.Counts(
+            int(raw.get("requests", 0)), int(raw.get("bad", 0))
+        ),
+        write=lambda counts: {"requests": counts.requests, "bad": counts.bad},
+    )
     """The canary's judged requests and errors in this step (for the guardrail)."""
-    spec_hash: str = ""
+    spec_hash: str = api(
+        "Which spec.analysis this state belongs to; another one starts a new analysis.",
+        default="",
+        max_length=64,
+    )
     """The hash of the spec.analysis this state belongs to: another one starts anew."""
-    applied: bool = True
+    applied: bool = api(
+        "Whether those weights are written (false only between saving a step and writing its "
+        "weights).",
+        default=True,
+    )
     """Whether the weights above are written (a state is saved before its weights are, so an
     operator stopped in between writes them on its return instead of taking them for a change
     made by hand)."""
-    last_command: str = ""
+    last_command: str = api(
+        "The last modelroll.io/analysis-command handled.", default="", max_length=128
+    )
     """The last command annotation handled (commands carry a nonce: each is done once)."""
-    step_seconds: float = 0.0
+    step_seconds: float = api(
+        "Seconds the current step has run, as the analysis counts them (each evaluation adds "
+        "the time since the last, at most two intervals); warmupSeconds, minSeconds and "
+        "maxSeconds are measured in these.",
+        default=0.0,
+        write=shapes.seconds,
+    )
     """Seconds this step has run, as the analysis counts them (:data:`CREDIT_INTERVALS`): the
     warm-up, ``minSeconds`` and ``maxSeconds`` are measured in these, not on the wall clock."""
-    judging_from: float = 0.0
+    judging_from: float = api(
+        "The stepSeconds at which judging started.",
+        default=0.0,
+        name="judgingFromSeconds",
+        write=shapes.seconds,
+    )
     """The ``step_seconds`` at which judging started."""
-    shadowing: bool = False
+    shadowing: bool = api(
+        "Whether the canary is still judged on shadow copies alone, before step 1 "
+        "(spec.analysis.shadow).",
+        default=False,
+    )
     """Before step 1, judged on shadow copies alone (spec.analysis.shadow): ``step`` is 0 and
     the canary's weight 0 until the gate passes."""
-    routed: bool = True
+    routed: bool = api(
+        "Whether every gateway read routes by these weights: false from a promotion until they "
+        "do (the Promoted condition turns True only then).",
+        default=True,
+    )
     """Whether every gateway read routes by these weights; False from a promotion until they
     do (a promotion is complete only then)."""
 
@@ -109,40 +269,9 @@ class AnalysisState:
         """Over: rolled back, or promoted with every gateway routing by the promoted weights."""
         return self.phase in FINISHED and self.routed
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "phase": self.phase,
-            "step": self.step + 1,  # as users count steps (and kubectl get shows it)
-            "stepStartedAt": round(self.step_started, 3),
-            "evaluatedAt": round(self.evaluated_at, 3),
-            "stepSeconds": round(self.step_seconds, 3),
-            "judgingFromSeconds": round(self.judging_from, 3),
-            "baseline": self.baseline,
-            "baselineWeight": self.baseline_weight,
-            "canaryWeight": self.canary_weight,
-            "baselineStepWeight": self.baseline_step_weight,
-            "reason": self.reason,
-            "message": clip(self.message, MESSAGE_MAX),
-            "checks": [{"name": n, **c.to_dict()} for n, c in sorted(self.checks.items())],
-            "guardrail": {"requests": self.guardrail.requests, "bad": self.guardrail.bad},
-            "specHash": self.spec_hash,
-            "applied": self.applied,
-            "lastCommand": self.last_command,
-            "shadowing": self.shadowing,
-            "routed": self.routed,
-        }
-        out["sources"] = [{"name": n, **_tally_to_dict(t)} for n, t in sorted(self.sources.items())]
-        # Every key, null when unset: a merge patch removes what a null names.
-        # A step's sums without their calls: only a source's own readings need them (deltas).
-        out["stepCounts"] = (
-            _tally_to_dict(self.step_counts, calls=False) if self.step_counts else None
-        )
-        out["window"] = _tally_to_dict(self.window, calls=False) if self.window else None
-        return out
-
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> AnalysisState | None:
-        """The state a status holds; None if it holds none (or not one this code can read).
+    def derive(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """What reading a status written by an earlier operator changes.
 
         A state without a ``window`` is warming up: its checks, if any, are dropped, and one
         without ``sources`` takes its next reading as a first one. A status that holds neither
@@ -150,46 +279,25 @@ class AnalysisState:
         One without ``stepSeconds`` counted time on the wall clock and pinned requests with the
         others: its step's time starts again from 0, and its sources are dropped.
         """
+        derived: dict[str, Any] = {}
+        if not raw.get("window"):
+            derived |= {"checks": {}, "guardrail": statistics.Counts(0, 0)}
+        if raw.get("stepSeconds") is None:
+            derived["sources"] = {}
+        if raw.get("evaluatedAt") is None:
+            derived["evaluated_at"] = raw.get("stepStartedAt")
+        return derived
+
+    def to_dict(self) -> Json:
+        """The state as status.analysis holds it."""
+        return encode(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> AnalysisState | None:
+        """The state a status holds; None if it holds none (or not one this code can read)."""
         try:
-            guard = raw.get("guardrail") or {}
-            window = _tally_from_dict(raw.get("window"))
-            counted = raw.get("stepSeconds") is not None
-            sources = {
-                str(s["name"]): _tally_from_dict(s) or Tally(0.0)
-                for s in (raw.get("sources") or [] if counted else [])
-            }
-            started = float(raw["stepStartedAt"])
-            return cls(
-                phase=str(raw["phase"]),
-                step=int(raw["step"]) - 1,
-                step_started=started,
-                evaluated_at=float(raw.get("evaluatedAt") or started),
-                step_seconds=float(raw.get("stepSeconds") or 0.0),
-                judging_from=float(raw.get("judgingFromSeconds") or 0.0),
-                baseline=str(raw["baseline"]),
-                baseline_weight=int(raw["baselineWeight"]),
-                canary_weight=int(raw["canaryWeight"]),
-                baseline_step_weight=int(raw["baselineStepWeight"]),
-                reason=str(raw.get("reason") or ""),
-                message=str(raw.get("message") or ""),
-                sources=sources,
-                step_counts=_tally_from_dict(raw.get("stepCounts")),
-                window=window,
-                checks={
-                    str(c["name"]): CheckState.from_dict(c)
-                    for c in (raw.get("checks") or [] if window else [])
-                },
-                guardrail=statistics.Counts(
-                    int(guard.get("requests", 0)) if window else 0,
-                    int(guard.get("bad", 0)) if window else 0,
-                ),
-                spec_hash=str(raw.get("specHash") or ""),
-                applied=bool(raw.get("applied", True)),
-                last_command=str(raw.get("lastCommand") or ""),
-                shadowing=bool(raw.get("shadowing", False)),
-                routed=bool(raw.get("routed", True)),
-            )
-        except (KeyError, TypeError, ValueError):
+            return decode(cls, raw, "status.analysis")
+        except (FieldError, TypeError, ValueError, AttributeError):
             return None
 
 
@@ -198,84 +306,6 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def counts_to_dict(counts: VersionCounts, calls: bool = True) -> dict[str, Any]:
-    """A version's counters as the CR status holds them; ``calls=False`` leaves out the model
-    calls.
-
-    Lists, not maps keyed by code: the state is written with JSON merge patches, which
-    would keep keys a new map lacks."""
-    out: dict[str, Any] = {
-        "codes": [{"code": c, "count": _num(n)} for c, n in sorted(counts.codes.items())],
-        "buckets": _buckets_out(counts.buckets),
-    }
-    # A source's counters only: summed deltas are judged ones, without either.
-    if counts.pinned:
-        out["pinned"] = [{"code": c, "count": _num(n)} for c, n in sorted(counts.pinned.items())]
-    if counts.outcomes:
-        out["outcomes"] = [
-            {"outcome": o, "count": _num(n)} for o, n in sorted(counts.outcomes.items())
-        ]
-    if counts.calls and calls:
-        out["calls"] = [{"code": c, "count": _num(n)} for c, n in sorted(counts.calls.items())]
-    if counts.call_buckets and calls:
-        out["callBuckets"] = _buckets_out(counts.call_buckets)
-    if counts.ttft_buckets:
-        out["ttftBuckets"] = _buckets_out(counts.ttft_buckets)
-    if counts.tpot_buckets:
-        out["tpotBuckets"] = _buckets_out(counts.tpot_buckets)
-    if counts.agreement:
-        out["agreement"] = {k: _num(n) for k, n in sorted(counts.agreement.items())}
-    return out
-
-
-def _counts_from_dict(raw: Mapping[str, Any]) -> VersionCounts:
-    codes = {str(c["code"]): float(c["count"]) for c in raw.get("codes") or []}
-    pinned = {str(c["code"]): float(c["count"]) for c in raw.get("pinned") or []}
-    outcomes = {str(o["outcome"]): float(o["count"]) for o in raw.get("outcomes") or []}
-    calls = {str(c["code"]): float(c["count"]) for c in raw.get("calls") or []}
-    return VersionCounts(
-        codes=codes,
-        buckets=_buckets_in(raw.get("buckets")),
-        pinned=pinned,
-        outcomes=outcomes,
-        calls=calls,
-        call_buckets=_buckets_in(raw.get("callBuckets")),
-        ttft_buckets=_buckets_in(raw.get("ttftBuckets")),
-        tpot_buckets=_buckets_in(raw.get("tpotBuckets")),
-        agreement={str(k): float(n) for k, n in (raw.get("agreement") or {}).items()},
-    )
-
-
-def _tally_to_dict(tally: Tally, calls: bool = True) -> dict[str, Any]:
-    return {
-        "at": round(tally.at, 3),
-        "canary": counts_to_dict(tally.canary, calls),
-        "baseline": counts_to_dict(tally.baseline, calls),
-    }
-
-
-def _tally_from_dict(raw: Mapping[str, Any] | None) -> Tally | None:
-    if not raw:
-        return None
-    return Tally(
-        at=float(raw.get("at") or 0.0),
-        canary=_counts_from_dict(raw.get("canary") or {}),
-        baseline=_counts_from_dict(raw.get("baseline") or {}),
-    )
-
-
-def _buckets_out(buckets: Histogram) -> list[dict[str, Any]]:
-    return [{"le": _le(le), "count": _num(n)} for le, n in buckets]
-
-
-def _buckets_in(raw: Any) -> Histogram:
-    return tuple((float(b["le"]), float(b["count"])) for b in raw or [])
-
-
-def _num(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
-
-
-def _le(bound: float) -> str:
-    """A bucket's bound as Prometheus writes it (``float()`` reads it back, "+Inf" included)."""
-    return "+Inf" if math.isinf(bound) else repr(bound)
+def status_schema() -> Json:
+    """The schema of status.analysis."""
+    return schema_of(AnalysisState, DESCRIPTION, "status.analysis")

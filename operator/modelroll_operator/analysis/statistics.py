@@ -56,7 +56,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from ..schema import Json, api
 
 FAIL = "Fail"
 PASS = "Pass"  # noqa: S105 (a verdict, not a password)
@@ -96,57 +97,38 @@ class Counts:
         return n, min(bad, n)
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """What a check has judged so far in a step."""
-
-    canary: Counts
-    """Requests and bad requests judged so far in this step (the sum of the interval deltas)."""
-    baseline: Counts
-    log_lr: tuple[float, ...]
-    """The log likelihood ratio of each alternative of :data:`MULTIPLIERS`, in order."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON for the CR status: camelCase keys, floats to 6 significant digits."""
-        return {
-            "canary": _counts_dict(self.canary),
-            "baseline": _counts_dict(self.baseline),
-            "logLR": [_round(x) for x in self.log_lr],
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Evidence:
-        """The inverse of :meth:`to_dict`. Missing or unreadable parts read as fresh ones; a
-        ``logLR`` of another length (written for another grid of alternatives) starts anew."""
-        fresh = new_evidence()
-        log_lr = fresh.log_lr
-        values = raw.get("logLR")
-        if isinstance(values, list) and len(values) == len(MULTIPLIERS):
-            try:
-                parsed = tuple(float(x) for x in values)
-            except (TypeError, ValueError):
-                parsed = log_lr
-            if all(math.isfinite(x) for x in parsed):
-                log_lr = parsed
-        return cls(
-            canary=_counts(raw.get("canary")),
-            baseline=_counts(raw.get("baseline")),
-            log_lr=log_lr,
-        )
+REQUESTS_SCHEMA: Json = {
+    "type": "object",
+    "properties": {
+        "requests": {"type": "integer", "description": "Requests.", "format": "int64"},
+        "bad": {
+            "type": "integer",
+            "description": "Of which bad (errors, or slower than the bound).",
+            "format": "int64",
+        },
+    },
+}
+"""How status.analysis stores requests and bad ones."""
 
 
-def _round(value: float) -> float:
-    return float(f"{value:.6g}")
+def _counts_schema() -> Json:
+    """How status.analysis stores Counts: the requests, and the model calls if counted."""
+    return {
+        "type": "object",
+        "properties": {
+            **REQUESTS_SCHEMA["properties"],
+            "calls": {
+                "type": "number",
+                "description": "The model calls behind the requests, what the test counts (a "
+                "batch's requests are one call).",
+            },
+            "badCalls": {"type": "number", "description": "Of which bad."},
+        },
+    }
 
 
-def _counts_dict(counts: Counts) -> dict[str, Any]:
-    out: dict[str, Any] = {"requests": counts.requests, "bad": counts.bad}
-    if counts.calls is not None:
-        out["calls"], out["badCalls"] = (_round(x) for x in counts.units())
-    return out
-
-
-def _counts(raw: object) -> Counts:
+def _read_counts(raw: object, where: str) -> Counts:
+    """Counts as stored; unreadable parts read as none."""
     if not isinstance(raw, Mapping):
         return Counts(0, 0)
     requests, bad = _count(raw.get("requests")), _count(raw.get("bad"))
@@ -154,6 +136,60 @@ def _counts(raw: object) -> Counts:
     if calls is None:
         return Counts(requests, bad)
     return Counts(requests, bad, calls, _amount(raw.get("badCalls")) or 0.0)
+
+
+def _write_counts(counts: Counts) -> Json:
+    out: Json = {"requests": counts.requests, "bad": counts.bad}
+    if counts.calls is not None:
+        out["calls"], out["badCalls"] = (_round(x) for x in counts.units())
+    return out
+
+
+def _read_log_lr(raw: object, where: str) -> tuple[float, ...]:
+    """A ``logLR`` as stored; one of another length (written for another grid of alternatives)
+    or unreadable starts anew."""
+    fresh = (0.0,) * len(MULTIPLIERS)
+    if not isinstance(raw, list) or len(raw) != len(MULTIPLIERS):
+        return fresh
+    try:
+        parsed = tuple(float(x) for x in raw)
+    except (TypeError, ValueError):
+        return fresh
+    return parsed if all(math.isfinite(x) for x in parsed) else fresh
+
+
+def _counts_field(description: str) -> Counts:
+    return api(  # type: ignore[no-any-return]
+        description,
+        default=Counts(0, 0),
+        stored=_counts_schema(),
+        read=_read_counts,
+        write=_write_counts,
+    )
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a check has judged so far in a step (stored in status.analysis.checks, floats to
+    6 significant digits)."""
+
+    canary: Counts = _counts_field("The canary's judged requests and bad ones.")
+    """Requests and bad requests judged so far in this step (the sum of the interval deltas)."""
+    baseline: Counts = _counts_field("The baseline's judged requests and bad ones.")
+    log_lr: tuple[float, ...] = api(
+        "The log likelihood ratio for each alternative of the test's mixture.",
+        default=(0.0,) * len(MULTIPLIERS),
+        name="logLR",
+        max_items=32,
+        items={"type": "number", "description": "One alternative's log likelihood ratio."},
+        read=_read_log_lr,
+        write=lambda values: [_round(x) for x in values],
+    )
+    """The log likelihood ratio of each alternative of :data:`MULTIPLIERS`, in order."""
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.6g}")
 
 
 def _amount(value: object) -> float | None:

@@ -9,11 +9,7 @@ import pytest
 import yaml
 
 from modelroll_common.settings import BATCHING_CHOICES
-from modelroll_operator.analysis.reader import MAX_LABEL, MAX_VALUES
-from modelroll_operator.analysis.state import MESSAGE_MAX
 from modelroll_sidecar.config import SidecarConfig
-
-from .test_machine import Story, spec
 
 CRD = Path(__file__).resolve().parents[3] / "crds" / "modelversion.yaml"
 
@@ -125,62 +121,3 @@ def test_the_rule_on_max_wait_and_timeout_is_the_sidecars() -> None:
     assert any("self.maxWaitMs <= self.timeoutMs" in r for r in rules)
     with pytest.raises(ValueError, match=r"--max-wait-ms \(500\) must not exceed --timeout-ms"):
         SidecarConfig(max_wait_ms=500, timeout_ms=100)
-
-
-def pruned(value: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """The paths in ``value`` that the API server would drop: keys that ``schema`` does not
-    declare where it keeps no unknown fields."""
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in pruned(v, schema["items"], f"{path}[{i}]")]
-    if not isinstance(value, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    declared = schema.get("properties") or {}
-    return [
-        p
-        for key, v in value.items()
-        for p in (
-            pruned(v, declared[key], f"{path}.{key}") if key in declared else [f"{path}.{key}"]
-        )
-    ]
-
-
-def test_status_analysis_keeps_every_field_the_operator_writes() -> None:
-    """A state with every part filled in (each check, the stream histograms of every counters
-    object) is stored whole: a field the schema lacked would be dropped, and the analysis would
-    read cumulative counters as one interval's."""
-    checks: dict[str, Any] = {
-        "errors": {},
-        "latency": {},
-        "timeToFirstToken": {},
-        "timePerOutputToken": {},
-    }
-    story = Story(spec(checks={**checks, "guardrail": {}}))
-    for _ in range(4):
-        story.tick(canary_errors=1, canary_slow=2, canary_streams=30, baseline_streams=270)
-    written = story.state.to_dict()
-    assert written["window"]["canary"]["ttftBuckets"]
-    assert written["sources"][0]["baseline"]["tpotBuckets"]
-    gated = Story(spec(shadow={"minCopies": 1000}))
-    for _ in range(3):
-        gated.tick(canary=0, copies=20)
-    shadowing = gated.state.to_dict()
-    assert shadowing["shadowing"]
-    assert shadowing["stepCounts"]["canary"]["agreement"] == {"count": 40, "sum": 40}
-    (version,) = load()["spec"]["versions"]
-    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert pruned(written, status["analysis"], "status.analysis") == []
-    assert pruned(shadowing, status["analysis"], "status.analysis") == []
-
-
-def test_the_operator_writes_status_analysis_within_the_crds_bounds() -> None:
-    """A status over one of them would be refused whole."""
-    (version,) = load()["spec"]["versions"]
-    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    analysis = status["analysis"]["properties"]
-    assert analysis["message"]["maxLength"] == MESSAGE_MAX
-    counters = analysis["sources"]["items"]["properties"]["canary"]["properties"]
-    for name in ("codes", "pinned", "calls", "buckets", "callBuckets", "outcomes"):
-        assert counters[name]["maxItems"] == MAX_VALUES, name
-    assert counters["codes"]["items"]["properties"]["code"]["maxLength"] == MAX_LABEL["code"]
-    outcome = counters["outcomes"]["items"]["properties"]["outcome"]
-    assert outcome["maxLength"] == MAX_LABEL["outcome"]

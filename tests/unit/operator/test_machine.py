@@ -23,7 +23,8 @@ from modelroll_operator.analysis.spec import (
     Step,
     parse_analysis,
 )
-from modelroll_operator.analysis.state import AnalysisState, counts_to_dict
+from modelroll_operator.analysis.state import AnalysisState
+from modelroll_operator.schema import encode
 from modelroll_operator.status import analysis_conditions
 
 BOUNDS = (0.01, 0.05, 0.1, math.inf)
@@ -680,7 +681,7 @@ def test_a_state_with_summed_counters_starts_its_window_again() -> None:
     """status.analysis as written with one summed reading (``last``, ``windowStart``): read,
     it restarts judging from the next reading, and the analysis goes on."""
     story = incident(replicas=1)
-    summed = {"at": story.now, "canary": counts_to_dict(story.canary.counts()), "baseline": {}}
+    summed = {"at": story.now, "canary": encode(story.canary.counts()), "baseline": {}}
     raw = story.state.to_dict()
     for key in ("sources", "stepCounts", "window"):
         del raw[key]

@@ -15,6 +15,7 @@ import pytest
 
 from modelroll_operator.analysis import statistics
 from modelroll_operator.analysis.statistics import Counts, Evidence
+from modelroll_operator.schema import decode, encode
 
 LES = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -369,9 +370,9 @@ def test_the_mixture_is_over_whole_paths_not_per_interval() -> None:
 
 def test_evidence_round_trips_through_the_status() -> None:
     evidence = judged(INTERVALS)
-    raw = json.loads(json.dumps(evidence.to_dict(), allow_nan=False))
+    raw = json.loads(json.dumps(encode(evidence), allow_nan=False))
     assert set(raw) == {"canary", "baseline", "logLR"}
-    back = Evidence.from_dict(raw)
+    back = decode(Evidence, raw, "evidence")
     assert (back.canary, back.baseline) == (evidence.canary, evidence.baseline)
     assert back.log_lr == pytest.approx(evidence.log_lr, rel=1e-5)
     assert statistics.verdict(back, 0.01) == statistics.verdict(evidence, 0.01)
@@ -389,21 +390,21 @@ def test_evidence_round_trips_through_the_status() -> None:
     ],
 )
 def test_unreadable_evidence_reads_as_fresh(raw: dict[str, object]) -> None:
-    assert Evidence.from_dict(raw) == statistics.new_evidence()
+    assert decode(Evidence, raw, "evidence") == statistics.new_evidence()
 
 
 def test_calls_round_trip_through_the_status() -> None:
     evidence = statistics.update(
         statistics.new_evidence(), 1.5, Counts(100, 8, 12.5, 1.0), Counts(300, 3, 37.5, 3.0)
     )
-    raw = json.loads(json.dumps(evidence.to_dict(), allow_nan=False))
+    raw = json.loads(json.dumps(encode(evidence), allow_nan=False))
     assert raw["canary"] == {"requests": 100, "bad": 8, "calls": 12.5, "badCalls": 1.0}
-    back = Evidence.from_dict(raw)
+    back = decode(Evidence, raw, "evidence")
     assert (back.canary, back.baseline) == (evidence.canary, evidence.baseline)
 
 
 def test_partial_evidence_keeps_what_it_has() -> None:
-    back = Evidence.from_dict({"canary": {"requests": 12, "bad": 2}})
+    back = decode(Evidence, {"canary": {"requests": 12, "bad": 2}}, "evidence")
     assert back.canary == Counts(12, 2)
     assert back.baseline == Counts(0, 0)
     assert back.log_lr == statistics.new_evidence().log_lr
