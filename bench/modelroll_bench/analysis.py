@@ -54,7 +54,8 @@ from statistics import NormalDist
 from typing import Any
 
 from modelroll_common.metric_names import DURATION_BUCKETS, TTFT_BUCKETS
-from modelroll_operator.analysis import counts, machine, phases, statistics
+from modelroll_operator.analysis import counts, machine, statistics
+from modelroll_operator.analysis.phases import Phase
 from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
 from modelroll_operator.analysis.spec import AnalysisSpec, Checks, ErrorCheck, LatencyCheck, Step
 
@@ -372,12 +373,12 @@ def modelroll(spec: AnalysisSpec, traffic: Traffic, calls: bool = True) -> Outco
         snapshot = counts.Snapshot(now, {"pod/gateway": gateway})
         decision = machine.evaluate(spec, decision.state, snapshot, now)
         state = decision.state
-        if state.phase == phases.ROLLED_BACK:
+        if state.phase == Phase.ROLLED_BACK:
             why = ",".join(n for n, c in state.checks.items() if c.verdict == statistics.FAIL)
             return Outcome(ROLLED_BACK, now, step, now - step_reached, why or state.reason)
-        if state.phase == phases.PROMOTED:
+        if state.phase == Phase.PROMOTED:
             return Outcome(PROMOTED, now, step, now - step_reached)
-        if state.phase == phases.HOLDING:
+        if state.phase == Phase.HOLDING:
             return Outcome(HELD, now, step, now - step_reached)
         if state.step != step:
             step, step_reached, in_step = state.step, now, 0

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from modelroll_common.routes import ModelRoute
 
-from .analysis import phases
+from .analysis.phases import FINISHED, Phase, Reason
 from .routing import Acceptance, placement
 
 READY = "Ready"
@@ -61,7 +61,7 @@ RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
 """Every reason of the Routed condition."""
 UNKNOWN_REASON = "Unknown"
 """A canary condition's reason when status.analysis holds no valid one (edited by hand)."""
-ANALYSIS_REASONS = (*phases.PHASES, *phases.REASONS, UNKNOWN_REASON)
+ANALYSIS_REASONS = (*Phase, *Reason, UNKNOWN_REASON)
 """Every reason of a canary's conditions: its analysis's phase or reason (analysis/phases.py)."""
 REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 """metav1.Condition's pattern for a reason, which the CRD has too."""
@@ -70,15 +70,15 @@ REASON_MAX = 1024
 MESSAGE_MAX = 32768
 """metav1.Condition's maximum length of a message, in characters; longer ones are cut."""
 
-_UNHEALTHY = (phases.CANARY_WORSE, phases.GUARDRAIL, phases.SHADOW_DISAGREES)
+_UNHEALTHY = (Reason.CANARY_WORSE, Reason.GUARDRAIL, Reason.SHADOW_DISAGREES)
 _UNKNOWN_HEALTH = (
-    phases.WARMING_UP,
-    phases.SHADOWING,
-    phases.INSUFFICIENT_DATA,
-    phases.METRICS_UNAVAILABLE,
-    phases.WEIGHTS_NOT_APPLIED,
-    phases.NO_BASELINE,
-    phases.OTHER_CANARY,
+    Reason.WARMING_UP,
+    Reason.SHADOWING,
+    Reason.INSUFFICIENT_DATA,
+    Reason.METRICS_UNAVAILABLE,
+    Reason.WEIGHTS_NOT_APPLIED,
+    Reason.NO_BASELINE,
+    Reason.OTHER_CANARY,
 )
 
 
@@ -166,20 +166,20 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
         return []
     reason = str(analysis.get("reason") or phase)
     message = str(analysis.get("message") or "")
-    if phase in (PROMOTED, ROLLED_BACK) and analysis.get("applied") is False:
+    if phase in FINISHED and analysis.get("applied") is False:
         # Decided, and saved, but the weights are not written yet: not Promoted (or RolledBack)
         # until they are, so that `kubectl wait --for=condition=Promoted` means it.
-        phase, reason = phases.PROGRESSING, phase
-    elif phase == PROMOTED and analysis.get("routed") is False:
+        phase, reason = Phase.PROGRESSING, phase
+    elif phase == Phase.PROMOTED and analysis.get("routed") is False:
         # Written, but a gateway does not route by them yet: not Promoted until every one does.
-        phase, reason = phases.PROGRESSING, phases.WEIGHTS_NOT_APPLIED
+        phase, reason = Phase.PROGRESSING, Reason.WEIGHTS_NOT_APPLIED
     phase = phase if valid_reason(phase) else UNKNOWN_REASON
     reason = reason if valid_reason(reason) else phase
-    finished = phase in phases.FINISHED
-    progressing = phase == phases.PROGRESSING
+    finished = phase in FINISHED
+    progressing = phase == Phase.PROGRESSING
     if reason in _UNHEALTHY:
         health = "False"
-    elif reason in _UNKNOWN_HEALTH or (reason == phases.INCONCLUSIVE and not finished):
+    elif reason in _UNKNOWN_HEALTH or (reason == Reason.INCONCLUSIVE and not finished):
         health = "Unknown"
     else:
         health = "True"
@@ -193,15 +193,15 @@ def analysis_conditions(analysis: Mapping[str, Any]) -> list[dict[str, str]]:
         {"type": ANALYSIS_HEALTHY, "status": health, "reason": reason, "message": message},
         {
             "type": PROMOTED,
-            "status": "True" if phase == PROMOTED else "False",
+            "status": "True" if phase == Phase.PROMOTED else "False",
             "reason": phase,
-            "message": message if phase == PROMOTED else "",
+            "message": message if phase == Phase.PROMOTED else "",
         },
         {
             "type": ROLLED_BACK,
-            "status": "True" if phase == ROLLED_BACK else "False",
+            "status": "True" if phase == Phase.ROLLED_BACK else "False",
             "reason": phase,
-            "message": message if phase == ROLLED_BACK else "",
+            "message": message if phase == Phase.ROLLED_BACK else "",
         },
     ]
 

@@ -38,9 +38,10 @@ from modelroll_devcluster import MissingBinaryError
 from modelroll_devcluster.chat import ChatLoad
 from modelroll_devcluster.prometheus import Prometheus as PrometheusServer
 from modelroll_devcluster.prometheus import PrometheusError, Series, find_tool, static_job
-from modelroll_operator.analysis import machine, phases, statistics
+from modelroll_operator.analysis import machine, statistics
 from modelroll_operator.analysis.exporter import PREFIX as ANALYSIS_PREFIX
 from modelroll_operator.analysis.exporter import AnalysisMetrics, serve
+from modelroll_operator.analysis.phases import Reason
 from modelroll_operator.analysis.spec import parse_analysis
 from modelroll_operator.analysis.state import AnalysisState, CheckState
 from tests.chart.conftest import CHART, Helm, one
@@ -293,7 +294,7 @@ def analysed_state() -> AnalysisState:
             statistics.new_evidence(), 1.5, statistics.Counts(*canary), statistics.Counts(*baseline)
         )
         checks[name] = CheckState(evidence, verdict)
-    return replace(state, reason=phases.INSUFFICIENT_DATA, checks=checks)
+    return replace(state, reason=Reason.INSUFFICIENT_DATA, checks=checks)
 
 
 @dataclass

@@ -31,9 +31,10 @@ from ..api import UNREACHABLE, Api, KubeApiError, mv_path
 from ..planes import DataPlane, Planes
 from ..snapshots import ModelKey, VersionInfo, VersionKey
 from ..spec import PREFIX, SpecError
-from . import machine, phases
+from . import machine
 from .exporter import AnalysisMetrics
 from .machine import Decision
+from .phases import Phase, Reason
 from .reader import MetricsReader, MetricsUnavailable
 from .spec import AnalysisSpec, parse_analysis
 from .state import AnalysisState
@@ -52,9 +53,9 @@ traceback) is tried again: soon enough to go on once the cause is gone, seldom e
 the log is not one traceback after another."""
 FINISHED_CHECK_S = 10.0
 """Seconds between two looks at a canary whose analysis is over."""
-PENDING = phases.PENDING
+PENDING = Phase.PENDING
 """status.analysis.phase while no analysis can start (no baseline yet, or another canary)."""
-UNDER_WAY = (phases.PROGRESSING, phases.PAUSED, phases.HOLDING)
+UNDER_WAY = (Phase.PROGRESSING, Phase.PAUSED, Phase.HOLDING)
 """The phases of an analysis that holds its model: another canary of the model waits."""
 
 VersionLookup = Callable[[ModelKey], list[VersionInfo]]
@@ -190,13 +191,13 @@ class Canaries:
             if verb == "skip":
                 return machine.skip(spec, state, now)
             return Decision(state)
-        if state.finished or state.phase == phases.PAUSED:
+        if state.finished or state.phase == Phase.PAUSED:
             return Decision(state)
         changed = await self._changed_by_hand(info, state)
         if changed:
             return machine.pause(
                 state,
-                phases.MANUAL_WEIGHT,
+                Reason.MANUAL_WEIGHT,
                 f"Paused: {changed}, not what the analysis set; `kubectl modelroll analysis "
                 "resume` starts this step again with its weights, `abort` rolls back",
             )
@@ -251,12 +252,12 @@ class Canaries:
                 f"Waiting for the analysis of {other}, another canary of model {info.model}, "
                 "to finish: one canary of a model is analysed at a time"
             )
-            await self._wait(info, phases.OTHER_CANARY, message, digest, current)
+            await self._wait(info, Reason.OTHER_CANARY, message, digest, current)
             return float(spec.interval_seconds)
         baseline, why = choose_baseline(versions, info.name, spec.baseline)
         if baseline is None or baseline.spec is None:
             message = f"Waiting for a baseline: {why}"
-            await self._wait(info, phases.NO_BASELINE, message, digest, current)
+            await self._wait(info, Reason.NO_BASELINE, message, digest, current)
             return float(spec.interval_seconds)
         self._holders[info.model_key] = info.key
         decision = machine.start(spec, baseline.name, baseline.spec.weight, self.clock(), digest)
@@ -282,7 +283,7 @@ class Canaries:
     async def _wait(
         self,
         info: VersionInfo,
-        reason: str,
+        reason: Reason,
         message: str,
         digest: str,
         current: Mapping[str, Any],
@@ -361,16 +362,16 @@ class Canaries:
 def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | None:
     """What the decision did, for modelroll_operator_analysis_decisions_total (None: nothing)."""
     after = decision.state
-    if after.phase == phases.PROMOTED and (before is None or before.phase != phases.PROMOTED):
+    if after.phase == Phase.PROMOTED and (before is None or before.phase != Phase.PROMOTED):
         return "promote"
-    if after.phase == phases.ROLLED_BACK and (before is None or not before.finished):
+    if after.phase == Phase.ROLLED_BACK and (before is None or not before.finished):
         return "rollback"
     if decision.weights is not None:
         return "step"
     if before is not None and after.phase != before.phase:
-        if after.phase == phases.PAUSED:
+        if after.phase == Phase.PAUSED:
             return "pause"
-        if after.phase == phases.HOLDING:
+        if after.phase == Phase.HOLDING:
             return "hold"
     return None
 
@@ -378,6 +379,6 @@ def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | No
 def _event_reason(state: AnalysisState) -> str:
     if state.finished:
         return state.phase
-    if state.phase in (phases.PAUSED, phases.HOLDING):
+    if state.phase in (Phase.PAUSED, Phase.HOLDING):
         return state.reason
     return "AnalysisStep"

@@ -39,13 +39,14 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import phases, statistics
+from . import statistics
+from .phases import Phase
 from .state import AnalysisState
 
 PREFIX = "modelroll_operator_analysis_"
-PENDING = phases.PENDING
+PENDING = Phase.PENDING
 """daemon.PENDING: the phase while no analysis can start (no baseline yet)."""
-PHASES = phases.PHASES
+PHASES = tuple(Phase)
 VERDICTS = (statistics.PASS, statistics.FAIL, statistics.INCONCLUSIVE)
 DECISIONS = ("step", "promote", "rollback", "pause", "hold")
 """What :meth:`AnalysisMetrics.decided` counts: a new step's weights, the promotion, the
@@ -155,7 +156,7 @@ def _add(families: dict[str, Family], labels: tuple[str, str, str], canary: _Can
     state = canary.state
     if state is None:
         return
-    for phase in dict.fromkeys((*PHASES, state.phase)):
+    for phase in PHASES:
         families["phase"].add_metric([*labels, phase], 1 if phase == state.phase else 0)
     families["info"].add_metric([*labels, state.baseline, state.reason], 1)
     families["step"].add_metric(labels, state.step + 1)

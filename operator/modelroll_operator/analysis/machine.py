@@ -24,25 +24,7 @@ from dataclasses import dataclass, replace
 
 from . import statistics
 from .counts import Interval, Snapshot, Tally, VersionCounts, count
-from .phases import (
-    ABORTED,
-    CANARY_WORSE,
-    GUARDRAIL,
-    HOLDING,
-    INCONCLUSIVE,
-    INSUFFICIENT_DATA,
-    MANUAL_WEIGHT,
-    METRICS_UNAVAILABLE,
-    PAUSED,
-    PROGRESSING,
-    PROMOTED,
-    ROLLED_BACK,
-    SHADOW_DISAGREES,
-    SHADOWING,
-    STEP_PAUSE,
-    WARMING_UP,
-    WEIGHTS_NOT_APPLIED,
-)
+from .phases import Phase, Reason
 from .shapes import Histogram
 from .spec import (
     LATENCY,
@@ -123,7 +105,7 @@ def start(
             f"{baseline} {weights.baseline}"
         )
     state = AnalysisState(
-        phase=PROGRESSING,
+        phase=Phase.PROGRESSING,
         step=0,
         step_started=now,
         evaluated_at=now,
@@ -131,7 +113,7 @@ def start(
         baseline_weight=baseline_weight,
         canary_weight=weights.canary,
         baseline_step_weight=weights.baseline,
-        reason=SHADOWING if shadowing else WARMING_UP,
+        reason=Reason.SHADOWING if shadowing else Reason.WARMING_UP,
         message=message,
         spec_hash=spec_hash,
         shadowing=shadowing,
@@ -146,11 +128,11 @@ def _to_step(spec: AnalysisSpec, state: AnalysisState, step: int, now: float, wh
         weights = promoted_weights(state)
         done = replace(
             _fresh_step(state, now),
-            phase=PROMOTED,
+            phase=Phase.PROMOTED,
             step=len(spec.steps) - 1,
             canary_weight=weights.canary,
             baseline_step_weight=weights.baseline,
-            reason=PROMOTED,
+            reason=Reason.PROMOTED,
             message=f"{PROMOTING} canary weight {weights.canary}, baseline {state.baseline} 0. "
             + why,
             routed=False,
@@ -163,11 +145,11 @@ def _to_step(spec: AnalysisSpec, state: AnalysisState, step: int, now: float, wh
     )
     moved = replace(
         _fresh_step(state, now),
-        phase=PROGRESSING,
+        phase=Phase.PROGRESSING,
         step=step,
         canary_weight=weights.canary,
         baseline_step_weight=weights.baseline,
-        reason=WARMING_UP,
+        reason=Reason.WARMING_UP,
         message=message,
     )
     return Decision(moved, weights, event=f"{why} {message}".strip())
@@ -188,11 +170,11 @@ def _fresh_step(state: AnalysisState, now: float) -> AnalysisState:
     )
 
 
-def rollback(state: AnalysisState, reason: str, why: str) -> Decision:
+def rollback(state: AnalysisState, reason: Reason, why: str) -> Decision:
     weights = Weights(0, state.baseline_weight)
     done = replace(
         state,
-        phase=ROLLED_BACK,
+        phase=Phase.ROLLED_BACK,
         canary_weight=0,
         baseline_step_weight=state.baseline_weight,
         reason=reason,
@@ -202,17 +184,17 @@ def rollback(state: AnalysisState, reason: str, why: str) -> Decision:
     return Decision(done, weights, event=done.message, warning=True)
 
 
-def pause(state: AnalysisState, reason: str, message: str) -> Decision:
-    paused = replace(state, phase=PAUSED, reason=reason, message=message)
-    return Decision(paused, event=message, warning=reason == MANUAL_WEIGHT)
+def pause(state: AnalysisState, reason: Reason, message: str) -> Decision:
+    paused = replace(state, phase=Phase.PAUSED, reason=reason, message=message)
+    return Decision(paused, event=message, warning=reason == Reason.MANUAL_WEIGHT)
 
 
 def resume(spec: AnalysisSpec, state: AnalysisState, now: float) -> Decision:
     """``kubectl modelroll analysis resume``: past a passed pause step, the next step; after a
     manual weight change (or any other pause), this step again, from its start."""
-    if state.phase != PAUSED:
+    if state.phase != Phase.PAUSED:
         return Decision(state)
-    if state.reason == STEP_PAUSE:
+    if state.reason == Reason.STEP_PAUSE:
         return _to_step(spec, state, state.step + 1, now, "Resumed.")
     return _to_step(spec, state, state.step, now, "Resumed: the step starts again.")
 
@@ -227,7 +209,7 @@ def skip(spec: AnalysisSpec, state: AnalysisState, now: float) -> Decision:
 def abort(state: AnalysisState) -> Decision:
     if state.finished:
         return Decision(state)
-    return rollback(state, ABORTED, "Aborted by hand.")
+    return rollback(state, Reason.ABORTED, "Aborted by hand.")
 
 
 def describe(name: str, check: CheckState) -> str:
@@ -259,26 +241,26 @@ def evaluate(
     """One evaluation: ``snapshot`` is what the metrics source gave now (None, with
     ``source_error``, when it could not be read). A snapshot of no source at all is no reading
     either: it holds, as an unreadable one does."""
-    if state.finished or state.phase == PAUSED:
+    if state.finished or state.phase == Phase.PAUSED:
         return Decision(state)
     if snapshot is not None and not snapshot.sources:
         snapshot, source_error = None, NO_SOURCE
-    if state.phase == PROMOTED:
+    if state.phase == Phase.PROMOTED:
         return _promotion(state, snapshot, source_error)
     if snapshot is None:
         held = replace(
             state,
-            phase=HOLDING,
-            reason=METRICS_UNAVAILABLE,
+            phase=Phase.HOLDING,
+            reason=Reason.METRICS_UNAVAILABLE,
             message=f"Holding: the metrics cannot be read ({source_error or 'no data'})",
         )
-        first = state.reason != METRICS_UNAVAILABLE
+        first = state.reason != Reason.METRICS_UNAVAILABLE
         return Decision(held, event=held.message if first else None, warning=True)
     if unapplied := snapshot.unapplied(state.canary_weight, state.baseline_step_weight):
         return _unapplied(state, snapshot, now, unapplied)
-    if state.reason in (METRICS_UNAVAILABLE, WEIGHTS_NOT_APPLIED):
-        resumed = SHADOWING if state.shadowing else INCONCLUSIVE
-        state = replace(state, phase=PROGRESSING, reason=resumed)
+    if state.reason in (Reason.METRICS_UNAVAILABLE, Reason.WEIGHTS_NOT_APPLIED):
+        resumed = Reason.SHADOWING if state.shadowing else Reason.INCONCLUSIVE
+        state = replace(state, phase=Phase.PROGRESSING, reason=resumed)
     # Time counts while the metrics are read (a hold for them leaves it), and by the interval.
     credit = min(max(0.0, now - state.evaluated_at), CREDIT_INTERVALS * spec.interval_seconds)
     state = replace(state, evaluated_at=now, step_seconds=state.step_seconds + credit)
@@ -331,14 +313,16 @@ def _shadow_gate(
         if mean >= gate.min_agreement:
             passed = replace(state, shadowing=False)
             return _to_step(spec, passed, 0, now, f"{verdict}, at least {gate.min_agreement:g}.")
-        return rollback(state, SHADOW_DISAGREES, f"{verdict}, below {gate.min_agreement:g}.")
+        return rollback(state, Reason.SHADOW_DISAGREES, f"{verdict}, below {gate.min_agreement:g}.")
     if state.step_seconds >= spec.max_seconds:
         message = (
             f"Holding before step 1: {seen} after {spec.max_seconds} s, {gate.min_copies} needed"
         )
-        return _hold(state, INSUFFICIENT_DATA, message)
+        return _hold(state, Reason.INSUFFICIENT_DATA, message)
     message = f"Shadowing: {seen} of {gate.min_copies} needed before step 1"
-    return Decision(replace(state, phase=PROGRESSING, reason=SHADOWING, message=message))
+    return Decision(
+        replace(state, phase=Phase.PROGRESSING, reason=Reason.SHADOWING, message=message)
+    )
 
 
 def _unapplied(
@@ -350,13 +334,13 @@ def _unapplied(
     why = "; ".join(unapplied)
     held = replace(
         state,
-        phase=HOLDING,
-        reason=WEIGHTS_NOT_APPLIED,
+        phase=Phase.HOLDING,
+        reason=Reason.WEIGHTS_NOT_APPLIED,
         evaluated_at=now,
         sources=count(state.sources, snapshot).sources,
         message=f"Holding: the step's weights {wanted} are not in force yet ({why})",
     )
-    first = state.reason != WEIGHTS_NOT_APPLIED
+    first = state.reason != Reason.WEIGHTS_NOT_APPLIED
     return Decision(held, event=held.message if first else None, warning=first)
 
 
@@ -370,11 +354,11 @@ def _warm_up(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: 
             step_counts=step,
             window=Tally(now),
             checks={name: CheckState(statistics.new_evidence()) for name in spec.checks()},
-            reason=INSUFFICIENT_DATA,
+            reason=Reason.INSUFFICIENT_DATA,
             message=f"Step {state.step + 1}: judging from now on",
         )
         return Decision(judging)
-    return Decision(replace(state, step_counts=step, reason=WARMING_UP))
+    return Decision(replace(state, step_counts=step, reason=Reason.WARMING_UP))
 
 
 def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: float) -> Decision:
@@ -431,13 +415,13 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
     ):
         return rollback(
             judged,
-            GUARDRAIL,
+            Reason.GUARDRAIL,
             f"The canary failed {guardrail.bad} of {guardrail.requests} requests, above the "
             f"guardrail of {g.max_error_ratio:.0%}.",
         )
     failed = [n for n, c in checks.items() if c.verdict == statistics.FAIL and not _dry(spec, n)]
     if failed:
-        return rollback(judged, CANARY_WORSE, f"The canary is worse: {evidence}.")
+        return rollback(judged, Reason.CANARY_WORSE, f"The canary is worse: {evidence}.")
 
     judged_for = state.step_seconds - state.judging_from
     canary_requests = window.canary.requests
@@ -458,11 +442,11 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
         if step.pause:
             return pause(
                 judged,
-                STEP_PAUSE,
+                Reason.STEP_PAUSE,
                 f"{why} Paused: `kubectl modelroll analysis resume` goes on to the next step",
             )
         return _to_step(spec, judged, state.step + 1, now, why)
-    reason = INCONCLUSIVE if enough else INSUFFICIENT_DATA
+    reason = Reason.INCONCLUSIVE if enough else Reason.INSUFFICIENT_DATA
     if not enough:
         detail = (
             f"{canary_requests:.0f}/{spec.min_requests} canary requests, "
@@ -487,13 +471,13 @@ def _judge(spec: AnalysisSpec, state: AnalysisState, interval: Interval, now: fl
         )
         return _hold(judged, reason, message)
     message = f"Step {state.step + 1}: {detail} ({evidence})"
-    return Decision(replace(judged, phase=PROGRESSING, reason=reason, message=message))
+    return Decision(replace(judged, phase=Phase.PROGRESSING, reason=reason, message=message))
 
 
-def _hold(state: AnalysisState, reason: str, message: str) -> Decision:
+def _hold(state: AnalysisState, reason: Reason, message: str) -> Decision:
     """Hold at ``maxSeconds`` without a verdict: a warning Event the first time only."""
-    first = state.phase != HOLDING
-    held = replace(state, phase=HOLDING, reason=reason, message=message)
+    first = state.phase != Phase.HOLDING
+    held = replace(state, phase=Phase.HOLDING, reason=reason, message=message)
     return Decision(held, event=message if first else None, warning=first)
 
 

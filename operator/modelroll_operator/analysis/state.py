@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from ..schema import Api, Computed, FieldError, Json, api, decode, encode, schema_of
 from . import shapes, statistics
 from .counts import Tally
-from .phases import FINISHED, WARMING_UP
+from .phases import FINISHED, Phase, Reason
 
 MESSAGE_MAX = 32768
 """The longest ``status.analysis.message``, in characters: the CRD's maxLength (and
@@ -122,9 +122,10 @@ class AnalysisState:
 
     WRITTEN_WHOLE = True
 
-    phase: str = api(
+    phase: Phase = api(
         "Pending (no baseline yet), Progressing, Paused, Holding, Promoted or RolledBack.",
         max_length=32,
+        stored={"type": "string"},  # read as a Phase, stored as any string
     )
     step: int = api(
         "The current step, 1-based.",
@@ -148,12 +149,13 @@ class AnalysisState:
     canary_weight: int = api("The canary's weight the analysis set last.")
     """The weights this analysis last decided on; any others in the spec were set by hand."""
     baseline_step_weight: int = api("The baseline's weight the analysis set last.")
-    reason: str = api(
+    reason: Reason = api(
         "Why the analysis is where it is: WarmingUp, InsufficientData, Inconclusive, "
         "CanaryHealthy, CanaryWorse, GuardrailBreached, MetricsUnavailable, PausedAtStep, "
         "ManualWeightChange, Aborted, NoBaseline, OtherCanaryAnalysing, Promoted.",
-        default=WARMING_UP,
+        default=Reason.WARMING_UP,
         max_length=64,
+        stored={"type": "string"},
     )
     message: str = api(
         "The same in words, with the evidence (a longer one is cut to this field's bound). Of "

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..analysis.daemon import ANNOTATION_COMMAND
-from ..analysis.phases import FINISHED, PAUSED
+from ..analysis.phases import FINISHED, Phase
 from ..api import Api, KubeApiError, mv_path
 from .plans import PluginError
 
@@ -82,7 +82,7 @@ def command(api: Api, namespace: str, name: str, verb: str, wait: float) -> str:
     phase = analysis.get("phase")
     if phase in FINISHED:
         raise PluginError(f"the analysis of {name} is over ({phase}): nothing to {verb}")
-    if verb == "resume" and phase != PAUSED:
+    if verb == "resume" and phase != Phase.PAUSED:
         raise PluginError(f"the analysis of {name} is not paused (it is {phase or 'not started'})")
     value = f"{verb}:{time.time_ns()}"
     patch = {"metadata": {"annotations": {ANNOTATION_COMMAND: value}}}

@@ -13,9 +13,10 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry, generate_latest
 
 from modelroll_gateway.metrics import GatewayMetrics
-from modelroll_operator.analysis import machine, phases
+from modelroll_operator.analysis import machine
 from modelroll_operator.analysis.counts import Snapshot, VersionCounts
 from modelroll_operator.analysis.daemon import Canaries
+from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.analysis.reader import MetricsReader, _Sums, add_exposition
 from modelroll_operator.analysis.spec import STREAM_ERROR, parse_analysis
 from modelroll_operator.analysis.state import AnalysisState
@@ -88,8 +89,8 @@ def test_a_canary_that_breaks_every_stream_is_rolled_back_though_each_said_200()
 
     state = run({"steps": [{"weight": 50}], **FAST}, Gateway(), traffic)
 
-    assert state.phase == phases.ROLLED_BACK, state.message
-    assert state.reason == phases.CANARY_WORSE
+    assert state.phase == Phase.ROLLED_BACK, state.message
+    assert state.reason == Reason.CANARY_WORSE
     errors = state.checks["errors"].evidence
     assert errors.canary.bad == errors.canary.requests > 0  # each stream once, as an error
     assert errors.baseline.bad == 0
@@ -129,7 +130,7 @@ def test_eighty_pinned_failing_requests_to_the_canary_do_not_move_the_verdict() 
     left_alone = run(analysis, Gateway(), healthy)
     pinned_at = run(analysis, Gateway(), attacked)
 
-    assert left_alone.phase == pinned_at.phase == phases.PROMOTED
+    assert left_alone.phase == pinned_at.phase == Phase.PROMOTED
     assert pinned_at.message == left_alone.message
 
 
@@ -154,14 +155,14 @@ def test_a_wall_clock_jump_does_not_end_a_step_before_its_time() -> None:
         assert restored is not None
         state = restored
 
-    assert state.phase == phases.PROGRESSING, state.message
-    assert state.step_seconds == 6.0  # 4 s, and at most two intervals for the jump
+    # 4 s, and at most two intervals for the jump
+    assert (state.phase, state.step_seconds) == (Phase.PROGRESSING, 6.0), state.message
 
     now = 3604.0
-    while state.phase != phases.PROMOTED and now < 3700:  # maxSeconds still comes, in real time
+    while state.phase != Phase.PROMOTED and now < 3700:  # maxSeconds still comes, in real time
         now += 1
         state = machine.evaluate(spec, state, gw.snapshot(now), now).state
-    assert state.phase == phases.PROMOTED
+    assert state.phase == Phase.PROMOTED
     assert now == 3604.0 + 54  # 60 s counted in all
 
 
@@ -220,13 +221,13 @@ async def test_a_second_canary_of_a_model_waits_until_the_first_is_over() -> Non
     await cluster.canaries.tick("prod", "canary-a")
     await cluster.canaries.tick("prod", "canary-b")
 
-    assert cluster.analysis("canary-a")["phase"] == phases.PROGRESSING
+    assert cluster.analysis("canary-a")["phase"] == Phase.PROGRESSING
     waiting = cluster.analysis("canary-b")
-    assert (waiting["phase"], waiting["reason"]) == (phases.PENDING, phases.OTHER_CANARY)
+    assert (waiting["phase"], waiting["reason"]) == (Phase.PENDING, Reason.OTHER_CANARY)
     assert "canary-a" in waiting["message"]
     assert (cluster.weight("canary-a"), cluster.weight("canary-b")) == (10, 0)
     events = [(name, reason) for name, reason, _ in cluster.api.events]
-    assert ("canary-b", phases.OTHER_CANARY) in events
+    assert ("canary-b", Reason.OTHER_CANARY) in events
 
     # The first one's analysis ends (aborted by hand): the second starts on its next look.
     path = mv_path("prod", "canary-a")
@@ -234,9 +235,9 @@ async def test_a_second_canary_of_a_model_waits_until_the_first_is_over() -> Non
         "modelroll.io/analysis-command": "abort:1"
     }
     await cluster.canaries.tick("prod", "canary-a")
-    assert cluster.analysis("canary-a")["phase"] == phases.ROLLED_BACK
+    assert cluster.analysis("canary-a")["phase"] == Phase.ROLLED_BACK
     await cluster.canaries.tick("prod", "canary-b")
-    assert cluster.analysis("canary-b")["phase"] == phases.PROGRESSING
+    assert cluster.analysis("canary-b")["phase"] == Phase.PROGRESSING
     assert cluster.weight("canary-b") == 10
 
 
@@ -244,9 +245,9 @@ async def test_a_canary_is_held_up_by_another_only_while_that_one_is_still_a_can
     cluster = Cluster()
     # Under way as its status says, from an operator before this one, but no longer a canary.
     path = mv_path("prod", "canary-a")
-    cluster.api.objects[path]["status"]["analysis"] = {"phase": phases.PROGRESSING}
+    cluster.api.objects[path]["status"]["analysis"] = {"phase": Phase.PROGRESSING}
     del cluster.api.objects[path]["spec"]["analysis"]
 
     await cluster.canaries.tick("prod", "canary-b")
 
-    assert cluster.analysis("canary-b")["phase"] == phases.PROGRESSING
+    assert cluster.analysis("canary-b")["phase"] == Phase.PROGRESSING

@@ -11,9 +11,9 @@ import pytest
 from aiohttp.pytest_plugin import AiohttpServer
 from kubernetes import client as k8s
 
-from modelroll_operator.analysis import phases
 from modelroll_operator.analysis.counts import Snapshot
 from modelroll_operator.analysis.daemon import FAULT_RETRY_S, RETRY_S, Canaries
+from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.analysis.reader import MetricsReader
 from modelroll_operator.api import Api, mv_path
 from modelroll_operator.snapshots import ModelKey, VersionInfo
@@ -78,10 +78,10 @@ async def test_an_answer_nested_too_deep_holds_the_step_and_the_task_goes_on(
         canaries = Canaries(cast(Api, cluster.api), cluster.versions, reader)
         await canaries.run("prod", CANARY, Ticks(3))
     held = cluster.analysis()
-    assert (held["phase"], held["reason"]) == (phases.HOLDING, phases.METRICS_UNAVAILABLE)
+    assert (held["phase"], held["reason"]) == (Phase.HOLDING, Reason.METRICS_UNAVAILABLE)
     assert "nested too deep" in held["message"]
     assert [reason for name, reason, _ in cluster.api.events if name == CANARY][-1] == (
-        phases.METRICS_UNAVAILABLE
+        Reason.METRICS_UNAVAILABLE
     )
 
 
@@ -126,7 +126,7 @@ async def test_a_fault_in_reading_the_metrics_holds_the_step_and_logs_its_traceb
     canaries = Canaries(cast(Api, cluster.api), cluster.versions, BrokenReader(cast(Api, None)))
     await canaries.run("prod", CANARY, Ticks(3))
     held = cluster.analysis()
-    assert (held["phase"], held["reason"]) == (phases.HOLDING, phases.METRICS_UNAVAILABLE)
+    assert (held["phase"], held["reason"]) == (Phase.HOLDING, Reason.METRICS_UNAVAILABLE)
     assert "internal error" in held["message"]
     assert {r.exc_info[0] for r in caplog.records if r.exc_info} == {KeyError}
 
@@ -153,5 +153,5 @@ async def test_a_fault_in_a_tick_is_logged_with_its_traceback_and_the_analysis_g
     ticks = Ticks(2)
     await canaries.run("prod", CANARY, ticks)
     assert ticks.delays[0] == FAULT_RETRY_S
-    assert cluster.analysis()["phase"] == phases.PROGRESSING  # started on the next tick
+    assert cluster.analysis()["phase"] == Phase.PROGRESSING  # started on the next tick
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [AttributeError]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from modelroll_operator import status
-from modelroll_operator.analysis import phases
+from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.routing import Candidate, compute_route
 from modelroll_operator.status import (
     ANALYSIS_REASONS,
@@ -134,7 +134,7 @@ def statuses() -> Iterator[dict[str, Any]]:
     for reason, ready, weight, problem in product(get_args(ReadyReason), BOOLS, (0, 2), written):
         yield of(Readiness(ready, reason, f"{reason}."), weight, problem, {})
     serving = Readiness(True, "ReplicasReady", "1 of 1 replicas of a are ready")
-    for phase, reason, applied in product(phases.PHASES, (*phases.REASONS, ""), BOOLS):
+    for phase, reason, applied in product(Phase, (*Reason, ""), BOOLS):
         analysis = {"phase": phase, "reason": reason, "message": "m", "applied": applied}
         yield of(serving, 2, None, {"analysis": analysis})
 

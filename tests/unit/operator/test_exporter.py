@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from modelroll_operator.analysis import daemon, machine, phases, statistics
+from modelroll_operator.analysis import daemon, machine, statistics
 from modelroll_operator.analysis.counts import Snapshot, Tally, VersionCounts
 from modelroll_operator.analysis.exporter import (
     DECISIONS,
@@ -18,6 +18,7 @@ from modelroll_operator.analysis.exporter import (
     AnalysisMetrics,
     serve,
 )
+from modelroll_operator.analysis.phases import FINISHED, Phase, Reason
 from modelroll_operator.analysis.spec import AnalysisSpec, parse_analysis
 from modelroll_operator.analysis.state import AnalysisState, CheckState
 from tests.conftest import free_port
@@ -83,11 +84,11 @@ def test_a_started_analysis_shows_its_phase_step_weights_and_baseline(
 ) -> None:
     metrics.observe(NS, MODEL, CANARY, started())
     gauges = {p: value(registry, "phase", phase=p) for p in PHASES}
-    assert gauges == {p: (1.0 if p == phases.PROGRESSING else 0.0) for p in PHASES}
+    assert gauges == {p: (1.0 if p == Phase.PROGRESSING else 0.0) for p in PHASES}
     assert value(registry, "step") == 1.0  # as the status counts steps
     assert value(registry, "weight", arm="canary") == 10.0
     assert value(registry, "weight", arm="baseline") == 90.0
-    assert value(registry, "info", baseline="stable", reason=phases.WARMING_UP) == 1.0
+    assert value(registry, "info", baseline="stable", reason=Reason.WARMING_UP) == 1.0
     # The counters exist at 0, so that the first decision shows in increase().
     for decision in DECISIONS:
         assert value(registry, "decisions_total", decision=decision) == 0.0
@@ -103,15 +104,15 @@ def test_each_check_shows_its_statistic_ratio_verdict_and_judged_counts(
     latency = check((200, 2), (1800, 20), statistics.INCONCLUSIVE)
     state = replace(
         started(),
-        phase=phases.ROLLED_BACK,
-        reason=phases.CANARY_WORSE,
+        phase=Phase.ROLLED_BACK,
+        reason=Reason.CANARY_WORSE,
         canary_weight=0,
         baseline_step_weight=100,
         checks={"errors": errors, "latency": latency},
     )
     metrics.observe(NS, MODEL, CANARY, state)
-    assert value(registry, "phase", phase=phases.ROLLED_BACK) == 1.0
-    assert value(registry, "phase", phase=phases.PROGRESSING) == 0.0
+    assert value(registry, "phase", phase=Phase.ROLLED_BACK) == 1.0
+    assert value(registry, "phase", phase=Phase.PROGRESSING) == 0.0
     assert value(registry, "weight", arm="canary") == 0.0
     assert value(registry, "weight", arm="baseline") == 100.0
     assert value(registry, "statistic", check="errors") == pytest.approx(
@@ -185,12 +186,12 @@ def test_the_info_series_follows_the_reason(
 ) -> None:
     state = started()
     metrics.observe(NS, MODEL, CANARY, state)
-    held = replace(state, phase=phases.HOLDING, reason=phases.METRICS_UNAVAILABLE)
+    held = replace(state, phase=Phase.HOLDING, reason=Reason.METRICS_UNAVAILABLE)
     metrics.observe(NS, MODEL, CANARY, held)
     info = [line for line in series_of(registry) if line.startswith(P + "info")]
     assert len(info) == 1, info
-    assert value(registry, "info", baseline="stable", reason=phases.METRICS_UNAVAILABLE) == 1.0
-    assert value(registry, "phase", phase=phases.HOLDING) == 1.0
+    assert value(registry, "info", baseline="stable", reason=Reason.METRICS_UNAVAILABLE) == 1.0
+    assert value(registry, "phase", phase=Phase.HOLDING) == 1.0
 
 
 def test_decisions_and_read_errors_are_counted(
@@ -245,8 +246,8 @@ def test_a_canary_that_changed_model_loses_the_old_models_series(
 
 def test_the_phases_are_the_operators() -> None:
     assert daemon.PENDING in PHASES
-    assert set(phases.FINISHED) <= set(PHASES)
-    assert {phases.PROGRESSING, phases.PAUSED, phases.HOLDING} <= set(PHASES)
+    assert set(FINISHED) <= set(PHASES)
+    assert {Phase.PROGRESSING, Phase.PAUSED, Phase.HOLDING} <= set(PHASES)
     assert set(VERDICTS) == {statistics.PASS, statistics.FAIL, statistics.INCONCLUSIVE}
 
 

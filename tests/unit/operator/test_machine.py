@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from modelroll_operator.analysis import machine, phases
+from modelroll_operator.analysis import machine
 from modelroll_operator.analysis.counts import SOURCE_TTL_S, Snapshot, Split, Tally, VersionCounts
 from modelroll_operator.analysis.machine import Decision
+from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.analysis.spec import (
     PROMOTE,
     ROLLBACK,
@@ -205,11 +206,13 @@ class Story:
             self.events.append(decision.event)
         return decision
 
-    def run(self, ticks: int, **traffic: Any) -> None:
+    def run(self, ticks: int, **traffic: Any) -> AnalysisState:
+        """Up to ``ticks`` evaluations, until the analysis is over or paused; the state then."""
         for _ in range(ticks):
             self.tick(**traffic)
-            if self.state.finished or self.state.phase == phases.PAUSED:
-                return
+            if self.state.finished or self.state.phase == Phase.PAUSED:
+                break
+        return self.state
 
     def evidence(self, check: str = "errors") -> Served:
         """What a check judged, in the same terms as :attr:`judged`."""
@@ -228,7 +231,7 @@ def test_a_healthy_canary_goes_through_every_step_and_is_promoted() -> None:
     story = Story(spec())
     assert story.weights == [machine.Weights(10, 90)]
     story.run(200, canary=30, canary_errors=1, baseline=270, baseline_errors=9)
-    assert story.state.phase == phases.PROMOTED
+    assert story.state.phase == Phase.PROMOTED
     assert story.weights == [
         machine.Weights(10, 90),
         machine.Weights(50, 50),
@@ -242,8 +245,8 @@ def test_warm_up_traffic_is_not_judged() -> None:
     story = Story(spec(warmupSeconds=9))
     for _ in range(3):  # 9 s of a canary failing everything: warm-up, not judged
         story.tick(canary=30, canary_errors=30)
-        assert story.state.phase == phases.PROGRESSING
-    assert story.state.reason == phases.INSUFFICIENT_DATA  # judging starts now
+        assert story.state.phase == Phase.PROGRESSING
+    assert story.state.reason == Reason.INSUFFICIENT_DATA  # judging starts now
     assert story.state.checks["errors"].evidence.canary.requests == 0
 
 
@@ -252,8 +255,8 @@ def test_a_canary_failing_a_fifth_of_its_requests_is_rolled_back_within_seconds(
     story = Story(spec())
     started = story.now
     story.run(100, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
-    assert story.state.phase == phases.ROLLED_BACK
-    assert story.state.reason == phases.CANARY_WORSE
+    assert story.state.phase == Phase.ROLLED_BACK
+    assert story.state.reason == Reason.CANARY_WORSE
     assert story.now - started <= 15
     assert story.weights[-1] == machine.Weights(0, 100)
     assert "errors: canary 6/30 vs baseline 0/270" in (story.events[-1] or "") or (
@@ -264,7 +267,7 @@ def test_a_canary_failing_a_fifth_of_its_requests_is_rolled_back_within_seconds(
 def test_a_slower_canary_is_rolled_back_on_the_latency_check() -> None:
     story = Story(spec())
     story.run(100, canary=30, canary_slow=12, baseline=270, baseline_slow=5)
-    assert story.state.phase == phases.ROLLED_BACK
+    assert story.state.phase == Phase.ROLLED_BACK
     assert story.state.checks["latency"].verdict == "Fail"
     assert story.state.checks["latency"].bound == 0.01
     assert story.state.checks["errors"].verdict != "Fail"
@@ -278,7 +281,7 @@ def test_a_canary_slower_to_stream_is_rolled_back_on_its_stream_check(check: str
     started = story.now
     streams = {"canary_streams": 30, "canary_late": 12, "baseline_streams": 270, "baseline_late": 5}
     story.run(100, canary=30, canary_errors=1, baseline=270, baseline_errors=9, **streams)
-    assert story.state.phase == phases.ROLLED_BACK
+    assert story.state.phase == Phase.ROLLED_BACK
     assert story.now - started <= 30
     assert story.weights[-1] == machine.Weights(0, 100)
     verdicts = {name: c.verdict for name, c in story.state.checks.items()}
@@ -292,10 +295,10 @@ def test_a_stream_check_holds_until_both_versions_stream() -> None:
     the step holds, saying so, and goes on once both versions stream."""
     story = Story(spec(steps=[{"weight": 10}], checks={"timeToFirstToken": {}}, maxSeconds=60))
     story.run(40, canary=30, baseline=270, baseline_streams=270)
-    assert story.state.phase == phases.HOLDING
+    assert story.state.phase == Phase.HOLDING
     assert "no streams of both versions yet for timeToFirstToken" in story.state.message
-    story.run(40, canary=30, baseline=270, canary_streams=30, baseline_streams=270)
-    assert story.state.phase == phases.PROMOTED
+    after = story.run(40, canary=30, baseline=270, canary_streams=30, baseline_streams=270)
+    assert after.phase == Phase.PROMOTED
 
 
 SHADOW_GATE = {"minAgreement": 0.99, "minCopies": 100}
@@ -305,7 +308,7 @@ def test_a_shadow_gate_lets_an_agreeing_canary_on_to_step_1() -> None:
     story = Story(spec(shadow=SHADOW_GATE))
     assert story.weights == [machine.Weights(0, 100)]
     assert story.state.shadowing
-    assert story.state.reason == phases.SHADOWING
+    assert story.state.reason == Reason.SHADOWING
     story.tick(canary=0, baseline=300, copies=60)  # the first reading: where deltas start
     story.tick(canary=0, baseline=300, copies=60, agreeing=0.999)
     assert story.state.shadowing
@@ -315,14 +318,14 @@ def test_a_shadow_gate_lets_an_agreeing_canary_on_to_step_1() -> None:
     assert story.weights[-1] == machine.Weights(10, 90)
     assert "agree with stable's 0.9970 on average, at least 0.99" in (story.events[-1] or "")
     story.run(200, canary=30, baseline=270)
-    assert story.state.phase == phases.PROMOTED
+    assert story.state.phase == Phase.PROMOTED
 
 
 def test_a_shadow_gate_rolls_back_a_disagreeing_canary_before_any_live_traffic() -> None:
     story = Story(spec(shadow=SHADOW_GATE))
     story.run(10, canary=0, baseline=300, copies=30, agreeing=0.9)
-    assert story.state.phase == phases.ROLLED_BACK
-    assert story.state.reason == phases.SHADOW_DISAGREES
+    assert story.state.phase == Phase.ROLLED_BACK
+    assert story.state.reason == Reason.SHADOW_DISAGREES
     assert {w.canary for w in story.weights if w} == {0}  # it never had a weight above 0
     assert "0.9000 on average, below 0.99" in (story.events[-1] or "")
 
@@ -330,7 +333,7 @@ def test_a_shadow_gate_rolls_back_a_disagreeing_canary_before_any_live_traffic()
 def test_a_shadow_gate_without_copies_holds_at_max_seconds() -> None:
     story = Story(spec(shadow=SHADOW_GATE, maxSeconds=30))
     story.run(20, canary=0, baseline=300)
-    assert story.state.phase == phases.HOLDING
+    assert story.state.phase == Phase.HOLDING
     assert story.state.shadowing
     assert story.state.message.startswith("Holding before step 1: 0 copies compared after 30 s")
     assert story.weights == [machine.Weights(0, 100)]
@@ -341,9 +344,9 @@ def test_a_dry_run_check_reports_but_never_acts() -> None:
     story = Story(dry)
     story.run(8, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
     assert story.state.checks["errors"].verdict == "Fail"
-    assert story.state.phase == phases.PROGRESSING
-    story.run(100, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
-    assert story.state.phase == phases.PROMOTED  # on the latency check alone
+    assert story.state.phase == Phase.PROGRESSING
+    after = story.run(100, canary=30, canary_errors=6, baseline=270, baseline_errors=0)
+    assert after.phase == Phase.PROMOTED  # on the latency check alone
 
 
 def test_the_guardrail_rolls_back_at_once() -> None:
@@ -352,8 +355,8 @@ def test_the_guardrail_rolls_back_at_once() -> None:
     story.tick()  # warm-up
     story.tick()
     story.tick(canary=30, canary_errors=20)
-    assert story.state.phase == phases.ROLLED_BACK
-    assert story.state.reason == phases.GUARDRAIL
+    assert story.state.phase == Phase.ROLLED_BACK
+    assert story.state.reason == Reason.GUARDRAIL
 
 
 def test_metrics_that_cannot_be_read_hold_and_never_roll_back() -> None:
@@ -362,11 +365,11 @@ def test_metrics_that_cannot_be_read_hold_and_never_roll_back() -> None:
     weights = list(story.weights)
     for _ in range(20):
         story.tick(readable=False)
-        assert story.state.phase == phases.HOLDING
-        assert story.state.reason == phases.METRICS_UNAVAILABLE
+        assert story.state.phase == Phase.HOLDING
+        assert story.state.reason == Reason.METRICS_UNAVAILABLE
     assert story.weights == weights
     story.tick()  # readable again: the analysis goes on
-    assert story.state.phase == phases.PROGRESSING
+    assert story.state.phase == Phase.PROGRESSING
 
 
 def test_a_message_longer_than_the_crd_allows_is_cut_to_fit() -> None:
@@ -399,8 +402,8 @@ def test_a_step_waits_until_every_gateway_routes_by_its_weights() -> None:
     stale = splits(a=(10, 90), b=(0, 100))
     for _ in range(10):
         story.tick(canary=30, canary_errors=30, edit=stale)
-        assert story.state.phase == phases.HOLDING
-        assert story.state.reason == phases.WEIGHTS_NOT_APPLIED
+        assert story.state.phase == Phase.HOLDING
+        assert story.state.reason == Reason.WEIGHTS_NOT_APPLIED
         assert "pod/gateway-b routes by 0/100" in story.state.message
         assert "pod/gateway-a" not in story.state.message
     assert story.state.step_seconds == 0  # the step's clock stood still
@@ -413,7 +416,7 @@ def test_a_step_waits_until_every_gateway_routes_by_its_weights() -> None:
 
     story.run(200, canary=30, canary_errors=1, baseline=270, baseline_errors=9, edit=applied)
     # Promoted, not rolled back: the 300 failures served under the stale split were never judged.
-    assert story.state.phase == phases.PROMOTED
+    assert story.state.phase == Phase.PROMOTED
 
 
 def test_a_promotion_is_complete_only_once_every_gateway_routes_by_it() -> None:
@@ -421,7 +424,7 @@ def test_a_promotion_is_complete_only_once_every_gateway_routes_by_it() -> None:
     lagging = splits(a=(100, 0), b=(50, 50))
     for _ in range(40):
         story.tick(edit=splits(a=(50, 50), b=(50, 50)))
-        if story.state.phase == phases.PROMOTED:
+        if story.state.phase == Phase.PROMOTED:
             break
     assert story.weights[-1] == machine.Weights(100, 0)
     assert not story.state.finished
@@ -432,7 +435,7 @@ def test_a_promotion_is_complete_only_once_every_gateway_routes_by_it() -> None:
     )
     conditions = {c["type"]: c for c in analysis_conditions(story.state.to_dict())}
     assert conditions["Promoted"]["status"] == "False"
-    assert conditions["Progressing"]["reason"] == phases.WEIGHTS_NOT_APPLIED
+    assert conditions["Progressing"]["reason"] == Reason.WEIGHTS_NOT_APPLIED
     done = story.tick(edit=splits(a=(100, 0), b=(100, 0))).state
     assert done.finished
     assert done.message.startswith("Promoted: canary weight 100, baseline stable 0.")
@@ -444,10 +447,10 @@ def test_a_promotion_is_complete_only_once_every_gateway_routes_by_it() -> None:
 def test_a_version_missing_from_a_gateways_route_holds_the_step() -> None:
     story = Story(spec())
     story.tick(edit=splits(a=(None, 90)))
-    assert story.state.reason == phases.WEIGHTS_NOT_APPLIED
+    assert story.state.reason == Reason.WEIGHTS_NOT_APPLIED
     assert "routes by none/90" in story.state.message
     story.tick(edit=splits(a=(10, 90)))
-    assert story.state.phase == phases.PROGRESSING
+    assert story.state.phase == Phase.PROGRESSING
 
 
 def test_a_canary_with_little_traffic_holds_and_is_not_rolled_back() -> None:
@@ -455,13 +458,13 @@ def test_a_canary_with_little_traffic_holds_and_is_not_rolled_back() -> None:
     story = Story(spec(steps=[{"weight": 1}], maxSeconds=120))
     for i in range(200):
         story.tick(canary=1 if i % 10 == 0 else 0, baseline=10)
-    assert story.state.phase == phases.HOLDING
-    assert story.state.reason == phases.INSUFFICIENT_DATA
+    assert story.state.phase == Phase.HOLDING
+    assert story.state.reason == Reason.INSUFFICIENT_DATA
     assert story.weights == [machine.Weights(1, 99)]
 
 
 def test_an_inconclusive_step_follows_the_policy() -> None:
-    for policy, phase in ((ROLLBACK, phases.ROLLED_BACK), (PROMOTE, phases.PROMOTED)):
+    for policy, phase in ((ROLLBACK, Phase.ROLLED_BACK), (PROMOTE, Phase.PROMOTED)):
         story = Story(spec(steps=[{"weight": 1}], maxSeconds=60, onInconclusive=policy))
         story.run(100, canary=1, baseline=10)
         assert story.state.phase == phase, policy
@@ -470,11 +473,11 @@ def test_an_inconclusive_step_follows_the_policy() -> None:
 def test_a_pause_step_waits_for_resume() -> None:
     story = Story(spec(steps=[{"weight": 10, "pause": True}, {"weight": 50}]))
     story.run(100, canary=30, baseline=270)
-    assert story.state.phase == phases.PAUSED
-    assert story.state.reason == phases.STEP_PAUSE
+    assert story.state.phase == Phase.PAUSED
+    assert story.state.reason == Reason.STEP_PAUSE
     assert story.weights == [machine.Weights(10, 90)]
     story.tick()
-    assert story.state.phase == phases.PAUSED  # nothing moves while paused
+    assert story.state.phase == Phase.PAUSED  # nothing moves while paused
     decision = machine.resume(story.spec, story.state, story.now)
     assert decision.weights == machine.Weights(50, 50)
     assert decision.state.step == 1
@@ -486,7 +489,7 @@ def test_skip_and_abort() -> None:
     assert skipped.weights == machine.Weights(50, 50)
     aborted = machine.abort(skipped.state)
     assert aborted.weights == machine.Weights(0, 100)
-    assert aborted.state.reason == phases.ABORTED
+    assert aborted.state.reason == Reason.ABORTED
     assert machine.abort(aborted.state).weights is None  # once over, it stays over
 
 
@@ -515,12 +518,12 @@ def test_a_baseline_with_no_requests_is_never_a_pass() -> None:
     for policy in (PROMOTE, ROLLBACK, "Hold"):
         story = Story(spec(steps=[{"weight": 10}], maxSeconds=60, onInconclusive=policy))
         story.run(60, canary=30, baseline=0)
-        assert story.state.phase == phases.HOLDING, policy
-        assert story.state.reason == phases.INSUFFICIENT_DATA, policy
+        assert story.state.phase == Phase.HOLDING, policy
+        assert story.state.reason == Reason.INSUFFICIENT_DATA, policy
         assert "no baseline requests" in story.state.message, policy
         assert story.weights == [machine.Weights(10, 90)], policy
-        story.run(60, canary=30, baseline=270)  # the baseline serves again: judged, promoted
-        assert story.state.phase == phases.PROMOTED, policy
+        after = story.run(60, canary=30, baseline=270)  # the baseline serves again: judged
+        assert after.phase == Phase.PROMOTED, policy
 
 
 # -- counters read per gateway replica -------------------------------------------------------
@@ -549,7 +552,7 @@ def incident(replicas: int = 2) -> Story:
 
 
 def assert_unharmed(story: Story) -> None:
-    assert story.state.phase == phases.PROGRESSING, story.state.message
+    assert story.state.phase == Phase.PROGRESSING, story.state.message
     assert story.weights == [machine.Weights(10, 90)]
 
 
@@ -611,8 +614,8 @@ def test_a_reading_of_no_source_holds_and_the_next_one_spans_it() -> None:
     story = incident()
     before = story.evidence()
     story.tick(**INCIDENT, read="")  # Prometheus answered with no series at all
-    assert story.state.phase == phases.HOLDING
-    assert story.state.reason == phases.METRICS_UNAVAILABLE
+    assert story.state.phase == Phase.HOLDING
+    assert story.state.reason == Reason.METRICS_UNAVAILABLE
     assert story.state.message == f"Holding: the metrics cannot be read ({machine.NO_SOURCE})"
     assert story.weights == [machine.Weights(10, 90)]
     assert story.evidence() == before
@@ -671,8 +674,8 @@ def test_a_canary_failing_a_fifth_is_rolled_back_as_fast_across_a_replica_blip()
     story.tick(canary=30, canary_errors=6)  # judging starts
     story.tick(canary=30, canary_errors=6, read="a")  # replica b not read
     story.run(100, canary=30, canary_errors=6)
-    assert story.state.phase == phases.ROLLED_BACK
-    assert story.state.reason == phases.CANARY_WORSE
+    assert story.state.phase == Phase.ROLLED_BACK
+    assert story.state.reason == Reason.CANARY_WORSE
     assert story.now - started <= 15
     assert story.weights[-1] == machine.Weights(0, 100)
 
@@ -695,3 +698,21 @@ def test_a_state_with_summed_counters_starts_its_window_again() -> None:
     assert_unharmed(story)
     assert story.state.window is not None
     assert story.evidence() == story.judged  # from the interval after the first reading
+
+
+def test_the_phase_and_reason_are_stored_as_the_strings_users_see() -> None:
+    story = Story(spec())
+    story.run(3)
+    written = json.loads(json.dumps(story.state.to_dict()))
+    assert (written["phase"], written["reason"]) == ("Progressing", "InsufficientData")
+    restored = AnalysisState.from_dict(written)
+    assert restored is not None
+    assert (restored.phase, restored.reason) == (Phase.PROGRESSING, Reason.INSUFFICIENT_DATA)
+
+
+@pytest.mark.parametrize("field", ["phase", "reason"])
+def test_a_stored_state_with_an_unknown_phase_or_reason_is_no_state(field: str) -> None:
+    """A status edited by hand to a phase or reason the analysis does not know: it holds no
+    state this code can go on from."""
+    written = Story(spec()).state.to_dict()
+    assert AnalysisState.from_dict({**written, field: "Exploded"}) is None
