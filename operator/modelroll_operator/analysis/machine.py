@@ -126,6 +126,7 @@ def _to_step(spec: AnalysisSpec, state: AnalysisState, step: int, now: float, wh
     """Move to ``step`` (promote past the last)."""
     if step >= len(spec.steps):
         weights = promoted_weights(state)
+        promotion = f"canary weight {weights.canary}, baseline {state.baseline} 0. {why}"
         done = replace(
             _fresh_step(state, now),
             phase=Phase.PROMOTED,
@@ -133,8 +134,8 @@ def _to_step(spec: AnalysisSpec, state: AnalysisState, step: int, now: float, wh
             canary_weight=weights.canary,
             baseline_step_weight=weights.baseline,
             reason=Reason.PROMOTED,
-            message=f"{PROMOTING} canary weight {weights.canary}, baseline {state.baseline} 0. "
-            + why,
+            message=f"{PROMOTING} {promotion}",
+            promotion=promotion,
             routed=False,
         )
         return Decision(done, weights, event=done.message)
@@ -180,12 +181,13 @@ def rollback(state: AnalysisState, reason: Reason, why: str) -> Decision:
         reason=reason,
         message=f"Rolled back: canary weight 0, baseline {state.baseline} "
         f"{state.baseline_weight}. {why}",
+        promotion="",
     )
     return Decision(done, weights, event=done.message, warning=True)
 
 
 def pause(state: AnalysisState, reason: Reason, message: str) -> Decision:
-    paused = replace(state, phase=Phase.PAUSED, reason=reason, message=message)
+    paused = replace(state, phase=Phase.PAUSED, reason=reason, message=message, promotion="")
     return Decision(paused, event=message, warning=reason == Reason.MANUAL_WEIGHT)
 
 
@@ -283,15 +285,23 @@ def _promotion(
     state: AnalysisState, snapshot: Snapshot | None, source_error: str | None
 ) -> Decision:
     """A promotion is complete once every gateway read routes by the promoted weights."""
-    decided = state.message.split(WAITING, 1)[0]
+    promotion = state.promotion or _promotion_in_message(state.message)
+    state = replace(state, promotion=promotion)
     if snapshot is None:
         waiting = f"the metrics cannot be read ({source_error or 'no data'})"
     elif unapplied := snapshot.unapplied(state.canary_weight, state.baseline_step_weight):
         waiting = "; ".join(unapplied)
     else:
-        done = "Promoted:" + decided.removeprefix(PROMOTING)
+        done = f"Promoted: {promotion}"
         return Decision(replace(state, routed=True, message=done), event=done)
-    return Decision(replace(state, message=f"{decided}{WAITING}{waiting}"))
+    return Decision(replace(state, message=f"{PROMOTING} {promotion}{WAITING}{waiting}"))
+
+
+def _promotion_in_message(message: str) -> str:
+    """The promotion of a state stored before ``status.analysis.promotion`` was: what its
+    message, the only place such a state held it, says after "Promoting:" and before the wait
+    for the gateways. Read for those states alone; every promotion since has the field."""
+    return message.split(WAITING, 1)[0].removeprefix(PROMOTING).removeprefix(" ")
 
 
 def _shadow_gate(

@@ -265,6 +265,18 @@ class AnalysisState:
     )
     """Whether every gateway read routes by these weights; False from a promotion until they
     do (a promotion is complete only then)."""
+    promotion: str = api(
+        "A promotion's decision in words, the weights and why (\"canary weight 100, baseline "
+        'stable 0. Step 2 passed (...)."): the message gives it after "Promoting:" until every '
+        'gateway routes by the promoted weights, then after "Promoted:". Empty in every other '
+        "phase.",
+        default="",
+        max_length=MESSAGE_MAX,
+        write=lambda promotion: clip(promotion, MESSAGE_MAX),
+    )
+    """A promotion's decision in words, the weights and why ("canary weight 100, baseline
+    stable 0. Step 2 passed (...)."): the message gives it after "Promoting:" until the
+    promotion is complete, then after "Promoted:". Empty in every other phase."""
 
     @property
     def finished(self) -> bool:

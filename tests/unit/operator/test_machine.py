@@ -444,6 +444,60 @@ def test_a_promotion_is_complete_only_once_every_gateway_routes_by_it() -> None:
     assert conditions["Promoted"]["status"] == "True"
 
 
+def promoting() -> Story:
+    """A canary promoted at its one step, while gateway b still routes by the step's weights."""
+    story = Story(spec(steps=[{"weight": 50}], minSeconds=9), replicas=2)
+    for _ in range(40):
+        if story.tick(edit=splits(a=(50, 50), b=(50, 50))).state.phase == Phase.PROMOTED:
+            break
+    assert story.tick(edit=splits(a=(100, 0), b=(50, 50))).state.phase == Phase.PROMOTED
+    assert not story.state.finished
+    return story
+
+
+def test_a_promotion_in_progress_survives_a_round_trip_through_the_stored_state() -> None:
+    story = promoting()
+    written = json.loads(json.dumps(story.state.to_dict()))
+    promotion = written["promotion"]
+    assert promotion.startswith("canary weight 100, baseline stable 0. Step 1 passed (errors: ")
+    assert written["message"] == (
+        f"Promoting: {promotion} Waiting for every gateway to route by it: "
+        "pod/gateway-b routes by 50/50"
+    )
+    # The message is for people: the promotion is read back from its own field.
+    restored = AnalysisState.from_dict({**written, "message": "edited by hand"})
+    assert restored is not None
+    story.state = restored
+    done = story.tick(edit=splits(a=(100, 0), b=(100, 0))).state
+    assert done.finished
+    assert done.message == story.events[-1] == f"Promoted: {promotion}"
+    assert done.to_dict()["promotion"] == promotion
+
+
+def test_a_promotion_stored_without_its_field_is_read_from_its_message() -> None:
+    """status.analysis as written before it had ``promotion``: the promotion goes on, and
+    completes with the same message, the field filled in."""
+    story = promoting()
+    waiting = story.state.message
+    promotion = story.state.promotion
+    written = story.state.to_dict()
+    del written["promotion"]
+    restored = AnalysisState.from_dict(written)
+    assert restored is not None
+    story.state = restored
+    assert story.tick(edit=splits(a=(100, 0), b=(50, 50))).state.message == waiting
+    assert story.state.promotion == promotion
+    done = story.tick(edit=splits(a=(100, 0), b=(100, 0))).state
+    assert done.message == f"Promoted: {promotion}"
+
+
+def test_a_promotion_rolled_back_by_hand_keeps_no_promotion() -> None:
+    story = promoting()
+    aborted = machine.abort(story.state).state
+    assert aborted.phase == Phase.ROLLED_BACK
+    assert aborted.to_dict()["promotion"] == ""
+
+
 def test_a_version_missing_from_a_gateways_route_holds_the_step() -> None:
     story = Story(spec())
     story.tick(edit=splits(a=(None, 90)))
