@@ -24,6 +24,13 @@ from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, valid
 from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
 from .config import OperatorConfig
 from .httproute import HTTPRouteInfo, HTTPRoutes, RouteChanged
+from .manifests import (
+    conflict,
+    deployment_manifest,
+    selector_string,
+    service_endpoint,
+    service_manifest,
+)
 from .planes import DataPlane, PlaneKind, Planes
 from .planes.configmap import ConfigMapKind
 from .planes.httproute import HTTPRouteKind, indexed
@@ -34,13 +41,6 @@ from .routing import Candidate, RouteWrite, compute_route, route_changes
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
 from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch
-from .workload import (
-    conflict,
-    deployment_manifest,
-    selector_string,
-    service_endpoint,
-    service_manifest,
-)
 
 log = logging.getLogger("modelroll_operator")
 

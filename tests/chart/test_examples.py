@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from modelroll_operator.config import OperatorConfig
+from modelroll_operator.manifests import sidecar_args
 from modelroll_operator.spec import parse_spec
-from modelroll_operator.workload import sidecar_args
 from tests.chart.conftest import EXAMPLES, REPO, Manifest, commented_manifest
 from tests.chart.rendering import chart_meta
 from tests.chart.test_dockerfiles import Dockerfile

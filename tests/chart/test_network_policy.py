@@ -20,8 +20,8 @@ import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_operator.config import SIDECAR_PORT, OperatorConfig
+from modelroll_operator.manifests import deployment_manifest
 from modelroll_operator.snapshots import VersionInfo
-from modelroll_operator.workload import deployment_manifest
 from tests.chart.conftest import CHART, EXAMPLES, FULL_VALUES, Helm, Manifest, by_kind, one
 
 MODEL_POD_SELECTOR = {

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from modelroll_operator.config import OperatorConfig
+from modelroll_operator.manifests import conflict, deployment_manifest
 from modelroll_operator.spec import ANNOTATION_SPEC_HASH, SpecError, parse_server
-from modelroll_operator.workload import conflict, deployment_manifest
 
 from .conftest import version
 

@@ -1,4 +1,5 @@
-"""Managed mode: the Deployment (model + batching sidecar) and Service of one ModelVersion.
+"""The manifests of managed mode: the Deployment (model + batching sidecar) and Service of one
+ModelVersion.
 
 Only the parts of a spec that shape the pod go into its template, so a weight change leaves the
 Deployment untouched, while a change to spec.batching or spec.server rolls it. Each manifest

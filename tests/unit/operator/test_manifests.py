@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from modelroll_operator.config import OperatorConfig
-from modelroll_operator.spec import ANNOTATION_SPEC_HASH, parse_server
-from modelroll_operator.workload import (
+from modelroll_operator.manifests import (
     conflict,
     deployment_manifest,
     service_endpoint,
     service_manifest,
 )
+from modelroll_operator.spec import ANNOTATION_SPEC_HASH, parse_server
 from modelroll_sidecar import cli as sidecar_cli
 from modelroll_sidecar import prestop
 from modelroll_sidecar.config import parse_args as parse_sidecar_args
