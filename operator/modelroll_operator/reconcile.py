@@ -1,4 +1,9 @@
-"""Level-triggered reconciliation of one model: workloads, its routes entry, its versions' status.
+"""Level-triggered reconciliation of one model: workloads, its route, its versions' status.
+
+A pass decides, then applies, each step in turn: each version's workload (``workloads.plan``,
+then :class:`~.workloads.Workloads`), the model's data plane (planes/, chosen once per pass)
+and its route there (:func:`plan_route`, then the plane's write), and each version's status
+(``status.desired_status``, then a merge patch when it differs).
 
 kopf's handlers only say *which* model may have changed (a ModelVersion, a managed Deployment or
 Service, or the routes ConfigMap moved). The models go into a work queue (queue.py) whose workers
@@ -15,32 +20,23 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import kopf
 
-from modelroll_common.routes import ModelRoute, RoutesError, VersionRoute, validate_model_name
+from modelroll_common.routes import ModelRoute, RoutesError, validate_model_name
 
-from .api import UNREACHABLE, Api, KubeApiError, apps_path, core_path, mv_path
+from .api import UNREACHABLE, Api, KubeApiError, mv_path
 from .config import OperatorConfig
 from .httproute import HTTPRouteInfo, HTTPRoutes, RouteChanged
-from .manifests import (
-    conflict,
-    deployment_manifest,
-    selector_string,
-    service_endpoint,
-    service_manifest,
-)
 from .planes import DataPlane, PlaneKind, Planes
 from .planes.configmap import ConfigMapKind
 from .planes.httproute import HTTPRouteKind, indexed
-from .pod_security import forbidden
 from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
-from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY
-from .status import Readiness, ReadyReason, desired_status, now_rfc3339, status_patch
+from .status import Readiness, desired_status, now_rfc3339, status_patch
+from .workloads import Workloads, plan
 
 log = logging.getLogger("modelroll_operator")
 
@@ -73,44 +69,26 @@ class PassIncomplete(Exception):
     """A pass did all it could, but some of it failed; the message lists what."""
 
 
-def _ref(version: VersionInfo) -> dict[str, Any]:
-    """The object reference kopf's JSON log formatter puts under "object"."""
-    return {
-        "k8s_ref": {
-            "kind": "ModelVersion",
-            "namespace": version.namespace,
-            "name": version.name,
-            "uid": version.uid,
-        }
-    }
-
-
-PERMANENT_500S = ("failed to convert", "duplicate entries for key")
-"""Server-side apply's 500s about the object itself: a field it cannot convert (a malformed
-quantity), or a list whose keys repeat (two equal imagePullSecrets, an init container's env
-naming a variable twice)."""
-
-
-def _refused_for_good(exc: KubeApiError) -> bool:
-    """The API server refused the object itself: retrying the same manifest cannot help.
-    Invalid values are 422, malformed requests 400, and some faults server-side apply's 500."""
-    return exc.status in (400, 422) or (
-        exc.status == 500 and any(text in exc.message for text in PERMANENT_500S)
-    )
-
-
-def _first(store: Iterable[WorkloadInfo] | None) -> WorkloadInfo | None:
-    return next(iter(store), None) if store is not None else None
-
-
-def _candidate(version: VersionInfo, readiness: Readiness, plane: DataPlane) -> Candidate:
-    """The version as its model's route may hold it, with what ``plane`` can do: a cohort
-    header and a shadow share only where the plane honours them."""
-    spec = version.spec
-    header = spec.cohort_header if spec and plane.sticky_cohorts else None
-    shadow = spec.shadow_percent if spec and plane.shadow_copies else 0
-    weight = spec.weight if spec else 0
-    return Candidate(version.name, weight, readiness.endpoint, readiness.ready, header, shadow)
+def plan_route(
+    model: str, live: Iterable[VersionInfo], readiness: Mapping[str, Readiness], plane: DataPlane
+) -> tuple[dict[str, Readiness], ModelRoute | None]:
+    """The model's route in ``plane``, from its versions and whether each can serve: a Ready
+    version the plane cannot route is not Ready (NoBackendRef), and a cohort header and
+    shadow shares go into the route only where the plane honours them."""
+    readiness = dict(readiness)
+    candidates = []
+    for v in live:
+        r = readiness[v.name]
+        if r.ready and (unroutable := plane.unroutable(v.name)) is not None:
+            r = readiness[v.name] = Readiness(
+                False, "NoBackendRef", unroutable, endpoint=r.endpoint
+            )
+        spec = v.spec
+        header = spec.cohort_header if spec and plane.sticky_cohorts else None
+        shadow = spec.shadow_percent if spec and plane.shadow_copies else 0
+        weight = spec.weight if spec else 0
+        candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header, shadow))
+    return readiness, compute_route(model, candidates)
 
 
 class Reconciler:
@@ -143,9 +121,6 @@ class Reconciler:
         """Per HTTPRoute (namespace, name), the model it claimed when last seen."""
         self.passes = 0
         """Passes started since the operator started (the liveness probe shows it)."""
-        self._applied: dict[tuple[str, str, str], str] = {}
-        """Per managed object (kind, namespace, name), its revision right after the operator
-        applied it: any other revision means someone else changed it."""
         self._warned: dict[VersionKey, tuple[str, float]] = {}
         self._locks: defaultdict[ModelKey, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._queue = WorkQueue(
@@ -157,8 +132,7 @@ class Reconciler:
             resync=self._resync,
             name="modelroll-reconciler",
         )
-        self._rejected: dict[ModelKey, dict[tuple[str, str], tuple[str, str]]] = {}
-        """Per model, (kind, version name) -> (manifest hash, why the API server refused it)."""
+        self.workloads = Workloads(api, deployments, services, self._warn)
 
     def start(self) -> None:
         self._queue.start()
@@ -171,7 +145,7 @@ class Reconciler:
         self._queue.add(key)
 
     def _resync(self) -> list[ModelKey]:
-        self._applied.clear()  # every managed object is applied once more
+        self.workloads.forget_applied()  # every managed object is applied once more
         return list(self.versions)
 
     def routes_changed(self, namespace: str, data: Mapping[str, str] | None) -> None:
@@ -235,23 +209,14 @@ class Reconciler:
             return PassResult(None)
         versions = sorted(self.versions.get(key) or (), key=lambda v: v.name)
         live = [v for v in versions if not v.deleting]
-        names = {v.name for v in live}
-        rejected = self._rejected.pop(key, {})
-        if kept := {k: v for k, v in rejected.items() if k[1] in names}:
-            self._rejected[key] = kept
+        self.workloads.keep_rejections(key, {v.name for v in live})
         problems: list[str] = []
-        readiness = {v.name: await self._workload(v, problems) for v in live}
+        readiness = {
+            v.name: await self.workloads.reconcile(v, plan(v, self.config), problems) for v in live
+        }
         plane = await self.planes.choose(key, self.planes.backends(live))
+        readiness, route = plan_route(model, live, readiness, plane)
         endpoints = {n: r.endpoint for n, r in readiness.items() if r.endpoint}
-        candidates = []
-        for v in live:
-            r = readiness[v.name]
-            if r.ready and (unroutable := plane.unroutable(v.name)) is not None:
-                r = readiness[v.name] = Readiness(
-                    False, "NoBackendRef", unroutable, endpoint=r.endpoint
-                )
-            candidates.append(_candidate(v, r, plane))
-        route = compute_route(model, candidates)
         problems.extend(await self.planes.release_others(plane, key))
         written = await plane.write(route, endpoints)
         if written.problem is not None:
@@ -337,242 +302,3 @@ class Reconciler:
         except KubeApiError as exc:
             if exc.status != 404:  # deleted meanwhile: nothing left to report on
                 raise
-
-    # -- workloads ------------------------------------------------------------------------
-
-    async def _workload(self, version: VersionInfo, problems: list[str]) -> Readiness:
-        """Make the version's workload match its spec; say whether it can serve. What the API
-        server refuses goes into `problems` and the version's Ready condition, never further:
-        the model's other versions and its route go on."""
-        spec = version.spec
-        if spec is None:
-            return Readiness(False, "InvalidSpec", version.spec_error or "invalid spec")
-        if spec.server is None:
-            try:
-                await self._remove_workload(version)
-            except KubeApiError as exc:  # left over, but the version is served elsewhere
-                problems.append(f"removing the workload of {version.name}: {exc}")
-            try:
-                VersionRoute(version.name, spec.weight, spec.endpoint or "")
-            except RoutesError as exc:  # the CRD prevents this; an old object might not
-                return Readiness(False, "InvalidSpec", str(exc))
-            message = f"External mode: requests go to {spec.endpoint}"
-            if ignored := spec.ignored_settings():
-                verb = "is" if len(ignored) == 1 else "are"
-                note = (
-                    f"{', '.join(ignored)} {verb} ignored: an external version runs no "
-                    "modelroll sidecar"
-                )
-                message = f"{message}; {note}"
-                await self._warn(version, "SettingsIgnored", note)
-            return Readiness(True, "ExternalEndpoint", message, endpoint=spec.endpoint)
-        endpoint = service_endpoint(version.name, version.namespace, self.config.sidecar_port)
-        selector = selector_string(spec.model, version.name)
-        clash = conflict(spec.server, self.config.sidecar_port) or forbidden(
-            spec.server.baseline_violations, self.config.pod_security
-        )
-        if clash is not None:
-            await self._warn(version, "InvalidSpec", clash)
-            return self._not_applied(version, "InvalidSpec", clash, endpoint, selector)
-        try:
-            # The Deployment first: a version whose pods the API server refuses gets no Service.
-            deployment = deployment_manifest(version, self.config)
-            applied = await self._ensure(version, deployment, self.deployments, "deployments")
-            if not isinstance(applied, Readiness):
-                service = service_manifest(version, self.config)
-                refused = await self._ensure(version, service, self.services, "services")
-                if isinstance(refused, Readiness):
-                    applied = refused
-        except KubeApiError as exc:
-            problems.append(f"workload of {version.name}: {exc}")
-            return await self._refused(version, exc, endpoint, selector)
-        if isinstance(applied, Readiness):
-            return self._not_applied(version, applied.reason, applied.message, endpoint, selector)
-        live = applied or _first(self.deployments.get(version.key))
-        replicas = live.replicas if live else 0
-        ready = live.ready_replicas if live else 0
-        figures = {"replicas": replicas, "ready_replicas": ready}
-        if spec.replicas == 0:
-            return Readiness(
-                False,
-                "ScaledToZero",
-                "spec.replicas is 0: no pod runs the model",
-                endpoint=endpoint,
-                selector=selector,
-                **figures,
-            )
-        message = f"{ready} of {spec.replicas} replicas of Deployment {version.name} are ready"
-        failure = live.failure if live else None
-        if failure is not None:
-            message = f"{message}; the ReplicaSet cannot create pods: {failure}"
-            await self._warn(version, "PodsRefused", message)
-        if ready < 1:
-            reason: ReadyReason = "PodsRefused" if failure is not None else "ReplicasNotReady"
-            return Readiness(
-                False, reason, message, endpoint=endpoint, selector=selector, **figures
-            )
-        return Readiness(
-            True, "ReplicasReady", message, endpoint=endpoint, selector=selector, **figures
-        )
-
-    def _not_applied(
-        self,
-        version: VersionInfo,
-        reason: ReadyReason,
-        message: str,
-        endpoint: str,
-        selector: str,
-    ) -> Readiness:
-        """The version's new spec cannot be applied: for good (InvalidSpec: the operator or the
-        API server refuses it), or because its workload is someone else's. A refused edit never
-        changes what serves: a version whose earlier pods still serve stays Ready on them."""
-        if reason == "InvalidSpec":
-            why = f"The new spec is not applied until it changes: {message}"
-            if kept := self._on_previous_spec(version, why, endpoint, selector):
-                return kept
-        return Readiness(False, reason, message, endpoint=endpoint, selector=selector)
-
-    async def _refused(
-        self, version: VersionInfo, exc: KubeApiError, endpoint: str, selector: str
-    ) -> Readiness:
-        """The API server refused the version's Service or Deployment for now (a quota, an
-        admission webhook, a conflict): tried again with backoff. A version whose earlier
-        workload still serves stays Ready on it; one that never ran is not Ready."""
-        message = f"The API server refused the workload of ModelVersion {version.name}: {exc}"
-        log.warning("%s; trying again", message, extra=_ref(version))
-        await self._warn(version, "WorkloadRefused", message)
-        if kept := self._on_previous_spec(version, message, endpoint, selector):
-            return kept
-        return Readiness(False, "WorkloadRefused", message, endpoint=endpoint, selector=selector)
-
-    def _on_previous_spec(
-        self, version: VersionInfo, why: str, endpoint: str, selector: str
-    ) -> Readiness | None:
-        """UpdateRefused when the version's Deployment (its own) and Service exist and a pod of
-        it is ready, so that it stays routed on its previous spec; else None."""
-        deployment = _first(self.deployments.get(version.key))
-        service = _first(self.services.get(version.key))
-        if deployment is None or service is None or deployment.ready_replicas < 1:
-            return None
-        if version.uid not in deployment.owner_uids:
-            return None
-        return Readiness(
-            True,
-            "UpdateRefused",
-            f"{deployment.ready_replicas} of {deployment.replicas} replicas of Deployment "
-            f"{version.name} are ready, running its previous spec. {why}",
-            endpoint=endpoint,
-            selector=selector,
-            replicas=deployment.replicas,
-            ready_replicas=deployment.ready_replicas,
-        )
-
-    async def _ensure(
-        self,
-        version: VersionInfo,
-        manifest: dict[str, Any],
-        index: WorkloadIndex,
-        plural: str,
-    ) -> Readiness | WorkloadInfo | None:
-        """Apply ``manifest`` (server-side apply, the operator's field manager, forced) unless
-        the live object carries its hash and nobody else has changed it since the operator last
-        applied it. So hand changes (an image, a replica count, a selector) are undone as soon
-        as their watch event arrives, and once after every start and resync.
-
-        Returns a not-Ready Readiness when the object cannot be had (rejected, or someone else's),
-        the applied object's snapshot when it was just applied, or None when nothing changed.
-        Raises KubeApiError when the API server refuses it for now.
-        """
-        kind = manifest["kind"]
-        name = manifest["metadata"]["name"]
-        want = manifest["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-        make_path = apps_path if plural == "deployments" else core_path
-        path = make_path(version.namespace, plural, name)
-        seen = _first(index.get(version.key))
-        ident = (kind, version.namespace, name)
-        if (
-            seen is not None
-            and seen.spec_hash == want
-            and version.uid in seen.owner_uids
-            and self._applied.get(ident) == seen.revision
-        ):
-            return None
-        if seen is None:
-            existing = await self.api.get(path)
-            if existing is not None and not self._ours(existing, version):
-                return Readiness(
-                    False,
-                    "WorkloadConflict",
-                    f"{kind} {name} already exists and is not managed by this ModelVersion",
-                )
-        rejections = self._rejected.setdefault(version.model_key, {})
-        rejected = rejections.get((kind, version.name))
-        if rejected is not None and rejected[0] == want:
-            return Readiness(False, "InvalidSpec", rejected[1])
-        try:
-            applied = await self.api.apply(path, manifest)
-        except KubeApiError as exc:
-            if not _refused_for_good(exc):
-                raise
-            message = f"The API server rejected {kind} {name}: {exc.message}"
-            rejections[(kind, version.name)] = (want, message)
-            log.warning(
-                "%s; ModelVersion %s/%s stays not Ready until its spec changes",
-                message,
-                version.namespace,
-                version.name,
-                extra=_ref(version),
-            )
-            await self._warn(version, "InvalidSpec", message)
-            return Readiness(False, "InvalidSpec", message)
-        rejections.pop((kind, version.name), None)
-        info = WorkloadInfo.from_body(kind, applied)
-        if info is None:
-            return None
-        self._applied[ident] = info.revision
-        why = ""
-        if seen is None:
-            verb = "Created"
-        elif seen.resource_version == info.resource_version:
-            return info  # it already was as the operator wants it
-        elif seen.spec_hash == want:
-            verb, why = "Restored", ": someone else had changed it"
-        else:
-            verb = "Updated"
-        log.info(
-            "%s %s %s/%s for ModelVersion %s%s",
-            verb,
-            kind,
-            version.namespace,
-            name,
-            version.name,
-            why,
-            extra=_ref(version),
-        )
-        return info
-
-    @staticmethod
-    def _ours(obj: Mapping[str, Any], version: VersionInfo) -> bool:
-        meta = obj.get("metadata") or {}
-        owners = {str(o.get("uid")) for o in meta.get("ownerReferences") or []}
-        labels = meta.get("labels") or {}
-        return version.uid in owners or labels.get(LABEL_MANAGED_BY) == MANAGED_BY
-
-    async def _remove_workload(self, version: VersionInfo) -> None:
-        """External mode: delete a Deployment and Service left from managed mode."""
-        for index, plural, make_path in (
-            (self.deployments, "deployments", apps_path),
-            (self.services, "services", core_path),
-        ):
-            seen = _first(index.get(version.key))
-            if seen is None or version.uid not in seen.owner_uids:
-                continue
-            if await self.api.delete(make_path(version.namespace, plural, seen.name)):
-                log.info(
-                    "Deleted %s %s/%s: ModelVersion %s is in external mode now",
-                    seen.kind,
-                    version.namespace,
-                    seen.name,
-                    version.name,
-                    extra=_ref(version),
-                )

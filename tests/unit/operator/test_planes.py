@@ -15,9 +15,11 @@ from modelroll_operator.httproute import HTTPRouteInfo, HTTPRoutes
 from modelroll_operator.planes import MetricsOrigin, Planes
 from modelroll_operator.planes.configmap import ConfigMapKind
 from modelroll_operator.planes.httproute import HTTPRouteKind, indexed
+from modelroll_operator.reconcile import plan_route
 from modelroll_operator.routes_configmap import RoutesConfigMap
 from modelroll_operator.routing import RouteWrite
 from modelroll_operator.snapshots import ModelKey
+from modelroll_operator.status import Readiness
 
 from .conftest import version
 
@@ -195,3 +197,43 @@ async def test_an_analysis_given_its_plane_lists_no_httproute() -> None:
     finally:
         await reader.close()
     assert api.listed == ["/api/v1/namespaces/prod/pods"]
+
+
+async def test_a_route_holds_what_its_plane_can_do_and_only_the_versions_it_can_route() -> None:
+    """Behind an HTTPRoute an external version without spec.backendRef is not Ready, and the
+    route has no cohort header and no shadow share (the data plane splits by weight alone);
+    the ConfigMap's route has both."""
+    stable = version("stable", endpoint="http://s:8000", weight=9, cohortHeader="X-User")
+    shadow = version("shadow", endpoint="http://sh:8000", weight=0, shadow={"percent": 5})
+    pool = version(
+        "pool",
+        endpoint="http://p:8000",
+        weight=1,
+        backendRef={"kind": "InferencePool", "name": "p"},
+    )
+    live = [pool, shadow, stable]
+    ready = {
+        v.name: Readiness(True, "ExternalEndpoint", "up", endpoint=v.spec.endpoint)
+        for v in live
+        if v.spec
+    }
+
+    ours = planes({KEY: [claim()]})
+    behind_route = await ours.choose(KEY, ours.backends(live))
+    readiness, route = plan_route("sentiment", live, ready, behind_route)
+    assert (readiness["stable"].ready, readiness["stable"].reason) == (False, "NoBackendRef")
+    assert readiness["pool"] == ready["pool"]
+    assert route is not None
+    assert [(v.name, v.weight, v.shadow) for v in route.versions] == [("pool", 1, 0)]
+    assert route.cohort_header is None
+
+    in_configmap = await planes(None).choose(KEY, {})
+    readiness, route = plan_route("sentiment", live, ready, in_configmap)
+    assert readiness == ready
+    assert route is not None
+    assert [(v.name, v.shadow) for v in route.versions] == [
+        ("pool", 0),
+        ("shadow", 5),
+        ("stable", 0),
+    ]
+    assert route.cohort_header == "X-User"
