@@ -267,7 +267,8 @@ class MetricsReader:
     ) -> None:
         self.api = api
         self.gateway_api = gateway_api
-        """Whether a model may be routed by an HTTPRoute (the operator's --gateway-api)."""
+        """Whether a model may be routed by an HTTPRoute (the operator's --gateway-api), for a
+        read given no plane."""
         self.access = access or ReadAccess()
         """What an analysis may read beyond its version's namespace (the operator's flags)."""
         self._session: aiohttp.ClientSession | None = None

@@ -8,6 +8,7 @@ from typing import Any, cast
 import pytest
 
 from modelroll_common.routes import ModelRoute
+from modelroll_operator.analysis.daemon import Canaries
 from modelroll_operator.analysis.reader import MetricsReader, MetricsUnavailable
 from modelroll_operator.analysis.spec import MetricsSource
 from modelroll_operator.api import Api
@@ -237,3 +238,28 @@ async def test_a_route_holds_what_its_plane_can_do_and_only_the_versions_it_can_
         ("stable", 0),
     ]
     assert route.cohort_header == "X-User"
+
+
+async def test_an_analysis_sees_the_plane_and_backends_its_models_pass_sees() -> None:
+    """The canary's look takes the plane from the same watched index as the model's pass, and
+    each version's backend from its spec: the weights in force are the route's, read by the
+    external baseline's backendRef, and nothing is asked of the API server."""
+    index: dict[ModelKey, list[HTTPRouteInfo]] = {}
+    ours = planes(index)
+    stable = version("stable", endpoint="http://s:8000", backendRef={"name": "svc", "port": 80})
+    canaries = Canaries(
+        cast(Api, NoApi()),
+        lambda key: [stable, version("canary")],
+        MetricsReader(cast(Api, NoApi())),
+        planes=ours,
+    )
+    chosen = await canaries._plane(KEY)
+    assert chosen is not None
+    assert chosen.metrics is MetricsOrigin.GATEWAY
+    index[KEY] = [claim(weights={"canary": 10, "svc": 90})]
+    chosen = await canaries._plane(KEY)
+    assert chosen is not None
+    assert chosen.metrics is MetricsOrigin.SIDECARS
+    assert chosen.weights_in_force({}, ("canary", "stable")) == {
+        "httproute/models": {"canary": 10.0, "stable": 90.0}
+    }
