@@ -18,6 +18,7 @@ from typing import Any
 from modelroll_common.routes import RoutesError, VersionRoute
 
 from .api import Api, KubeApiError, apps_path, core_path
+from .config import OperatorConfig
 from .manifests import (
     conflict,
     deployment_manifest,
@@ -26,7 +27,6 @@ from .manifests import (
     service_manifest,
 )
 from .pod_security import forbidden
-from .settings import OperatorConfig
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .spec import ANNOTATION_SPEC_HASH, LABEL_MANAGED_BY, MANAGED_BY, ModelVersionSpec
 from .status import Readiness, ReadyReason

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from modelroll_operator.settings import OperatorConfig
+from modelroll_operator.config import OperatorConfig
 from modelroll_operator.snapshots import WorkloadInfo
 from modelroll_operator.workloads import External, Managed, Refused, Unparsed, plan, serving
 
