@@ -11,9 +11,11 @@
   ValidatingAdmissionPolicy, from the Pod Security rules of
   ``modelroll_operator.pod_security``, and their table in ``docs/design.md``
   (``hack/admission.py``).
+- ``charts/modelroll/templates/_operator-rules.tpl``: the operator's RBAC rules, from the table
+  of its API calls in ``modelroll_operator.permissions`` (``hack/rbac.py``).
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
-  (the flags they become), and the tables of ``spec.analysis`` and ``status.analysis`` in
-  ``docs/design.md``, from ``hack/reference.py``.
+  (the flags they become), and the tables of spec and status (``spec.analysis`` and
+  ``status.analysis`` apart) in ``docs/design.md``, from ``hack/reference.py``.
 - the flag tables of the commands' READMEs, from their parsers (``hack/flag_tables.py``), and
   the metric tables of ``docs/design.md`` and the components' READMEs, from the metrics they
   register (``hack/metric_tables.py``).
@@ -32,6 +34,7 @@ import admission  # hack/admission.py, beside this script
 import dashboard  # hack/dashboard.py, likewise
 import flag_tables  # hack/flag_tables.py, likewise
 import metric_tables  # hack/metric_tables.py, likewise
+import rbac  # hack/rbac.py, likewise
 import reference  # hack/reference.py, likewise
 import yaml
 
@@ -101,6 +104,7 @@ def outputs() -> dict[Path, str]:
         CRD: CRD_HEADER + body,
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
+        rbac.RULES: rbac.render(),
         admission.VALIDATIONS: admission.HEADER + dump(admission.validations(crd)),
         **metric_tables.outputs(flag_tables.outputs(documents)),
     }

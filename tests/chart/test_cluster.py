@@ -268,7 +268,7 @@ def test_an_operator_limited_to_namespaces_gets_roles_only_there(
     assert can_i(crds, account, namespace, "create", "deployments.apps")
     assert can_i(crds, account, namespace, "create", "configmaps")
     # Elsewhere, only what removing our finalizer from a namespace being deleted takes (its
-    # Role may be deleted first): see templates/operator-rbac.yaml.
+    # Role may be deleted first): see Deleting in modelroll_operator/permissions.py.
     for verb, *what in (
         ("watch", "modelversions.modelroll.io"),
         ("patch", "modelversions.modelroll.io"),

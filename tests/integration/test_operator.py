@@ -9,7 +9,6 @@ test_operator_managed.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,100 +208,6 @@ def test_the_routes_configmap_is_created_when_missing_and_restored_when_deleted_
         "patch", "configmap", CONFIGMAP_NAME, "--type=merge", "-p", broken, namespace=namespace
     )
     eventually(lambda: routes.data() == written, "the hand-edited entry rewritten")
-
-
-OPERATOR_RBAC = """
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: operator, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: operator, namespace: {ns}}}
-rules:
-  - {{apiGroups: [modelroll.io], resources: [modelversions], verbs: [get, list, watch, patch]}}
-  - {{apiGroups: [modelroll.io], resources: [modelversions/status], verbs: [patch]}}
-  - {{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, patch]}}
-  - apiGroups: [""]
-    resources: [configmaps]
-    resourceNames: [modelroll-routes]
-    verbs: [delete]
-  - apiGroups: [apps]
-    resources: [deployments]
-    verbs: [get, list, watch, create, patch, delete]
-  - {{apiGroups: [""], resources: [services], verbs: [get, list, watch, create, patch, delete]}}
-  - {{apiGroups: [""], resources: [events], verbs: [create]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: operator, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}}
-subjects: [{{kind: ServiceAccount, name: operator, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-operator}}
-rules:
-  - apiGroups: [apiextensions.k8s.io]
-    resources: [customresourcedefinitions]
-    verbs: [list, watch]
-  - {{apiGroups: [""], resources: [namespaces], verbs: [list, watch]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-operator}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-operator}}
-subjects: [{{kind: ServiceAccount, name: operator, namespace: {ns}}}]
-"""
-
-
-@pytest.fixture
-def operator_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
-    """A kubeconfig for a service account with only the rules above (the Helm chart's)."""
-    cluster.apply(OPERATOR_RBAC.format(ns=namespace))
-    token = cluster.kubectl("create", "token", "operator", namespace=namespace).stdout.strip()
-    ca = cluster.kubectl_json("config", "view", "--raw", "--minify")["clusters"][0]["cluster"]
-    path = tmp_path / "operator.kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "op",
-                "contexts": [{"name": "op", "context": {"cluster": "c", "user": "operator"}}],
-                "clusters": [{"name": "c", "cluster": ca}],
-                "users": [{"name": "operator", "user": {"token": token}}],
-            }
-        )
-    )
-    yield path
-    cluster.kubectl(
-        "delete", "clusterrolebinding,clusterrole", f"{namespace}-operator", "--ignore-not-found"
-    )
-
-
-def test_the_operator_needs_only_the_rbac_the_chart_grants(
-    cluster: Cluster,
-    namespace: str,
-    start_operator: StartOperator,
-    routes: Routes,
-    operator_kubeconfig: Path,
-) -> None:
-    operator = start_operator(f"--kubeconfig={operator_kubeconfig}")
-    apply(cluster, namespace, external("stable-v1", "sentiment", 9))
-    cluster.apply(
-        model_version("canary-v2", "sentiment", weight=1, server={"image": "acme/s:2"}), namespace
-    )
-    eventually(lambda: routes.weights("sentiment") == {"stable-v1": 9}, "routing")
-    eventually(lambda: cluster.exists("deploy", "canary-v2", namespace=namespace), "Deployment")
-    eventually(lambda: cluster.exists("service", "canary-v2", namespace=namespace), "Service")
-    eventually(lambda: settled(cluster, namespace, "canary-v2"), "canary-v2's status")
-    eventually(lambda: events(cluster, namespace, "stable-v1"), "an event")
-    cluster.kubectl("delete", "mv", "stable-v1", namespace=namespace)
-    assert "sentiment" in routes.data()
-    assert routes.weights("sentiment") == {}
-    assert operator.errors() == []
-    assert not operator.logged("403")
 
 
 def test_the_operator_logs_in_through_an_exec_credential_plugin(

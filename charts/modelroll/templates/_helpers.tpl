@@ -143,61 +143,6 @@ The writable /tmp every container gets, since root filesystems are read-only.
 {{- end }}
 
 {{/*
-The operator's namespaced permissions, as its code uses them: ModelVersions (kopf patches its
-finalizer and annotations; the operator patches status), the routes ConfigMap (created when
-missing, then merge-patched per model), the managed Deployments and Services (server-side apply,
-deleted when a version leaves managed mode), and core Events.
-*/}}
-{{- define "modelroll.operator.rules" -}}
-- apiGroups: [modelroll.io]
-  resources: [modelversions]
-  verbs: [get, list, watch, patch]
-- apiGroups: [modelroll.io]
-  resources: [modelversions/status]
-  verbs: [get, patch]
-# Children are adopted with blockOwnerDeletion, which needs this where the
-# OwnerReferencesPermissionEnforcement admission plugin runs.
-- apiGroups: [modelroll.io]
-  resources: [modelversions/finalizers]
-  verbs: [update]
-- apiGroups: [""]
-  resources: [configmaps]
-  verbs: [get, list, watch, create, patch]
-# Only to replace a routes ConfigMap someone made immutable (it cannot be changed otherwise).
-- apiGroups: [""]
-  resources: [configmaps]
-  resourceNames: [{{ include "modelroll.routesConfigMap" . }}]
-  verbs: [delete]
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [get, list, watch, create, patch, delete]
-- apiGroups: [""]
-  resources: [services]
-  verbs: [get, list, watch, create, patch, delete]
-- apiGroups: [""]
-  resources: [events]
-  verbs: [create]
-# Canary analyses find the gateway pods by label and read their /metrics (list only: no
-# get, watch or anything that reaches into a pod).
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [list]
-{{- if .Values.operator.gatewayAPI }}
-# --gateway-api: the HTTPRoutes that claim models (labelled modelroll.io/model), whose rule
-# for the model gets its backendRefs patched, on the route read just before (get); an analysis
-# lists them to find the claim.
-- apiGroups: [gateway.networking.k8s.io]
-  resources: [httproutes]
-  verbs: [get, list, watch, patch]
-{{- end }}
-{{- if .Values.operator.peering }}
-- apiGroups: [kopf.dev]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
-{{- end }}
-
-{{/*
 The kopf peering name the operator replicas share when peering is on.
 */}}
 {{- define "modelroll.peeringName" -}}
