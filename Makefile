@@ -59,13 +59,13 @@ fmt: venv ## Format and auto-fix with ruff.
 	$(VENV)/bin/ruff check --fix .
 
 .PHONY: generate
-generate: venv ## Write the files generated from the declarations (the CRD's settings fields, the chart's CRD, dashboard, admission policy and operator RBAC, the tables in docs).
+generate: venv ## Write the files generated from the declarations (the CRD's settings fields, the chart's CRD, dashboard, admission policy, operator RBAC and values, the tables in docs).
 	$(PY) hack/generate.py
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check), mypy strict, and no stale generated file.
 	$(call timed,lint,$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
-		$(VENV)/bin/mypy $(PACKAGES) tests hack/generate.py hack/dashboard.py hack/reference.py hack/admission.py hack/rbac.py && $(PY) hack/generate.py --check)
+		$(VENV)/bin/mypy $(PACKAGES) tests hack/generate.py hack/dashboard.py hack/reference.py hack/admission.py hack/rbac.py hack/values.py hack/values_files.py && $(PY) hack/generate.py --check)
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure functions and servers in the test's own event loop.

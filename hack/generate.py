@@ -13,6 +13,8 @@
   (``hack/admission.py``).
 - ``charts/modelroll/templates/_operator-rules.tpl``: the operator's RBAC rules, from the table
   of its API calls in ``modelroll_operator.permissions`` (``hack/rbac.py``).
+- ``charts/modelroll/values.yaml``, ``values.schema.json`` and the values table of the chart's
+  README, from the values declared in ``hack/values.py`` (``hack/values_files.py``).
 - the settings' tables in ``docs/design.md`` (the ModelVersion fields) and ``sidecar/README.md``
   (the flags they become), and the tables of spec and status (``spec.analysis`` and
   ``status.analysis`` apart) in ``docs/design.md``, from ``hack/reference.py``.
@@ -36,6 +38,7 @@ import flag_tables  # hack/flag_tables.py, likewise
 import metric_tables  # hack/metric_tables.py, likewise
 import rbac  # hack/rbac.py, likewise
 import reference  # hack/reference.py, likewise
+import values_files  # hack/values_files.py, likewise
 import yaml
 
 from modelroll_operator import resource
@@ -105,6 +108,14 @@ def outputs() -> dict[Path, str]:
         CHART_CRD: CHART_HEADER + body,
         DASHBOARD: dashboard.render(),
         rbac.RULES: rbac.render(),
+        values_files.VALUES_YAML: values_files.values_yaml(),
+        values_files.SCHEMA: values_files.schema(),
+        values_files.README: reference.splice(
+            values_files.README.read_text(),
+            values_files.table_rows(),
+            values_files.README,
+            values_files.MARKER,
+        ),
         admission.VALIDATIONS: admission.HEADER + dump(admission.validations(crd)),
         **metric_tables.outputs(flag_tables.outputs(documents)),
     }
