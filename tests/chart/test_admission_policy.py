@@ -8,8 +8,8 @@ import yaml
 
 from modelroll_operator import cli as operator_cli
 from modelroll_operator.spec import GROUP, PLURAL, VERSION
-from tests.chart.conftest import CHART, Helm, by_kind, one
-from tests.chart.rendering import operator_args
+from tests.support.chart import CHART, Helm, by_kind, one
+from tests.support.rendering import operator_args
 
 POLICY = "ValidatingAdmissionPolicy"
 BINDING = "ValidatingAdmissionPolicyBinding"

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from modelroll_devcluster import Cluster
-from tests.chart.conftest import (
+from tests.support.chart import (
     CHART,
     EXAMPLES,
     FULL_VALUES,
@@ -29,8 +29,9 @@ from tests.chart.conftest import (
     commented_manifest,
     one,
 )
-from tests.chart.rendering import MONITORING_ON
-from tests.conftest import Proc, Spawn, free_port
+from tests.support.credentials import service_account_kubeconfig
+from tests.support.processes import Proc, Spawn, free_port
+from tests.support.rendering import MONITORING_ON
 
 pytestmark = pytest.mark.integration
 
@@ -291,22 +292,6 @@ def test_an_operator_limited_to_namespaces_gets_roles_only_there(
         ("delete", "modelversions.modelroll.io"),
     ):
         assert not can_i(crds, account, "default", verb, *what), f"operator may {verb} {what}"
-
-
-def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as a service account, with a token the API server made."""
-    token = cluster.kubectl("create", "token", account, namespace=namespace).stdout.strip()
-    raw = cluster.kubectl_json("config", "view", "--raw", "--minify")
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-        "clusters": [{"name": "c", "cluster": raw["clusters"][0]["cluster"]}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-    }
-    path.write_text(json.dumps(config))
-    return path
 
 
 def rendered_operator_args(helm: Helm, cluster: Cluster, release: str, namespace: str) -> list[str]:

@@ -22,8 +22,8 @@ from modelroll_sidecar.metrics import (
     LLMMetrics,
     SidecarMetrics,
 )
-from tests.chart.conftest import CHART, Helm, one
-from tests.chart.rendering import MONITORING_ON
+from tests.support.chart import CHART, Helm, one
+from tests.support.rendering import MONITORING_ON
 
 
 def test_dashboard_configmap_holds_the_dashboard_file_unchanged(helm: Helm) -> None:

@@ -14,9 +14,9 @@ import yaml
 from modelroll_operator.config import OperatorConfig
 from modelroll_operator.manifests import sidecar_args
 from modelroll_operator.spec import parse_spec
-from tests.chart.conftest import EXAMPLES, REPO, Manifest, commented_manifest
-from tests.chart.rendering import chart_meta
-from tests.chart.test_dockerfiles import Dockerfile
+from tests.support.chart import EXAMPLES, REPO, Manifest, commented_manifest
+from tests.support.dockerfiles import Dockerfile
+from tests.support.rendering import chart_meta
 
 
 @pytest.mark.parametrize(

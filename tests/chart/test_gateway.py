@@ -11,7 +11,7 @@ import pytest
 
 from modelroll_gateway import GatewayConfig
 from modelroll_gateway import cli as gateway_cli
-from tests.chart.conftest import CHART, FULL_VALUES, Helm, Manifest, by_kind, one
+from tests.support.chart import CHART, FULL_VALUES, Helm, Manifest, by_kind, one
 
 
 def pod_template(docs: list[Manifest], suffix: str = "-gateway") -> Manifest:

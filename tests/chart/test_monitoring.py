@@ -3,8 +3,8 @@ labelled for kube-prometheus-stack, selecting the sidecars, the operator and the
 
 from __future__ import annotations
 
-from tests.chart.conftest import Helm, by_kind, one
-from tests.chart.rendering import MONITORING_ON, operator_args
+from tests.support.chart import Helm, by_kind, one
+from tests.support.rendering import MONITORING_ON, operator_args
 
 
 def test_monitoring_is_opt_in_and_labelled_for_kube_prometheus_stack(helm: Helm) -> None:

@@ -22,7 +22,7 @@ from modelroll_devcluster import Cluster
 from modelroll_operator.config import SIDECAR_PORT, OperatorConfig
 from modelroll_operator.manifests import deployment_manifest
 from modelroll_operator.snapshots import VersionInfo
-from tests.chart.conftest import CHART, EXAMPLES, FULL_VALUES, Helm, Manifest, by_kind, one
+from tests.support.chart import CHART, EXAMPLES, FULL_VALUES, Helm, Manifest, by_kind, one
 
 MODEL_POD_SELECTOR = {
     "app.kubernetes.io/managed-by": "modelroll-operator",

@@ -12,8 +12,8 @@ import yaml
 from modelroll_gateway import cli as gateway_cli
 from modelroll_operator import cli as operator_cli
 from modelroll_operator.config import DEFAULT_SIDECAR_IMAGE
-from tests.chart.conftest import CHART, FULL_VALUES, Helm, one
-from tests.chart.rendering import chart_meta, container_args, operator_args
+from tests.support.chart import CHART, FULL_VALUES, Helm, one
+from tests.support.rendering import chart_meta, container_args, operator_args
 
 
 def test_operator_gets_the_sidecar_image_from_values(helm: Helm) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chart.conftest import CHART, Helm, by_kind, one
-from tests.chart.rendering import operator_args, rules_of
+from tests.support.chart import CHART, Helm, by_kind, one
+from tests.support.rendering import operator_args, rules_of
 
 
 def test_peering_creates_the_peering_object_the_replicas_share(helm: Helm) -> None:

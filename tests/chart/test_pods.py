@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.conftest import FULL_VALUES, Helm, by_kind, containers
-from tests.chart.rendering import chart_meta
+from tests.support.chart import FULL_VALUES, Helm, by_kind, containers
+from tests.support.rendering import chart_meta
 
 
 @pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])

@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from tests.chart.conftest import CHART, FULL_VALUES, Helm, one
+from tests.support.chart import CHART, FULL_VALUES, Helm, one
 
 
 def test_alert_thresholds_come_from_values(helm: Helm) -> None:

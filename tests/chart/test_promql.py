@@ -44,8 +44,8 @@ from modelroll_operator.analysis.exporter import AnalysisMetrics, serve
 from modelroll_operator.analysis.phases import Reason
 from modelroll_operator.analysis.spec import parse_analysis
 from modelroll_operator.analysis.state import AnalysisState, CheckState
-from tests.chart.conftest import CHART, Helm, one
-from tests.conftest import VENV_BIN, Proc, free_port, start_proc, wait_http
+from tests.support.chart import CHART, Helm, one
+from tests.support.processes import VENV_BIN, Proc, free_port, start_proc, wait_http
 
 NAMESPACE = "models"
 MODEL = "sentiment"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.chart.conftest import Helm, Manifest, by_kind, one
-from tests.chart.rendering import rules_of
+from tests.support.chart import Helm, Manifest, by_kind, one
+from tests.support.rendering import rules_of
 
 
 def test_gateway_may_only_read_its_routes_configmap(helm: Helm) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.conftest import CHART, FULL_VALUES, Helm, by_kind, one
-from tests.chart.rendering import chart_meta, rules_of
+from tests.support.chart import CHART, FULL_VALUES, Helm, by_kind, one
+from tests.support.rendering import chart_meta, rules_of
 
 
 @pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chart.conftest import CHART, Helm
+from tests.support.chart import CHART, Helm
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Spawn, free_port
+from tests.support.processes import Spawn, free_port
 from tests.unit.common.rawclient import closed_by_server, post_bytes, read_response
 from tests.unit.gateway.conftest import route
 

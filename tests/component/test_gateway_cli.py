@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import Spawn, free_port
+from tests.support.processes import Spawn, free_port
 from tests.unit.common.test_flags import help_entries
 from tests.unit.gateway.conftest import route
 

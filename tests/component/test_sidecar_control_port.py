@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from modelroll_sidecar.config import parse_args
-from tests.conftest import Proc, Spawn, free_port
+from tests.support.processes import Proc, Spawn, free_port
 
 DELAY_MS = 400
 

@@ -10,7 +10,7 @@ from collections import Counter
 import aiohttp
 import pytest
 
-from tests.conftest import Spawn, free_port
+from tests.support.processes import Spawn, free_port
 
 REQUESTS = 405  # not a multiple of the batch size: the last batch is partial
 

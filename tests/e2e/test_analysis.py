@@ -20,16 +20,15 @@ import yaml
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, StackError, VersionSpec
 from modelroll_devcluster.traffic import Traffic
-from tests.conftest import Spawn, free_port
-from tests.e2e.conftest import StartLocal, analysis_of, eventually, wait_condition_of
-from tests.e2e.conftest import canary_manifest as canary_manifest_of
+from tests.support.processes import Spawn, free_port
+from tests.support.stack import StartLocal, analysis_of, eventually, wait_condition_of
+from tests.support.stack import canary_manifest as canary_manifest_of
+from tests.support.story import FAST
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "sentiment"
 STABLE, CANARY = "stable-v1", "canary-v2"
-FAST = {"intervalSeconds": 1, "warmupSeconds": 2, "minSeconds": 4, "minRequests": 20}
-"""Quick steps for tests; the 20%-error test keeps the defaults (interval 3 s, warm-up 5 s)."""
 
 
 StartStack = Callable[..., Stack]

@@ -32,7 +32,7 @@ from modelroll_devcluster.chat import (
 )
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
-from tests.e2e.conftest import (
+from tests.support.stack import (
     StartLocal,
     analysis_of,
     canary_manifest,

@@ -21,7 +21,7 @@ from modelroll_common.routes import VERSION_HEADER
 from modelroll_devcluster.llama import GENERATE_ALL, llama_metrics
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.stack import Stack, VersionSpec
-from tests.e2e.conftest import (
+from tests.support.stack import (
     StartLocal,
     analysis_of,
     canary_manifest,

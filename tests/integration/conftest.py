@@ -1,4 +1,5 @@
-"""pytest fixtures for the integration tests (the operator's helpers are in operator_support.py).
+"""pytest fixtures for the integration tests (the operator's helpers are in
+tests/support/apiserver.py).
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
 - ``gateway_api`` (session): the Gateway API CRDs (``make traefik-bins``) applied and Established;
@@ -24,7 +25,7 @@ import pytest
 
 from modelroll_devcluster.processes import free_port
 from modelroll_devcluster.traefik import install_gateway_api_crds
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
     OperatorProcess,
     Routes,
     StartOperator,
@@ -34,7 +35,7 @@ from tests.integration.operator_support import (
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
-    from tests.conftest import Proc
+    from tests.support.processes import Proc
 
 
 @pytest.fixture(scope="session")

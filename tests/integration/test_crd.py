@@ -14,7 +14,7 @@ import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.cluster import KubectlError, namespace_name
-from tests.integration.operator_support import model_version
+from tests.support.apiserver import model_version
 
 pytestmark = pytest.mark.integration
 

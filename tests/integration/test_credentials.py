@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.conftest import VENV_BIN, Spawn, free_port
-from tests.integration.credentials import (
+from tests.support.apiserver import OperatorProcess, Routes, eventually, model_version
+from tests.support.credentials import (
     PodIdentity,
     cluster_admin,
     credential_plugin,
@@ -28,12 +28,7 @@ from tests.integration.credentials import (
     service_account_token,
     token_accepted,
 )
-from tests.integration.operator_support import (
-    OperatorProcess,
-    Routes,
-    eventually,
-    model_version,
-)
+from tests.support.processes import VENV_BIN, Spawn, free_port
 
 pytestmark = pytest.mark.integration
 

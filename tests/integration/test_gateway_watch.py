@@ -33,8 +33,8 @@ from modelroll_devcluster import Cluster
 from modelroll_gateway.metrics import GatewayMetrics
 from modelroll_gateway.table import RouteTable
 from modelroll_gateway.watch import ConfigMapWatcher
-from tests.conftest import Proc, Spawn, free_port
-from tests.integration.credentials import credential_plugin, exec_kubeconfig
+from tests.support.credentials import credential_plugin, exec_kubeconfig
+from tests.support.processes import Proc, Spawn, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,8 @@ import pytest
 
 from modelroll_common.routes import CONFIGMAP_NAME
 from modelroll_devcluster import Cluster
-from tests.integration.credentials import cluster_admin, credential_plugin, exec_kubeconfig
-from tests.integration.operator_support import (
-    Routes,
-    StartOperator,
-    eventually,
-    model_version,
-)
+from tests.support.apiserver import Routes, StartOperator, conditions, eventually, model_version
+from tests.support.credentials import cluster_admin, credential_plugin, exec_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +34,6 @@ def external(name: str, model: str, weight: int) -> dict[str, Any]:
 def mv(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     doc: dict[str, Any] = cluster.kubectl_json("get", "mv", name, namespace=namespace)
     return doc
-
-
-def conditions(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in (body.get("status") or {}).get("conditions") or []}
 
 
 def settled(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:

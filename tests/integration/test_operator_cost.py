@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
     OperatorProcess,
     Routes,
     StartOperator,
     eventually,
     model_version,
+    patch_mv,
 )
-from tests.integration.test_operator_managed import patch_mv
 
 pytestmark = pytest.mark.integration
 

@@ -20,17 +20,18 @@ import pytest
 import yaml
 
 from modelroll_devcluster import Cluster, namespace_name
-from tests.chart import conftest as chart
-from tests.chart.test_cluster import service_account_kubeconfig
-from tests.integration.operator_support import (
+from tests.support import chart
+from tests.support.apiserver import (
     Routes,
     StartOperator,
     chart_operator_rbac,
     eventually,
     finalizer_holders,
+    httproute,
+    model_refs,
     model_version,
 )
-from tests.integration.test_operator_httproute import httproute, model_refs
+from tests.support.credentials import service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,16 @@ import json
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
-from tests.integration.test_operator_managed import SERVER, containers, get, maybe
+from tests.support.apiserver import (
+    Routes,
+    StartOperator,
+    containers,
+    eventually,
+    get,
+    maybe,
+    model_version,
+)
+from tests.support.specs import SERVER
 
 pytestmark = pytest.mark.integration
 

@@ -11,72 +11,26 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
+    OTHER_RULE,
+    PARENTS,
     Routes,
     StartOperator,
+    conditions,
     eventually,
+    httproute,
     mark_pods_ready,
+    model_refs,
     model_version,
+    route_of,
 )
-from tests.integration.test_operator import conditions
-from tests.integration.test_operator_managed import SERVER
+from tests.support.specs import SERVER
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("gateway_api")]
-
-OTHER_RULE = {
-    "name": "other",
-    "matches": [{"path": {"type": "PathPrefix", "value": "/other"}}],
-    "backendRefs": [{"group": "", "kind": "Service", "name": "other", "port": 80, "weight": 1}],
-}
-PARENTS = [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge"}]
-
-
-def httproute(name: str, model: str | None = "sentiment") -> dict[str, Any]:
-    """A route as a user writes it: their Gateway, another app's rule, and the model's rule
-    with a filter of its own and no backends yet."""
-    return {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": name, "labels": {"modelroll.io/model": model} if model else {}},
-        "spec": {
-            "parentRefs": PARENTS,
-            "hostnames": ["models.example.com"],
-            "rules": [
-                OTHER_RULE,
-                {
-                    "name": "sentiment",
-                    "matches": [{"path": {"type": "PathPrefix", "value": "/v1/models/sentiment"}}],
-                    "filters": [
-                        {
-                            "type": "URLRewrite",
-                            "urlRewrite": {
-                                "path": {"type": "ReplaceFullPath", "replaceFullPath": "/v1/infer"}
-                            },
-                        }
-                    ],
-                },
-            ],
-        },
-    }
 
 
 def service_ref(name: str, weight: int, port: int = 8000) -> dict[str, Any]:
     return {"group": "", "kind": "Service", "name": name, "port": port, "weight": weight}
-
-
-def route_of(cluster: Cluster, namespace: str, name: str = "models") -> dict[str, Any]:
-    route: dict[str, Any] = cluster.kubectl_json("get", "httproute", name, namespace=namespace)
-    return route
-
-
-def model_refs(cluster: Cluster, namespace: str, name: str = "models") -> list[dict[str, Any]]:
-    (rule,) = [
-        r
-        for r in route_of(cluster, namespace, name)["spec"]["rules"]
-        if r.get("name") == "sentiment"
-    ]
-    refs: list[dict[str, Any]] = rule.get("backendRefs") or []
-    return refs
 
 
 def condition(cluster: Cluster, namespace: str, version: str, kind: str) -> dict[str, Any]:

@@ -10,20 +10,18 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
     Routes,
     StartOperator,
+    condition,
     eventually,
+    get,
     mark_pods_ready,
     model_version,
-)
-from tests.integration.test_operator_managed import (
-    SERVER,
-    condition,
-    get,
     patch_mv,
     warning_reasons,
 )
+from tests.support.specs import SERVER
 
 pytestmark = pytest.mark.integration
 

@@ -14,34 +14,24 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
     Routes,
     StartOperator,
+    condition,
+    containers,
     eventually,
+    get,
     mark_pods_ready,
+    maybe,
     model_version,
+    patch_mv,
+    warning_reasons,
 )
+from tests.support.specs import SERVER
 
 pytestmark = pytest.mark.integration
 
-SERVER = {"image": "ghcr.io/acme/sentiment:1.4", "port": 9000}
 POD_SELECTOR = "modelroll.io/version=canary-v2"
-
-
-def get(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any]:
-    doc: dict[str, Any] = cluster.kubectl_json("get", *what, namespace=namespace)
-    return doc
-
-
-def maybe(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any] | None:
-    return get(cluster, namespace, *what) if cluster.exists(*what, namespace=namespace) else None
-
-
-def condition(body: dict[str, Any], kind: str) -> tuple[str, str]:
-    for cond in (body.get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return cond["status"], cond["reason"]
-    return "", ""
 
 
 def mv_with(
@@ -56,28 +46,6 @@ def deployment_after(cluster: Cluster, namespace: str, generation: int) -> dict[
     """canary-v2's Deployment once its generation has moved past ``generation``."""
     body = get(cluster, namespace, "deploy", "canary-v2")
     return body if body["metadata"]["generation"] > generation else None
-
-
-def containers(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every container of the pod template by name, the model's native-sidecar one included."""
-    pod = deployment["spec"]["template"]["spec"]
-    return {c["name"]: c for c in (*pod.get("initContainers", []), *pod["containers"])}
-
-
-def warning_reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    """The reasons of the Warning events about the ModelVersion ``name`` (not about the
-    Deployment or Service of the same name)."""
-    selector = f"involvedObject.kind=ModelVersion,involvedObject.name={name},type=Warning"
-    events = cluster.kubectl_json(
-        "get", "events", f"--field-selector={selector}", namespace=namespace
-    )["items"]
-    return [str(e["reason"]) for e in events]
-
-
-def patch_mv(cluster: Cluster, namespace: str, name: str, patch: dict[str, Any]) -> None:
-    cluster.kubectl(
-        "patch", "mv", name, "--type=merge", "-p", json.dumps(patch), namespace=namespace
-    )
 
 
 @pytest.mark.usefixtures("garbage_collector")

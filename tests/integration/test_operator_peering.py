@@ -12,7 +12,7 @@ import pytest
 
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.cluster import KubectlError
-from tests.integration.operator_support import Routes, StartOperator, eventually, model_version
+from tests.support.apiserver import Routes, StartOperator, eventually, model_version
 
 pytestmark = pytest.mark.integration
 

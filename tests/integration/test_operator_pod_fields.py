@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import StartOperator, eventually, model_version
-from tests.unit.operator.test_pod_fields import GPU_SERVER
+from tests.support.apiserver import StartOperator, eventually, invalid_spec, model_version
+from tests.support.specs import GPU_SERVER
 
 pytestmark = pytest.mark.integration
 
@@ -36,20 +36,6 @@ kind: ServiceAccount
 metadata: {name: llm-reader}
 """
 """What GPU_SERVER's pod refers to by name."""
-
-
-def invalid_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    """The version's Ready condition, once it says InvalidSpec."""
-
-    def condition() -> dict[str, Any] | None:
-        body = cluster.kubectl_json("get", "mv", name, namespace=namespace)
-        for c in (body.get("status") or {}).get("conditions") or []:
-            if c["type"] == "Ready" and c["reason"] == "InvalidSpec":
-                return dict(c)
-        return None
-
-    found: dict[str, Any] = eventually(condition, f"{name} Ready=False, InvalidSpec")
-    return found
 
 
 def test_a_gpu_version_renders_a_pod_the_api_server_accepts(

@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
     Routes,
     StartOperator,
+    condition,
     eventually,
+    get,
     mark_pods_ready,
     model_version,
+    warning_reasons,
 )
-from tests.integration.test_operator_managed import condition, get, warning_reasons
 
 pytestmark = pytest.mark.integration
 

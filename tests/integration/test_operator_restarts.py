@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.operator_support import (
+from tests.support.apiserver import (
     OperatorProcess,
     Routes,
     StartOperator,

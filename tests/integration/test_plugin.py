@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 
 from modelroll_devcluster import Cluster
-from tests.integration.credentials import credential_plugin, exec_kubeconfig
-from tests.integration.operator_support import (
-    Routes,
-    StartOperator,
-    eventually,
-    model_version,
-)
+from tests.support.apiserver import Routes, StartOperator, eventually, model_version
+from tests.support.credentials import credential_plugin, exec_kubeconfig
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,9 @@ import yaml
 
 from modelroll_devcluster import Cluster
 from modelroll_operator.pod_security import RULES, Allowed, Each, KeysStarting, Segment, violations
-from tests.chart import conftest as chart
-from tests.chart.conftest import EXAMPLES
-from tests.integration.operator_support import StartOperator, eventually, model_version
-from tests.integration.test_operator_pod_fields import invalid_spec
+from tests.support import chart
+from tests.support.apiserver import StartOperator, eventually, invalid_spec, model_version
+from tests.support.chart import EXAMPLES
 
 pytestmark = pytest.mark.integration
 

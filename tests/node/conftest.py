@@ -5,7 +5,7 @@ kube-proxy, CNI, CoreDNS, images from ``make images``): the fixture below instal
 with helm, and runs a real Prometheus on the host that discovers the sidecar pods through the
 Kubernetes API with the chart's own PodMonitor selector. With ``MODELROLL_KUBECONFIG`` set
 (``make e2e-kind``), hack/kind/e2e.sh has installed the chart and kube-prometheus-stack already
-and names them through the environment (see tests/e2e/incluster.py): the same scenario runs.
+and names them through the environment (see tests/support/incluster.py): the same scenario runs.
 ``traefik_gateway`` adds a Gateway API data plane on the local node (Traefik on the host) for
 tests that route through HTTPRoutes.
 """
@@ -28,8 +28,8 @@ from modelroll_devcluster.traefik import (
     create_gateway,
     install_gateway_api_crds,
 )
-from tests.chart.conftest import CHART, Helm, helm
-from tests.e2e.incluster import InCluster
+from tests.support.chart import CHART, Helm, helm
+from tests.support.incluster import InCluster
 
 __all__ = ["helm"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import InCluster
-from tests.node.test_pod_fields_on_node import IMAGE, pods, ready, statuses
+from tests.support.incluster import InCluster
+from tests.support.pods import IMAGE, pods, ready, statuses
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.node
 

@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 
 from modelroll_devcluster.chat import ChatLoad, ChatStream, stream_chat
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import InCluster
-from tests.node.test_pods_of_the_examples import gateway_weights, ready_and_routed
+from tests.support.incluster import InCluster
+from tests.support.pods import gateway_weights, ready_and_routed
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.node
 

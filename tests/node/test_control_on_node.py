@@ -24,9 +24,9 @@ import pytest
 
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traffic import Response, Traffic
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import InCluster, managed_manifest
-from tests.node.test_pod_fields_on_node import IMAGE, pods, ready, statuses
+from tests.support.incluster import InCluster, managed_manifest
+from tests.support.pods import IMAGE, pods, ready, statuses
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.node
 

@@ -14,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import InCluster
-from tests.node.test_pods_of_the_examples import (
-    gateway_weights,
-    kubectl_modelroll,
-    ready_and_routed,
-)
+from tests.support.incluster import InCluster
+from tests.support.pods import gateway_weights, kubectl_modelroll, ready_and_routed
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.node
 

@@ -18,8 +18,8 @@ import pytest
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traefik import TraefikGateway
-from tests.e2e.conftest import eventually
-from tests.node.test_pod_fields_on_node import IMAGE
+from tests.support.pods import IMAGE
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.node
 

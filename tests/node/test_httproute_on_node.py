@@ -22,10 +22,10 @@ from modelroll_devcluster import Cluster
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traefik import TraefikGateway
 from modelroll_devcluster.traffic import Response, Traffic
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import EXAMPLES, InCluster
-from tests.e2e.test_analysis import FAST
-from tests.node.test_rollout_on_node import condition
+from tests.support.incluster import EXAMPLES, InCluster
+from tests.support.pods import condition
+from tests.support.stack import eventually
+from tests.support.story import FAST
 
 pytestmark = pytest.mark.node
 

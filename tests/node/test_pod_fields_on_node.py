@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import InCluster
+from tests.support.incluster import InCluster
+from tests.support.pods import IMAGE, pods, ready, statuses
+from tests.support.stack import eventually
 
 pytestmark = pytest.mark.node
 
-IMAGE = "ghcr.io/modelroll/modelroll-demo:0.1.0"  # `make images`; it holds the demo model
 MODEL = "podfields"
 SECRET = "podfields-key"
 KEY = "open-sesame"
@@ -72,27 +72,6 @@ def model_version(
         "metadata": {"name": name},
         "spec": {"model": MODEL, "weight": 1, "replicas": 1, "server": server},
     }
-
-
-def ready(story: InCluster, name: str) -> dict[str, Any]:
-    mv = story.cluster.kubectl_json("get", "mv", name, namespace=story.namespace)
-    found = [c for c in mv.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
-    return found[0] if found else {}
-
-
-def pods(story: InCluster, name: str) -> list[dict[str, Any]]:
-    listed = story.cluster.kubectl_json(
-        "get", "pods", "-l", f"modelroll.io/version={name}", namespace=story.namespace
-    )
-    items: list[dict[str, Any]] = listed["items"]
-    return items
-
-
-def statuses(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every container's status by name, init containers (the model is one) included."""
-    status = pod.get("status", {})
-    every = status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
-    return {s["name"]: s for s in every}
 
 
 def routed_versions(story: InCluster) -> list[str]:

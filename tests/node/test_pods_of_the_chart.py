@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.incluster import InCluster
+from tests.support.incluster import InCluster
 
 pytestmark = pytest.mark.node
 

@@ -9,42 +9,25 @@ scenario; this test is the one that holds the files themselves to their word.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import EXAMPLES, InCluster
-from tests.e2e.test_rollout import MODEL
+from tests.support.incluster import EXAMPLES, InCluster
+from tests.support.pods import (
+    CANARY,
+    STABLE,
+    gateway_weights,
+    kubectl_modelroll,
+    ready_and_routed,
+    status_of,
+)
+from tests.support.stack import eventually
+from tests.support.story import MODEL
 
 pytestmark = pytest.mark.node
-
-STABLE, CANARY = "sentiment-stable", "sentiment-canary"
-
-
-def status_of(story: InCluster, name: str) -> dict[str, Any]:
-    mv = story.cluster.kubectl_json("get", "mv", name, namespace=story.namespace)
-    status: dict[str, Any] = mv.get("status") or {}
-    return status
-
-
-def ready_and_routed(story: InCluster, names: tuple[str, ...] = (STABLE, CANARY)) -> bool:
-    for name in names:
-        conditions = {c["type"]: c["status"] for c in status_of(story, name).get("conditions", [])}
-        if conditions.get("Ready") != "True" or conditions.get("Routed") != "True":
-            return False
-    return True
-
-
-def gateway_weights(story: InCluster, model_name: str = MODEL) -> dict[str, int]:
-    model = story.routes().get(model_name) or {"versions": []}
-    return {v["name"]: v["weight"] for v in model["versions"]}
 
 
 def infer(story: InCluster) -> dict[str, Any]:
@@ -63,23 +46,6 @@ def answered(story: InCluster) -> dict[str, Any] | None:
         return infer(story)
     except OSError:  # urllib's HTTPError and URLError included
         return None
-
-
-def kubectl_modelroll(story: InCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """`kubectl modelroll ...` as the user runs it: the plugin found on PATH by kubectl."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(story.cluster.kubeconfig),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    return subprocess.run(
-        [str(story.cluster.kubectl_path), "modelroll", "-n", story.namespace, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
 
 
 @pytest.mark.timeout(420)

@@ -22,9 +22,10 @@ import pytest
 
 from modelroll_devcluster.pytest_plugin import Figures
 from modelroll_devcluster.traffic import Response, Traffic
-from tests.e2e.conftest import eventually
-from tests.e2e.incluster import STORY, InCluster, managed_manifest
-from tests.e2e.test_rollout import (
+from tests.support.incluster import STORY, InCluster, managed_manifest
+from tests.support.pods import condition
+from tests.support.stack import eventually
+from tests.support.story import (
     CANARY,
     MODEL,
     STABLE,
@@ -47,11 +48,6 @@ ROUNDS_PER_SECOND = 10.0
 STABLE_REPLICAS = 2
 #: How long each step watches the traffic after its change has settled.
 OBSERVE_S = 3.0
-
-
-def condition(mv: dict[str, Any], kind: str) -> dict[str, Any]:
-    found = [c for c in mv.get("status", {}).get("conditions", []) if c["type"] == kind]
-    return found[0] if found else {}
 
 
 def routed(story: InCluster, names: tuple[str, ...]) -> bool:

@@ -13,7 +13,7 @@ from pytest_aiohttp import AiohttpServer
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_standins.model import DemoModelConfig, create_demo_model_app
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 from .conftest import RoutesFile, StartGateway, StartStandIn, route
 

@@ -18,7 +18,7 @@ from modelroll_common.sse import EventScanner, GenerationWatch
 from modelroll_gateway import GatewayConfig, create_app
 from modelroll_gateway.cli import STREAM_CUT_REASON, serve
 from modelroll_standins.llm import DemoLLMConfig, create_demo_llm_app
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 from .conftest import RoutesFile, StartStandIn, route
 

@@ -17,7 +17,7 @@ from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.analysis.reader import MetricsReader
 from modelroll_operator.api import Api, mv_path
 from modelroll_operator.snapshots import ModelKey, VersionInfo
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 from .conftest import mv_body
 from .test_reader import LOOPBACK, Site, closing

@@ -21,7 +21,7 @@ from modelroll_operator.analysis.exporter import (
 from modelroll_operator.analysis.phases import FINISHED, Phase, Reason
 from modelroll_operator.analysis.spec import AnalysisSpec, parse_analysis
 from modelroll_operator.analysis.state import AnalysisState, CheckState
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 NS, MODEL, CANARY = "prod", "sentiment", "canary-v2"
 LABELS = {"namespace": NS, "model": MODEL, "version": CANARY}

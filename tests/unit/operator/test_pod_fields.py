@@ -12,55 +12,11 @@ import pytest
 from modelroll_operator.config import OperatorConfig
 from modelroll_operator.manifests import conflict, deployment_manifest
 from modelroll_operator.spec import ANNOTATION_SPEC_HASH, SpecError, parse_server
+from tests.support.specs import GPU_SERVER
 
 from .conftest import version
 
 CONFIG = OperatorConfig(sidecar_image="registry.local/modelroll-sidecar:test", drain_timeout_s=20)
-
-GPU_SERVER: dict[str, Any] = {
-    "image": "ghcr.io/acme/llm:2.0",
-    "port": 9000,
-    "env": [
-        {"name": "MODEL_DIR", "value": "/models"},
-        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
-    ],
-    "envFrom": [{"secretRef": {"name": "object-store"}}],
-    "resources": {"limits": {"nvidia.com/gpu": 1}},
-    "volumeMounts": [{"name": "weights", "mountPath": "/models", "readOnly": True}],
-    "startupProbe": {
-        "httpGet": {"path": "/readyz", "port": 9000},
-        "periodSeconds": 10,
-        "failureThreshold": 60,
-    },
-    "volumes": [{"name": "weights", "emptyDir": {}}],
-    "initContainers": [
-        {
-            "name": "fetch-weights",
-            "image": "ghcr.io/acme/fetch:1",
-            "args": ["s3://models/llm/2.0", "/models"],
-            "volumeMounts": [{"name": "weights", "mountPath": "/models"}],
-        }
-    ],
-    "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
-    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    "affinity": {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "topologyKey": "topology.kubernetes.io/zone",
-                        "labelSelector": {"matchLabels": {"modelroll.io/model": "sentiment"}},
-                    },
-                }
-            ]
-        }
-    },
-    "imagePullSecrets": [{"name": "registry"}],
-    "serviceAccountName": "llm-reader",
-    "runtimeClassName": "nvidia",
-    "priorityClassName": "serving-high",
-}
 
 
 def pod(server: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,7 @@ import pytest
 from modelroll_operator.cli import build_parser, parse_config
 from modelroll_operator.pod_security import forbidden
 from modelroll_operator.spec import parse_spec
-
-from .test_pod_fields import GPU_SERVER
+from tests.support.specs import GPU_SERVER
 
 IMAGE = "ghcr.io/acme/llm:2.0"
 FETCH: dict[str, Any] = {"name": "fetch", "image": "ghcr.io/acme/fetch:1"}

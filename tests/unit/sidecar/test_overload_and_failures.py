@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from tests.conftest import free_port
+from tests.support.processes import free_port
 
 from .conftest import StartModel, StartSidecar
 

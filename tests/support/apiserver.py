@@ -1,7 +1,8 @@
 """Test helpers for the operator against a real API server (in the spirit of kopf.testing).
 
 Polling, ModelVersion manifests, the operator process and its JSON log, and the routes
-ConfigMap as the gateway reads it. The fixtures built on them are in this folder's conftest.py.
+ConfigMap as the gateway reads it; reading back what the operator wrote (objects, conditions,
+Events, HTTPRoutes). The fixtures built on them are in tests/integration/conftest.py.
 They live with the tests, not in the operator's package: the product ships no test code.
 """
 
@@ -20,7 +21,7 @@ from modelroll_operator.spec import API_VERSION, FINALIZER, KIND
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
-    from tests.conftest import Proc
+    from tests.support.processes import Proc
 
 T = TypeVar("T")
 CRD_NAME = "modelversions.modelroll.io"
@@ -234,3 +235,113 @@ def finalizer_holders(cluster: Cluster, namespace: str) -> list[str]:
         for item in json.loads(result.stdout)["items"]
         if FINALIZER in (item["metadata"].get("finalizers") or [])
     ]
+
+
+def get(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any]:
+    doc: dict[str, Any] = cluster.kubectl_json("get", *what, namespace=namespace)
+    return doc
+
+
+def maybe(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any] | None:
+    return get(cluster, namespace, *what) if cluster.exists(*what, namespace=namespace) else None
+
+
+def condition(body: dict[str, Any], kind: str) -> tuple[str, str]:
+    for cond in (body.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return cond["status"], cond["reason"]
+    return "", ""
+
+
+def containers(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every container of the pod template by name, the model's native-sidecar one included."""
+    pod = deployment["spec"]["template"]["spec"]
+    return {c["name"]: c for c in (*pod.get("initContainers", []), *pod["containers"])}
+
+
+def warning_reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    """The reasons of the Warning events about the ModelVersion ``name`` (not about the
+    Deployment or Service of the same name)."""
+    selector = f"involvedObject.kind=ModelVersion,involvedObject.name={name},type=Warning"
+    events = cluster.kubectl_json(
+        "get", "events", f"--field-selector={selector}", namespace=namespace
+    )["items"]
+    return [str(e["reason"]) for e in events]
+
+
+def patch_mv(cluster: Cluster, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    cluster.kubectl(
+        "patch", "mv", name, "--type=merge", "-p", json.dumps(patch), namespace=namespace
+    )
+
+
+def conditions(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (body.get("status") or {}).get("conditions") or []}
+
+
+def httproute(name: str, model: str | None = "sentiment") -> dict[str, Any]:
+    """A route as a user writes it: their Gateway, another app's rule, and the model's rule
+    with a filter of its own and no backends yet."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "labels": {"modelroll.io/model": model} if model else {}},
+        "spec": {
+            "parentRefs": PARENTS,
+            "hostnames": ["models.example.com"],
+            "rules": [
+                OTHER_RULE,
+                {
+                    "name": "sentiment",
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/v1/models/sentiment"}}],
+                    "filters": [
+                        {
+                            "type": "URLRewrite",
+                            "urlRewrite": {
+                                "path": {"type": "ReplaceFullPath", "replaceFullPath": "/v1/infer"}
+                            },
+                        }
+                    ],
+                },
+            ],
+        },
+    }
+
+
+def model_refs(cluster: Cluster, namespace: str, name: str = "models") -> list[dict[str, Any]]:
+    (rule,) = [
+        r
+        for r in route_of(cluster, namespace, name)["spec"]["rules"]
+        if r.get("name") == "sentiment"
+    ]
+    refs: list[dict[str, Any]] = rule.get("backendRefs") or []
+    return refs
+
+
+def invalid_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """The version's Ready condition, once it says InvalidSpec."""
+
+    def condition() -> dict[str, Any] | None:
+        body = cluster.kubectl_json("get", "mv", name, namespace=namespace)
+        for c in (body.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Ready" and c["reason"] == "InvalidSpec":
+                return dict(c)
+        return None
+
+    found: dict[str, Any] = eventually(condition, f"{name} Ready=False, InvalidSpec")
+    return found
+
+
+OTHER_RULE = {
+    "name": "other",
+    "matches": [{"path": {"type": "PathPrefix", "value": "/other"}}],
+    "backendRefs": [{"group": "", "kind": "Service", "name": "other", "port": 80, "weight": 1}],
+}
+
+
+PARENTS = [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge"}]
+
+
+def route_of(cluster: Cluster, namespace: str, name: str = "models") -> dict[str, Any]:
+    route: dict[str, Any] = cluster.kubectl_json("get", "httproute", name, namespace=namespace)
+    return route

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from modelroll_common.kube import SERVICE_ACCOUNT_DIR
+from modelroll_devcluster import Cluster
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
@@ -183,3 +185,19 @@ class PodIdentity:
         if os.geteuid() != 0:
             namespaces = ["--user", "--map-root-user", *namespaces]
         return ["unshare", *namespaces, "--", "sh", "-c", script, str(self.directory)]
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as a service account, with a token the API server made."""
+    token = cluster.kubectl("create", "token", account, namespace=namespace).stdout.strip()
+    raw = cluster.kubectl_json("config", "view", "--raw", "--minify")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "clusters": [{"name": "c", "cluster": raw["clusters"][0]["cluster"]}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+    }
+    path.write_text(json.dumps(config))
+    return path

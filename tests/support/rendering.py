@@ -3,14 +3,13 @@ and reading rendered objects (a role's rules, a container's arguments)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.chart.conftest import CHART, Manifest, one
+from tests.support.chart import CHART, REPO, Manifest, one
 
-VALUES = Path(__file__).resolve().parent / "values"
+VALUES = REPO / "tests" / "chart" / "values"
 MONITORING_ON = VALUES / "monitoring-on.yaml"
 """Every monitoring object on: PodMonitors, ServiceMonitor, PrometheusRule, dashboard."""
 
