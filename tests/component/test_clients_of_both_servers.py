@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gateway import route
 from tests.support.processes import Spawn, free_port
-from tests.unit.common.rawclient import closed_by_server, post_bytes, read_response
-from tests.unit.gateway.conftest import route
+from tests.support.rawclient import closed_by_server, post_bytes, read_response
 
 READ_TIMEOUT_S = 0.5
 

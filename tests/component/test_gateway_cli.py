@@ -10,9 +10,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.support.flags import help_entries
+from tests.support.gateway import route
 from tests.support.processes import Spawn, free_port
-from tests.unit.common.test_flags import help_entries
-from tests.unit.gateway.conftest import route
 
 
 def _post(

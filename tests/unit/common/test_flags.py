@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from modelroll_common.flags import EnvArgumentParser, positive_float, positive_int, show_default
-
-
-def help_entries(text: str) -> dict[str, str]:
-    """Each ``--flag`` of a ``--help`` text -> its entry (invocation and help on one line).
-
-    Render the help wide (COLUMNS=1000) so that no entry is wrapped mid-word.
-    """
-    entries: dict[str, str] = {}
-    current: list[str] = []
-    for line in [*text.splitlines(), ""]:
-        if line.startswith("   ") and current:
-            current.append(line.strip())
-            continue
-        if current:
-            entry = " ".join(current)
-            for option in re.findall(r"--[\w-]+", current[0].split("  ")[0]):
-                entries[option] = entry
-        current = [line.strip()] if line.startswith("  -") else []
-    return entries
+from tests.support.flags import help_entries
 
 
 def parser(environ: Mapping[str, str]) -> EnvArgumentParser:

@@ -20,8 +20,7 @@ from modelroll_common.server import (
     read_body,
     start_server,
 )
-
-from .rawclient import closed_by_server, post_bytes, read_response
+from tests.support.rawclient import closed_by_server, post_bytes, read_response
 
 TIMEOUT = 0.4
 PATIENCE = 10.0  # a bound on waits that should end much sooner; never what a test measures

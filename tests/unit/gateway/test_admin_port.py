@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from modelroll_gateway import GatewayConfig
-
-from .conftest import RoutesFile, StartGateway, StartStandIn, route
+from tests.support.gateway import RoutesFile, StartGateway, StartStandIn, route
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/v1/routes"])

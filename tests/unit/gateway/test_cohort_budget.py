@@ -10,8 +10,7 @@ import itertools
 
 from modelroll_gateway.cohorts import CohortPicker, KeyBudget
 from modelroll_operator.analysis.reader import _Sums, add_exposition
-
-from .conftest import Gateway, RoutesFile, StartGateway, StartStandIn, route
+from tests.support.gateway import Gateway, RoutesFile, StartGateway, StartStandIn, route
 
 MODEL = "sentiment"
 STABLE, CANARY = "stable-v1", "canary-v2"

@@ -9,8 +9,7 @@ import math
 from collections import Counter
 
 from modelroll_gateway.cohorts import CohortPicker
-
-from .conftest import RoutesFile, StartGateway, StartStandIn, route
+from tests.support.gateway import RoutesFile, StartGateway, StartStandIn, route
 
 KEYS = [f"user-{i}" for i in range(10_000)]
 CANARY_WEIGHTS = (5, 20, 50)

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from .conftest import RoutesFile, StartGateway, route
-from .rawupstream import Reply, answer, raw_upstream
+from tests.support.gateway import RoutesFile, StartGateway, route
+from tests.support.rawupstream import Reply, answer, raw_upstream
 
 OK = json.dumps({"output": "ok", "model": "m", "version": "v1"}).encode()
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from openai import AsyncOpenAI
 from pytest_aiohttp import AiohttpServer
 
-from ..common.scripted_engines import serve_recording_engine
-from .conftest import RoutesFile, StartGateway, route
+from tests.support.gateway import RoutesFile, StartGateway, route
+from tests.support.scripted_engines import serve_recording_engine
 
 
 async def test_the_request_id_reaches_the_version_and_the_clients_key_does_not(

@@ -13,7 +13,14 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from .conftest import Gateway, RoutesFile, StartEngine, StartGateway, StartStandIn, route
+from tests.support.gateway import (
+    Gateway,
+    RoutesFile,
+    StartEngine,
+    StartGateway,
+    StartStandIn,
+    route,
+)
 
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 

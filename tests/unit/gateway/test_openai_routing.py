@@ -15,8 +15,7 @@ from pytest_aiohttp import AiohttpServer
 
 from modelroll_standins.engine import Engine
 from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
-
-from .conftest import RoutesFile, StartGateway, route
+from tests.support.gateway import RoutesFile, StartGateway, route
 
 
 async def engine(aiohttp_server: AiohttpServer, **settings: Any) -> TestServer:

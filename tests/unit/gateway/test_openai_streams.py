@@ -18,8 +18,8 @@ from modelroll_gateway.streaming import StreamingForwarder
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
-
-from ..common.scripted_engines import (
+from tests.support.gateway import Gateway, RoutesFile, StartGateway, route
+from tests.support.scripted_engines import (
     CHAT_PATH,
     chat,
     counted_outcomes,
@@ -29,7 +29,6 @@ from ..common.scripted_engines import (
     stream_with_openai,
     until,
 )
-from .conftest import Gateway, RoutesFile, StartGateway, route
 
 LABELS = {"model": "chat", "version": "chat-v1"}
 

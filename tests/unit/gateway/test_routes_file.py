@@ -8,8 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from modelroll_common.routes import ModelRoute, VersionRoute, dump_model_route
-
-from .conftest import RoutesFile, StartGateway, StartStandIn, route
+from tests.support.gateway import RoutesFile, StartGateway, StartStandIn, route
 
 
 async def test_a_changed_routes_file_changes_the_split(

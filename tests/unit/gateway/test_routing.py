@@ -13,9 +13,8 @@ from pytest_aiohttp import AiohttpServer
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_standins.model import DemoModelConfig, create_demo_model_app
+from tests.support.gateway import RoutesFile, StartGateway, StartStandIn, route
 from tests.support.processes import free_port
-
-from .conftest import RoutesFile, StartGateway, StartStandIn, route
 
 
 @pytest.mark.parametrize(

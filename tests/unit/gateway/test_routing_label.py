@@ -4,8 +4,7 @@ weight, so that a canary analysis (which reads only the weighted ones) never jud
 from __future__ import annotations
 
 from modelroll_common.calls import CALL_SIZE_HEADER
-
-from .conftest import RoutesFile, StartGateway, StartStandIn, route
+from tests.support.gateway import RoutesFile, StartGateway, StartStandIn, route
 
 
 async def test_pinned_requests_are_counted_apart_from_weighted_ones(

@@ -20,9 +20,8 @@ from pytest_aiohttp import AiohttpServer
 
 from modelroll_gateway.app import PROXY_KEY
 from modelroll_gateway.shadow import agreement
-
-from ..common.scripted_engines import until
-from .conftest import Gateway, RoutesFile, StartGateway, StartStandIn
+from tests.support.gateway import Gateway, RoutesFile, StartGateway, StartStandIn
+from tests.support.scripted_engines import until
 
 MODEL = "sentiment"
 

@@ -18,9 +18,8 @@ from modelroll_common.sse import EventScanner, GenerationWatch
 from modelroll_gateway import GatewayConfig, create_app
 from modelroll_gateway.cli import STREAM_CUT_REASON, serve
 from modelroll_standins.llm import DemoLLMConfig, create_demo_llm_app
+from tests.support.gateway import RoutesFile, StartStandIn, route
 from tests.support.processes import free_port
-
-from .conftest import RoutesFile, StartStandIn, route
 
 UNREADY_SECONDS = 1.0
 """The test's unready phase (3 s in the command): long enough to probe, short to wait for."""

@@ -17,8 +17,15 @@ from openai import AsyncOpenAI
 from modelroll_gateway import GatewayConfig
 from modelroll_gateway.cli import build_parser, config_from_args
 from modelroll_gateway.config import parse_networks
-
-from .conftest import Gateway, RoutesFile, StandIn, StartEngine, StartGateway, StartStandIn, route
+from tests.support.gateway import (
+    Gateway,
+    RoutesFile,
+    StandIn,
+    StartEngine,
+    StartGateway,
+    StartStandIn,
+    route,
+)
 
 DEFAULT = GatewayConfig().trusted_networks
 """The networks a gateway trusts when nobody names any."""

@@ -16,9 +16,8 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_gateway.upstream import UpstreamPool
-
-from .conftest import RoutesFile, StartGateway, route
-from .rawupstream import Reply, answer, raw_upstream
+from tests.support.gateway import RoutesFile, StartGateway, route
+from tests.support.rawupstream import Reply, answer, raw_upstream
 
 OK = json.dumps({"output": "ok", "model": "m", "version": "v1"}).encode()
 

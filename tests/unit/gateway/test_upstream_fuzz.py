@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import Gateway, RoutesFile, StartGateway, route
+from tests.support.gateway import Gateway, RoutesFile, StartGateway, route
 
 
 @dataclass(frozen=True)

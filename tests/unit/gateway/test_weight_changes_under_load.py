@@ -6,7 +6,7 @@ import asyncio
 import itertools
 from collections import Counter
 
-from .conftest import RoutesFile, StartGateway, StartStandIn, route
+from tests.support.gateway import RoutesFile, StartGateway, StartStandIn, route
 
 
 async def test_a_request_in_flight_finishes_where_it_started(

@@ -3,22 +3,18 @@ an already loaded encoder (so a test pays for serving, not for loading)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from modelroll_models.batch_server import BATCH_SERVICE, BatchService
+from modelroll_models.batch_server import BATCH_SERVICE
 from modelroll_models.encoder import Encoder, EncoderFiles, load_encoder
 from modelroll_models.model_files import ModelFilesMissing, default_onnx_path, default_zip_path
 from modelroll_models.server import EncoderConfig, create_encoder_app
-
-LOAD_TIMEOUT_S = 10.0
+from tests.support.encoder import LOAD_TIMEOUT_S, RunningEncoder, StartEncoder, wait_loaded
 
 
 @pytest.fixture(scope="session")
@@ -37,24 +33,6 @@ def int8(files: EncoderFiles) -> Encoder:
 @pytest.fixture(scope="session")
 def fp32(files: EncoderFiles) -> Encoder:
     return load_encoder("fp32", files, intra_op_threads=1)
-
-
-@dataclass
-class RunningEncoder:
-    server: TestServer
-    service: BatchService
-
-    @property
-    def url(self) -> str:
-        return str(self.server.make_url("")).rstrip("/")
-
-
-StartEncoder = Callable[..., Awaitable[RunningEncoder]]
-
-
-async def wait_loaded(service: BatchService) -> None:
-    async with asyncio.timeout(LOAD_TIMEOUT_S):
-        await service.load_finished.wait()
 
 
 @pytest.fixture

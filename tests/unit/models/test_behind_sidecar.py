@@ -15,9 +15,8 @@ from modelroll_models.encoder import Encoder
 from modelroll_sidecar.app import create_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_sidecar.lengths import TokenLengths
-from tests.unit.sidecar.conftest import until_ready
-
-from .conftest import StartEncoder
+from tests.support.encoder import StartEncoder
+from tests.support.sidecar import until_ready
 
 CLIENTS = 16
 

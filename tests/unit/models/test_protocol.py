@@ -9,8 +9,7 @@ import aiohttp
 import numpy as np
 
 from modelroll_models.encoder import Encoder
-
-from .conftest import StartEncoder, wait_loaded
+from tests.support.encoder import StartEncoder, wait_loaded
 
 
 async def post_batch(url: str, body: object) -> tuple[int, dict[str, object]]:

@@ -18,8 +18,8 @@ from modelroll_operator.analysis.reader import MetricsReader
 from modelroll_operator.api import Api, mv_path
 from modelroll_operator.snapshots import ModelKey, VersionInfo
 from tests.support.processes import free_port
+from tests.support.specs import mv_body
 
-from .conftest import mv_body
 from .test_reader import LOOPBACK, Site, closing
 from .test_reconcile import FakeApi
 

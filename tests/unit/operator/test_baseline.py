@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from modelroll_operator.analysis.daemon import choose_baseline
-
-from .conftest import version
+from tests.support.specs import version
 
 READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 NOT_READY = {"conditions": [{"type": "Ready", "status": "False"}]}

@@ -10,7 +10,7 @@ import pytest
 
 from modelroll_operator.cli import build_parser, parse_config
 from modelroll_operator.config import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig
-from tests.unit.common.test_flags import help_entries
+from tests.support.flags import help_entries
 
 
 def config(*argv: str) -> OperatorConfig:

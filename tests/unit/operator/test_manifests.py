@@ -17,8 +17,7 @@ from modelroll_operator.spec import ANNOTATION_SPEC_HASH, parse_server
 from modelroll_sidecar import cli as sidecar_cli
 from modelroll_sidecar import prestop
 from modelroll_sidecar.config import parse_args as parse_sidecar_args
-
-from .conftest import version
+from tests.support.specs import version
 
 CONFIG = OperatorConfig(sidecar_image="registry.local/modelroll-sidecar:test", drain_timeout_s=20)
 

@@ -12,9 +12,7 @@ import pytest
 from modelroll_operator.config import OperatorConfig
 from modelroll_operator.manifests import conflict, deployment_manifest
 from modelroll_operator.spec import ANNOTATION_SPEC_HASH, SpecError, parse_server
-from tests.support.specs import GPU_SERVER
-
-from .conftest import version
+from tests.support.specs import GPU_SERVER, version
 
 CONFIG = OperatorConfig(sidecar_image="registry.local/modelroll-sidecar:test", drain_timeout_s=20)
 

@@ -19,8 +19,7 @@ from modelroll_operator.config import OperatorConfig
 from modelroll_operator.permissions import require
 from modelroll_operator.reconcile import Reconciler, VersionIndex, WorkloadIndex
 from modelroll_operator.snapshots import VersionInfo, WorkloadInfo
-
-from .conftest import version
+from tests.support.specs import version
 
 CM = "/api/v1/namespaces/prod/configmaps/modelroll-routes"
 

@@ -6,8 +6,7 @@ import pytest
 
 from modelroll_operator.snapshots import VersionInfo
 from modelroll_operator.spec import Batching, SpecError, parse_batching, parse_spec
-
-from .conftest import mv_body
+from tests.support.specs import mv_body
 
 
 def test_an_external_version_with_only_required_fields_gets_the_crds_defaults() -> None:

@@ -2,69 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from modelroll_sidecar.app import SIDECAR, Sidecar, create_app
+from modelroll_sidecar.app import SIDECAR, create_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_sidecar.cost_model import MIN_BATCHES
-from modelroll_standins.model import (
-    DEMO_MODEL,
-    DemoModel,
-    DemoModelConfig,
-    create_demo_model_app,
+from modelroll_standins.model import DEMO_MODEL, DemoModelConfig, create_demo_model_app
+from tests.support.sidecar import (
+    FIFO,
+    MODES,
+    RunningModel,
+    RunningSidecar,
+    StartModel,
+    StartSidecar,
 )
-
-
-@dataclass
-class RunningModel:
-    server: TestServer
-    model: DemoModel
-
-    @property
-    def url(self) -> str:
-        return str(self.server.make_url("")).rstrip("/")
-
-
-@dataclass
-class RunningSidecar:
-    client: TestClient[web.Request, web.Application]
-    sidecar: Sidecar
-    registry: CollectorRegistry
-
-    async def infer(self, payload: Any) -> tuple[int, dict[str, Any]]:
-        resp = await self.client.post("/v1/infer", json={"payload": payload})
-        body: dict[str, Any] = await resp.json()
-        return resp.status, body
-
-    def sample(self, name: str, **labels: str) -> float:
-        """The current value of one series of this sidecar's metrics (0 when absent)."""
-        value = self.registry.get_sample_value(
-            name,
-            {"model": self.sidecar.config.model, "version": self.sidecar.config.version, **labels},
-        )
-        return value or 0.0
-
-
-async def until_ready(client: TestClient[web.Request, web.Application]) -> None:
-    """Wait, at most 5 s, until the sidecar behind ``client`` answers /readyz 200."""
-    for _ in range(100):
-        if (await client.get("/readyz")).status == 200:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the sidecar never became ready")
-
-
-StartModel = Callable[..., Awaitable[RunningModel]]
-StartSidecar = Callable[..., Awaitable[RunningSidecar]]
 
 
 @pytest.fixture
@@ -77,18 +32,6 @@ def start_model(aiohttp_server: AiohttpServer) -> StartModel:
         return RunningModel(server, app[DEMO_MODEL])
 
     return start
-
-
-FIFO = {"batch_by": "arrival", "wait_policy": "fixed"}
-"""First in, first out, each batch waiting max-wait for company: the simplest rules."""
-MODES = {
-    "arrival-fixed": FIFO,
-    "length-fixed": {"batch_by": "length", "wait_policy": "fixed"},
-    "length-adaptive": {"batch_by": "length", "wait_policy": "adaptive"},
-    "defaults": {},
-}
-"""The batching modes a module runs its tests in when it overrides ``batching_mode`` with
-``every_mode`` (a parametrized fixture)."""
 
 
 @pytest.fixture

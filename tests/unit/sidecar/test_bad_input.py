@@ -9,8 +9,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.config import SidecarConfig, parse_args
-
-from .conftest import StartModel, StartSidecar
+from tests.support.sidecar import StartModel, StartSidecar
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import MODES, RunningSidecar, StartModel, StartSidecar
+from tests.support.sidecar import MODES, RunningSidecar, StartModel, StartSidecar
 
 
 async def burst(sidecar: RunningSidecar, payloads: list[Any]) -> list[tuple[int, dict[str, Any]]]:

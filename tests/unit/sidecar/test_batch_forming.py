@@ -24,8 +24,7 @@ from modelroll_sidecar.cost_model import (
 from modelroll_sidecar.forming import by_length
 from modelroll_sidecar.metrics import SidecarMetrics
 from modelroll_sidecar.protocol import BatchResult
-
-from .conftest import StartModel, StartSidecar
+from tests.support.sidecar import StartModel, StartSidecar
 
 
 @dataclass(frozen=True)

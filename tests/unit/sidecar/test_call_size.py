@@ -10,8 +10,7 @@ import pytest
 
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.routes import VERSION_HEADER
-
-from .conftest import RunningSidecar, StartModel, StartSidecar
+from tests.support.sidecar import RunningSidecar, StartModel, StartSidecar
 
 
 async def answers(sidecar: RunningSidecar, count: int) -> list[tuple[int, str | None]]:

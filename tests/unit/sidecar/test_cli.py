@@ -7,7 +7,7 @@ from dataclasses import fields
 import pytest
 
 from modelroll_sidecar.config import SidecarConfig, build_parser, flag, parse_args
-from tests.unit.common.test_flags import help_entries
+from tests.support.flags import help_entries
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from .conftest import RunningSidecar, StartSidecar
+from tests.support.sidecar import RunningSidecar, StartSidecar
 
 PATH = "/v1/embeddings"
 

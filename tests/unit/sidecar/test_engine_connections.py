@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from ..common.scripted_engines import chunk, stream_with_openai
-from .conftest import StartSidecar
+from tests.support.scripted_engines import chunk, stream_with_openai
+from tests.support.sidecar import StartSidecar
 
 LINGER_S = 0.2
 """How long the engine keeps a connection open, unread, after its answer before closing it."""

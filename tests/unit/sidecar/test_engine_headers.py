@@ -10,9 +10,8 @@ import pytest
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.config import SidecarConfig
-
-from ..common.scripted_engines import serve_recording_engine
-from .conftest import StartSidecar
+from tests.support.scripted_engines import serve_recording_engine
+from tests.support.sidecar import StartSidecar
 
 KEY = "engine-secret"
 

@@ -13,8 +13,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.protocol import MAX_DEPTH, decode
-
-from .conftest import StartModel, StartSidecar
+from tests.support.sidecar import StartModel, StartSidecar
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,7 @@ from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.app import create_app, handle_infer, handle_livez
 from modelroll_sidecar.config import SidecarConfig
-
-from .conftest import StartModel, StartSidecar, until_ready
+from tests.support.sidecar import StartModel, StartSidecar, until_ready
 
 
 async def test_readyz_is_503_until_the_model_is_ready(

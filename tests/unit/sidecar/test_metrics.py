@@ -6,7 +6,7 @@ import asyncio
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import StartModel, StartSidecar
+from tests.support.sidecar import StartModel, StartSidecar
 
 SERIES = {
     "modelroll_requests_total": {"code"},

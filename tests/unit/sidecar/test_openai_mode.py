@@ -17,8 +17,7 @@ from pytest_aiohttp import AiohttpServer
 
 from modelroll_standins.engine import Engine
 from modelroll_standins.llm import ENGINE, STATS_EMBED, DemoLLMConfig, create_demo_llm_app
-
-from .conftest import RunningSidecar, StartSidecar
+from tests.support.sidecar import RunningSidecar, StartSidecar
 
 
 @dataclass

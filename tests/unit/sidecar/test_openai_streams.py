@@ -14,8 +14,7 @@ from pytest_aiohttp import AiohttpServer
 from modelroll_common.sse import EventScanner
 from modelroll_sidecar.openai_proxy import OpenAIProxy
 from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
-
-from ..common.scripted_engines import (
+from tests.support.scripted_engines import (
     CHAT_PATH,
     chat,
     counted_outcomes,
@@ -24,7 +23,7 @@ from ..common.scripted_engines import (
     stream_with_openai,
     until,
 )
-from .conftest import RunningSidecar, StartSidecar
+from tests.support.sidecar import RunningSidecar, StartSidecar
 
 
 def proxy(sidecar: RunningSidecar) -> OpenAIProxy:

@@ -11,10 +11,9 @@ import pytest
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_sidecar.config import SidecarConfig, parse_args
-
-from ..common.scripted_engines import CHAT_PATH, chat
-from ..common.slow_engines import serve_slow_engine
-from .conftest import StartSidecar
+from tests.support.scripted_engines import CHAT_PATH, chat
+from tests.support.sidecar import StartSidecar
+from tests.support.slow_engines import serve_slow_engine
 
 
 async def ask(base_url: str, *, stream: bool = False) -> str:

@@ -12,8 +12,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from tests.support.processes import free_port
-
-from .conftest import StartModel, StartSidecar
+from tests.support.sidecar import StartModel, StartSidecar
 
 
 @pytest.fixture

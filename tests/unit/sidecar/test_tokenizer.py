@@ -22,8 +22,7 @@ from tokenizers.pre_tokenizers import PreTokenizer, Split, Whitespace
 from modelroll_models.batch_server import BatchModel, create_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_sidecar.lengths import MAX_TOKENIZER_BYTES, TokenizerPool
-
-from .conftest import RunningSidecar, StartSidecar, until_ready
+from tests.support.sidecar import RunningSidecar, StartSidecar, until_ready
 
 HOLD_LIMIT_S = 10.0
 """How long a held tokenizer waits for the test to let it go: only a sidecar that tokenizes on

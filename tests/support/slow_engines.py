@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from .scripted_engines import CHAT_PATH, chunk
+from tests.support.scripted_engines import CHAT_PATH, chunk
 
 
 @dataclass

@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
-from .rawclient import PATIENCE, post_bytes
+from tests.support.rawclient import PATIENCE, post_bytes
 
 CHAT_PATH = "/v1/chat/completions"
 FLOOD_EVENT_BYTES = 16 * 1024
