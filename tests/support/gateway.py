@@ -20,7 +20,9 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from modelroll_common.calls import CALL_SIZE_HEADER
+from modelroll_gateway.app import PROXY_KEY
 from modelroll_gateway.config import parse_networks
+from modelroll_gateway.streaming import StreamingForwarder
 
 
 @dataclass
@@ -200,3 +202,18 @@ class Gateway:
 
 
 StartGateway = Callable[..., Awaitable[Gateway]]
+
+
+async def gateway_to(
+    start_gateway: StartGateway, routes_file: RoutesFile, url: str, **settings: float
+) -> Gateway:
+    routes_file.write({"chat": route("chat", ("chat-v1", 1, url))})
+    gateway = await start_gateway(**settings)
+    await gateway.wait_weights("chat", {"chat-v1": 1})
+    return gateway
+
+
+def forwarder(gateway: Gateway) -> StreamingForwarder:
+    llm = gateway.server.app[PROXY_KEY].llm
+    assert llm is not None
+    return llm

@@ -13,12 +13,10 @@ from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpServer
 
 from modelroll_common.sse import EventScanner
-from modelroll_gateway.app import PROXY_KEY
-from modelroll_gateway.streaming import StreamingForwarder
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
 from modelroll_standins.llm import ENGINE, DemoLLMConfig, create_demo_llm_app
-from tests.support.gateway import Gateway, RoutesFile, StartGateway, route
+from tests.support.gateway import Gateway, RoutesFile, StartGateway, forwarder, gateway_to
 from tests.support.scripted_engines import (
     CHAT_PATH,
     chat,
@@ -31,21 +29,6 @@ from tests.support.scripted_engines import (
 )
 
 LABELS = {"model": "chat", "version": "chat-v1"}
-
-
-async def gateway_to(
-    start_gateway: StartGateway, routes_file: RoutesFile, url: str, **settings: float
-) -> Gateway:
-    routes_file.write({"chat": route("chat", ("chat-v1", 1, url))})
-    gateway = await start_gateway(**settings)
-    await gateway.wait_weights("chat", {"chat-v1": 1})
-    return gateway
-
-
-def forwarder(gateway: Gateway) -> StreamingForwarder:
-    llm = gateway.server.app[PROXY_KEY].llm
-    assert llm is not None
-    return llm
 
 
 def outcomes(gateway: Gateway) -> dict[str, float]:

@@ -17,11 +17,9 @@ from modelroll_gateway import GatewayConfig, create_app
 from modelroll_gateway.cli import build_parser, config_from_args, serve
 from modelroll_sidecar.app import create_app as create_sidecar_app
 from modelroll_sidecar.config import SidecarConfig
-from tests.support.gateway import RoutesFile, StartGateway, route
+from tests.support.gateway import RoutesFile, StartGateway, forwarder, gateway_to, route
 from tests.support.processes import free_port
 from tests.support.slow_engines import serve_slow_engine
-
-from .test_openai_streams import forwarder, gateway_to
 
 
 async def ask(base_url: str) -> str:
