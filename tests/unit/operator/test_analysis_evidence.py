@@ -22,9 +22,8 @@ from modelroll_operator.analysis.spec import STREAM_ERROR, parse_analysis
 from modelroll_operator.analysis.state import AnalysisState
 from modelroll_operator.api import Api, mv_path
 from modelroll_operator.snapshots import ModelKey, VersionInfo
+from tests.support.fake_api import FakeApi
 from tests.support.specs import mv_body
-
-from .test_reconcile import FakeApi
 
 MODEL = "chat"
 CANARY, BASELINE = "canary-v2", "stable-v1"

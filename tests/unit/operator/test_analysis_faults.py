@@ -17,11 +17,10 @@ from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.analysis.reader import MetricsReader
 from modelroll_operator.api import Api, mv_path
 from modelroll_operator.snapshots import ModelKey, VersionInfo
+from tests.support.fake_api import FakeApi
+from tests.support.metrics_sites import LOOPBACK, Site, closing
 from tests.support.processes import free_port
 from tests.support.specs import mv_body
-
-from .test_reader import LOOPBACK, Site, closing
-from .test_reconcile import FakeApi
 
 CANARY, BASELINE = "canary-v2", "stable-v1"
 DEEP = "[" * 100_000 + "]" * 100_000

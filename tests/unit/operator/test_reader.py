@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
@@ -32,19 +30,7 @@ from modelroll_operator.analysis.spec import GatewaySource, MetricsSource, Prome
 from modelroll_operator.api import Api
 from modelroll_operator.permissions import require
 from modelroll_sidecar.metrics import SidecarMetrics
-
-LOOPBACK = ReadAccess.of(["http://127.0.0.1"])
-"""The operator's flag that lets analyses read the test servers: loopback, any port."""
-
-
-@asynccontextmanager
-async def closing(reader: MetricsReader) -> AsyncIterator[MetricsReader]:
-    """``reader``, closed (its HTTP session) when done."""
-    try:
-        yield reader
-    finally:
-        await reader.close()
-
+from tests.support.metrics_sites import LOOPBACK, METADATA, SECRET, Site, closing
 
 ONE = """# HELP modelroll_gateway_requests_total Requests.
 # TYPE modelroll_gateway_requests_total counter
@@ -434,32 +420,6 @@ async def test_a_shadow_gate_on_a_model_an_httproute_claims_holds_and_says_why()
 
 
 # -- what an analysis may read, and what it says of an answer -----------------------------------
-
-SECRET = "ASIA-SECRET-KEY"
-METADATA = '{"Code": "Success", "AccessKeyId": "' + SECRET + '"}\n'
-"""What a cloud's instance metadata answers: never to be read, and never copied into a message."""
-
-
-class Site:
-    """A server on loopback: ``pages`` by path (a str is a 200 text body, an int a redirect
-    with that status to /secret), and the paths asked for, in order."""
-
-    def __init__(self, pages: dict[str, str | int]) -> None:
-        self.pages = {"/secret": METADATA, **pages}
-        self.asked: list[str] = []
-
-    async def answer(self, request: web.Request) -> web.Response:
-        self.asked.append(request.path)
-        page = self.pages[request.path]
-        if isinstance(page, int):
-            return web.Response(status=page, headers={"Location": "/secret"})
-        return web.Response(text=page)
-
-    async def start(self, aiohttp_server: AiohttpServer) -> str:
-        app = web.Application()
-        app.router.add_get("/{path:.*}", self.answer)
-        server = await aiohttp_server(app)
-        return str(server.make_url("/"))
 
 
 async def unavailable(source: MetricsSource, access: ReadAccess = LOOPBACK, api: Any = None) -> str:
