@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from modelroll_common.settings import BATCHING_CHOICES
 from modelroll_sidecar.config import SidecarConfig
-
-CRD = Path(__file__).resolve().parents[3] / "crds" / "modelversion.yaml"
-
-
-def load() -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(CRD.read_text())
-    return doc
+from tests.support.crd import load
 
 
 def walk(schema: dict[str, Any], path: str) -> list[str]:
