@@ -65,7 +65,9 @@ generate: venv ## Write the files generated from the declarations (the CRD's set
 .PHONY: lint
 lint: venv ## ruff (lint + format check), mypy strict, and no stale generated file.
 	$(call timed,lint,$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && \
-		$(VENV)/bin/mypy $(PACKAGES) tests hack/generate.py hack/dashboard.py hack/reference.py hack/admission.py hack/rbac.py hack/values.py hack/values_files.py && $(PY) hack/generate.py --check)
+		$(VENV)/bin/mypy $(PACKAGES) tests hack/generate.py hack/dashboard.py hack/reference.py hack/admission.py \
+		hack/rbac.py hack/values.py hack/values_files.py hack/flag_tables.py hack/metric_tables.py \
+		hack/images/install.py && $(PY) hack/generate.py --check)
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests: pure functions and servers in the test's own event loop.

@@ -18,7 +18,7 @@ IMAGES_DIR := .cache/images
 PYTHON_IMAGE ?=
 NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
 	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
-IMAGE_SOURCES := constraints.txt $(wildcard */Dockerfile) hack/images/build.sh \
+IMAGE_SOURCES := constraints.txt Dockerfile hack/images/install.py hack/images/build.sh \
 	hack/images/base-image.sh hack/images/llama.Dockerfile \
 	$(shell git ls-files common sidecar gateway operator models standins 2>/dev/null)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \

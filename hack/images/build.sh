@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make images: the operator, gateway, sidecar, encoder and demo images from their own Dockerfiles, the
+# make images: the operator, gateway, sidecar, encoder and demo images from the repository's
+# Dockerfile (each component's pyproject.toml names its image: hack/images/install.py), the
 # llama image (llama-server and its model, hack/images/llama.Dockerfile), and the two images a
 # local node needs (pause, CoreDNS) from binaries built here, with a Docker engine. Each image is
 # also saved as .cache/images/<name>.tar, which the local node imports into containerd (there is
@@ -70,12 +71,11 @@ mkdir -p "$out"
 save() {  # image, file: an archive containerd's `ctr images import` takes
   "$docker" save "$1" -o "$out/$2.tar.tmp" && mv "$out/$2.tar.tmp" "$out/$2.tar"
 }
-for spec in operator:operator gateway:gateway sidecar:sidecar models:encoder standins:demo; do  # folder:image
-  component=${spec%%:*} name=modelroll-${spec#*:}
+python3 hack/images/install.py --images | while read -r component name; do
   image=$registry/$name:$tag
   echo "Building $image (base $python_image)"
   "$docker" build --quiet "${build_args[@]}" --build-arg "PYTHON_IMAGE=$python_image" \
-    -f "$component/Dockerfile" -t "$image" . >/dev/null
+    --build-arg "COMPONENT=$component" -t "$image" . >/dev/null
   save "$image" "$name"
 done
 

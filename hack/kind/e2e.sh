@@ -57,10 +57,10 @@ else
   kind create cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
 fi
 
-for component in operator gateway sidecar demo; do
-  image=ghcr.io/modelroll/modelroll-$component:$TAG
+for spec in operator:operator gateway:gateway sidecar:sidecar standins:demo; do  # folder:image
+  component=${spec%%:*} image=ghcr.io/modelroll/modelroll-${spec#*:}:$TAG
   step "Building $image and loading it into the cluster"
-  docker build -f "$component/Dockerfile" -t "$image" .
+  docker build --build-arg "COMPONENT=$component" -t "$image" .
   kind load docker-image --name "$CLUSTER" "$image"
 done
 

@@ -1,8 +1,10 @@
-"""The images' Dockerfiles, checked without Docker (it does not run here).
+"""The images' Dockerfile, checked without Docker (it does not run here).
 
-Each component's image is built from the repository root. A build fails on a COPY source that
-does not exist or that .dockerignore leaves out of the context, and an image is useless when its
-entrypoint is not a command its own project installs: these checks catch both before a build.
+Every component's image is built from the repository root's Dockerfile with the component as a
+build argument; hack/images/install.py installs it from what its pyproject.toml declares. A
+build fails on a COPY source that does not exist or that .dockerignore leaves out of the
+context, and an image is useless when its entrypoint is not a command its own project installs:
+these checks catch both before a build.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from typing import Any
 import pytest
 
 from tests.support.chart import REPO
-from tests.support.dockerfiles import Dockerfile, dockerignore
+from tests.support.dockerfiles import INSTALL, Dockerfile, dockerignore, images, install_py
 
+DOCKERFILE = REPO / "Dockerfile"
 COMPONENTS = {
-    # directory: (entrypoint, other commands the image must also run)
-    "sidecar": ("modelroll-sidecar", ()),
-    "gateway": ("modelroll-gateway", ()),
-    "operator": ("modelroll-operator", ()),
-    "models": ("modelroll-encoder", ()),
-    "standins": ("modelroll-demo-model", ("modelroll-demo-llm",)),
+    # directory: (image, entrypoint, other commands the image must also run)
+    "sidecar": ("modelroll-sidecar", "modelroll-sidecar", ()),
+    "gateway": ("modelroll-gateway", "modelroll-gateway", ()),
+    "operator": ("modelroll-operator", "modelroll-operator", ()),
+    "models": ("modelroll-encoder", "modelroll-encoder", ()),
+    "standins": ("modelroll-demo", "modelroll-demo-model", ("modelroll-demo-llm",)),
 }
 
 
@@ -39,18 +42,23 @@ def component(request: pytest.FixtureRequest) -> str:
     return name
 
 
-def test_every_copied_path_exists_and_is_in_the_build_context(component: str) -> None:
-    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
+    dockerfile = Dockerfile.parse(DOCKERFILE)
     sources = dockerfile.context_sources()
     assert sources, "the Dockerfile copies nothing from the context"
     ignore = dockerignore()
     for source in sources:
         path = REPO / source
-        assert path.exists(), f"{component}/Dockerfile copies {source}, which does not exist"
+        assert path.exists(), f"the Dockerfile copies {source}, which does not exist"
         assert not ignore.excluded(source), f".dockerignore leaves {source} out of the context"
         files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
         kept = [f for f in files if not ignore.excluded(str(f.relative_to(REPO)))]
         assert kept, f"every file under {source} is left out by .dockerignore"
+
+
+def test_make_images_builds_every_component_under_its_image_name() -> None:
+    """The names the chart, the examples and the node tests pull, one per component."""
+    assert images() == {folder: image for folder, (image, _, _) in COMPONENTS.items()}
 
 
 def project_files(component: str) -> list[Path]:
@@ -66,49 +74,54 @@ def project_files(component: str) -> list[Path]:
 
 def local_dependencies(component: str) -> list[str]:
     """Components of this repository that a component's project depends on (not on PyPI)."""
-    names = {pyproject(c)["project"]["name"]: c for c in COMPONENTS}
+    names = {pyproject(c)["project"]["name"]: c for c in (*COMPONENTS, "common")}
     deps = pyproject(component)["project"].get("dependencies", [])
     return [names[n] for d in deps if (n := re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) in names]
 
 
 def test_the_image_installs_the_whole_project(component: str) -> None:
-    """The project and every sibling project it depends on are copied and built from source."""
-    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+    """The project and every sibling project it depends on are copied and built from source,
+    each after those it depends on."""
+    dockerfile = Dockerfile.parse(DOCKERFILE)
     copied = {Path(s) for s in dockerfile.context_sources()}
-    needed = [Path("constraints.txt")]
+    installed = install_py("--projects", component)
+    assert installed[-1] == component
+    needed = [Path("constraints.txt"), INSTALL.relative_to(REPO)]
     for local in (component, *local_dependencies(component)):
+        assert local in installed, f"the image does not build ./{local}, which {component} needs"
+        for dependency in local_dependencies(local):
+            assert installed.index(dependency) < installed.index(local), (local, dependency)
         needed += project_files(local)
-        installs = [r for r in dockerfile.all("RUN") if "pip install" in r]
-        assert any(f"./{local}" in r for r in installs), (
-            f"{component}/Dockerfile does not build ./{local}, which {component} depends on"
-        )
     for path in needed:
         assert path in copied or any(parent in copied for parent in path.parents), (
-            f"{component}/Dockerfile does not copy {path}, which building the project needs"
+            f"the Dockerfile does not copy {path}, which building {component} needs"
         )
+    runs = dockerfile.all("RUN")
+    assert any(f'{INSTALL.relative_to(REPO)} "$COMPONENT"' in r for r in runs), runs
     # The final stage takes the virtualenv the build stage installed the projects into.
     copies = [r for kw, r in dockerfile.final_stage() if kw == "COPY"]
     assert any(c.startswith("--from=build /opt/modelroll") for c in copies), copies
-    assert any("--constraint constraints.txt" in r for r in dockerfile.all("RUN")), (
+    assert '"--constraint", str(root / "constraints.txt")' in INSTALL.read_text(), (
         "dependencies are not installed at the versions pinned in constraints.txt"
     )
 
 
 def test_the_entrypoint_is_a_command_the_project_installs(component: str) -> None:
-    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+    dockerfile = Dockerfile.parse(DOCKERFILE)
     final = dockerfile.final_stage()
     entrypoints = [rest for kw, rest in final if kw == "ENTRYPOINT"]
     assert len(entrypoints) == 1, "the image needs exactly one ENTRYPOINT"
-    argv = json.loads(entrypoints[0])  # exec form: signals reach the process directly
-    expected, others = COMPONENTS[component]
-    assert argv == [expected]
+    # Exec form, of the script install.py writes, which execs the command: signals reach it.
+    assert json.loads(entrypoints[0]) == ["modelroll-image"]
+    _, expected, others = COMPONENTS[component]
+    assert pyproject(component)["tool"]["modelroll"]["image"]["command"] == expected
     scripts = pyproject(component)["project"]["scripts"]
     for command in (expected, *others):
         assert command in scripts, f"{command} is not a [project.scripts] entry of {component}"
 
 
-def test_the_image_runs_as_a_non_root_user_from_a_slim_python_base(component: str) -> None:
-    dockerfile = Dockerfile.parse(REPO / component / "Dockerfile")
+def test_the_image_runs_as_a_non_root_user_from_a_slim_python_base() -> None:
+    dockerfile = Dockerfile.parse(DOCKERFILE)
     final = dockerfile.final_stage()
     base = final[0][1]
     base = re.sub(r"\$\{(\w+)\}", lambda m: dockerfile.args()[m[1]], base)

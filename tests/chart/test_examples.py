@@ -15,7 +15,7 @@ from modelroll_operator.config import OperatorConfig
 from modelroll_operator.manifests import sidecar_args
 from modelroll_operator.spec import parse_spec
 from tests.support.chart import EXAMPLES, REPO, Manifest, commented_manifest
-from tests.support.dockerfiles import Dockerfile
+from tests.support.dockerfiles import Dockerfile, images
 from tests.support.rendering import chart_meta
 
 
@@ -28,12 +28,12 @@ def test_the_managed_examples_use_the_demo_image_make_images_builds(
 ) -> None:
     """examples/managed/ runs the demo model, examples/llm/ the demo LLM, from the demo image:
     the name and tag `make images` gives it (hack/images/build.sh: the registry prefix, the
-    stand-ins' folder's image, the chart's appVersion), never pulled on a node that has it, and
-    the stable's file says how to get it."""
+    image standins/pyproject.toml names, the chart's appVersion), never pulled on a node that
+    has it, and the stable's file says how to get it."""
     build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
     assert "registry=${IMAGE_REGISTRY:-ghcr.io/modelroll}" in build_sh
-    assert " standins:demo;" in build_sh
-    built = "ghcr.io/modelroll/modelroll-demo:" + chart_meta()["appVersion"]
+    assert "image=$registry/$name:$tag" in build_sh
+    built = f"ghcr.io/modelroll/{images()['standins']}:" + chart_meta()["appVersion"]
     paths = sorted((EXAMPLES / directory).glob("*.yaml"))
     assert len(paths) == 2, paths
     for path in paths:

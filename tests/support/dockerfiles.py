@@ -1,10 +1,12 @@
 """The images' Dockerfiles and .dockerignore, parsed as Docker reads them (Docker does not run
-here)."""
+here), and what hack/images/install.py installs for each component."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,3 +112,19 @@ class DockerIgnore:
 
 def dockerignore() -> DockerIgnore:
     return DockerIgnore((REPO / ".dockerignore").read_text())
+
+
+INSTALL = REPO / "hack" / "images" / "install.py"
+
+
+def install_py(*args: str) -> list[str]:
+    """The lines hack/images/install.py prints (``--images``, ``--projects COMPONENT``)."""
+    out = subprocess.run(
+        [sys.executable, str(INSTALL), *args], capture_output=True, text=True, check=True
+    ).stdout
+    return out.splitlines()
+
+
+def images() -> dict[str, str]:
+    """Image name by component folder, as the components' pyproject.toml files declare them."""
+    return dict(line.split(" ", 1) for line in install_py("--images"))
