@@ -23,6 +23,8 @@ from typing import Any
 
 import aiohttp
 
+from .figures import LoadSummary
+from .results import to_json
 from .stats import percentile
 
 Body = Callable[[int], bytes]
@@ -78,7 +80,7 @@ class LoadResult:
         within = sum(1 for latency in self.latencies_s if latency <= slo_s)
         return within / self.duration_s if self.duration_s else 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def report(self) -> LoadSummary:
         """Counts and p50/p95/p99 in ms of the successful requests; a percentile that falls
         among the unanswered requests is None (slower than anything measured), and so is one of
         no requests."""
@@ -86,19 +88,28 @@ class LoadResult:
         errors = {str(c): n for c, n in sorted(self.statuses.items()) if not 200 <= c < 300}
         if self.unanswered:
             errors["unanswered"] = self.unanswered
-        quantiles = {q: percentile(ordered, q / 100) for q in (50, 95, 99)}
-        return {
-            "label": self.label,
-            "offered_rps": self.offered_rps,
-            "throughput_rps": round(self.throughput_rps, 1),
-            "requests": sum(self.statuses.values()) + self.unanswered,
-            "ok": self.ok,
-            "errors": errors,
-            **{
-                f"p{q}_ms": None if v is None or math.isinf(v) else round(v * 1000, 2)
-                for q, v in quantiles.items()
-            },
-        }
+        p50, p95, p99 = (_ms(percentile(ordered, q)) for q in (0.50, 0.95, 0.99))
+        return LoadSummary(
+            label=self.label,
+            offered_rps=self.offered_rps,
+            throughput_rps=round(self.throughput_rps, 1),
+            requests=sum(self.statuses.values()) + self.unanswered,
+            ok=self.ok,
+            errors=errors,
+            p50_ms=p50,
+            p95_ms=p95,
+            p99_ms=p99,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """:meth:`report` as JSON data, for the suites that keep their rows as dicts."""
+        result: dict[str, Any] = to_json(self.report())
+        return result
+
+
+def _ms(seconds: float | None) -> float | None:
+    """Seconds in ms to 2 decimals; None for none or for a request never answered."""
+    return None if seconds is None or math.isinf(seconds) else round(seconds * 1000, 2)
 
 
 def session(limit: int = 0) -> aiohttp.ClientSession:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from modelroll_bench.figures import Latency
 from modelroll_bench.loadgen import LoadResult, json_bodies, open_loop
 
 
@@ -20,6 +21,8 @@ def test_summary_counts_errors_by_status_and_times_only_successes() -> None:
     assert summary["errors"] == {"429": 2, "599": 1}
     assert summary["throughput_rps"] == 50.0
     assert (summary["p50_ms"], summary["p95_ms"], summary["p99_ms"]) == (50.0, 95.0, 99.0)
+    assert result.report().latency == Latency(p50_ms=50.0, p95_ms=95.0, p99_ms=99.0)
+    assert result.report().error_count == 3
 
 
 def test_bodies_cycle_in_order() -> None:

@@ -1,0 +1,80 @@
+"""The result shapes the suites share: one load run's counts and p50/p95/p99, one saturation run's
+rate and CPU, and a ratio paired by round. Each is a dataclass that :mod:`.results` writes to JSON
+and reads back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .stats import Spread, paired_ratios, spread
+
+
+@dataclass(frozen=True)
+class Latency:
+    """p50/p95/p99 in ms of one run's answered requests; None where the percentile fell among
+    requests never answered (slower than anything measured) or there was no request at all."""
+
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+    def text(self) -> str:
+        """``p50 / p95 / p99 ms``, ``-`` for a percentile not measured."""
+        return " / ".join(_number(v) for v in (self.p50_ms, self.p95_ms, self.p99_ms)) + " ms"
+
+
+@dataclass(frozen=True)
+class LoadSummary:
+    """What one open- or closed-loop run saw: its requests by outcome and its latency."""
+
+    label: str
+    offered_rps: float | None
+    throughput_rps: float
+    requests: int
+    ok: int
+    errors: dict[str, int]
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+    @property
+    def latency(self) -> Latency:
+        return Latency(self.p50_ms, self.p95_ms, self.p99_ms)
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One saturation run of one server: requests per second, the CPU time the server spent per
+    request, and the requests that failed."""
+
+    rps: float
+    cpu_us_per_request: float
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """``value / baseline`` taken round by round (a round where either is missing or 0 left
+    out), and the median and range of those ratios: other load on the machine moves both arms
+    of a round together, so the pair is steadier than a ratio of medians."""
+
+    by_round: list[float] = field(default_factory=list)
+    spread: Spread | None = None
+
+    @classmethod
+    def of(
+        cls, values: Sequence[float | None], baseline: Sequence[float | None], digits: int = 3
+    ) -> PairedRatio:
+        ratios = [round(r, digits) for r in paired_ratios(values, baseline)]
+        return cls(ratios, spread(ratios, digits))
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if value >= 1000 else f"{value:.1f}"
