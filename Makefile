@@ -122,7 +122,7 @@ operator: crd ## Run the operator against the local control plane, every namespa
 
 .PHONY: bench-sidecar
 bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
-	$(PY) -m modelroll_bench.sidecar $(ARGS)
+	$(VENV)/bin/modelroll-bench sidecar $(ARGS)
 
 .PHONY: bench-gateway
 bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.

@@ -5,6 +5,7 @@ modelroll-bench run URL --mode open --rate 200 --lengths lognormal:3,0.7
 modelroll-bench limit --lengths lognormal:3,0.7 --fixed-ms 10 --per-token-ms 0.02
 modelroll-bench compare            (make bench)
 modelroll-bench sweep --slo-ms 150 (make bench-sweep)
+modelroll-bench sidecar            (make bench-sidecar)
 modelroll-bench rollback           (make bench-rollback)
 modelroll-bench dataplanes         (make bench-dataplanes)
 modelroll-bench analysis           (make bench-analysis)
@@ -33,10 +34,12 @@ from . import (
     llama,
     llm,
     rollback,
+    sidecar,
     simulate,
     sweep,
 )
 from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
+from .suite import register
 
 
 def _lengths(text: str) -> lengths.Lengths:
@@ -190,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(func=module.main)
+    for suite in (sidecar.SUITE,):
+        register(sub, suite)
     return parser
 
 
