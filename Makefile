@@ -126,7 +126,7 @@ bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain ba
 
 .PHONY: bench-gateway
 bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
-	$(PY) -m modelroll_bench.gateway $(ARGS)
+	$(VENV)/bin/modelroll-bench gateway $(ARGS)
 
 .PHONY: bench-analysis
 bench-analysis: venv ## Canary analysis against Flagger's rule on simulated traffic: false rollbacks, time to detect.

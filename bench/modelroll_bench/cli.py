@@ -6,6 +6,7 @@ modelroll-bench limit --lengths lognormal:3,0.7 --fixed-ms 10 --per-token-ms 0.0
 modelroll-bench compare            (make bench)
 modelroll-bench sweep --slo-ms 150 (make bench-sweep)
 modelroll-bench sidecar            (make bench-sidecar)
+modelroll-bench gateway            (make bench-gateway)
 modelroll-bench rollback           (make bench-rollback)
 modelroll-bench dataplanes         (make bench-dataplanes)
 modelroll-bench analysis           (make bench-analysis)
@@ -30,6 +31,7 @@ from . import (
     compare,
     dataplanes,
     encoder,
+    gateway,
     lengths,
     llama,
     llm,
@@ -193,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(func=module.main)
-    for suite in (sidecar.SUITE,):
+    for suite in (sidecar.SUITE, gateway.SUITE):
         register(sub, suite)
     return parser
 

@@ -1,4 +1,5 @@
-"""``make bench-gateway``: what the gateway adds, measured against the same servers in one run.
+"""``make bench-gateway`` (``modelroll-bench gateway``): what the gateway adds, measured against
+the same servers in one run.
 
 1. Added latency at moderate load: Poisson arrivals at a fixed rate, alternating between calling a
    sidecar directly and calling it through the gateway (zero-cost demo model behind the sidecar).
@@ -31,20 +32,21 @@ import asyncio
 import contextlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from modelroll_devcluster.processes import free_port
 
 from . import wrk
+from .figures import LoadSummary, PairedRatio, Rate
 from .loadgen import json_bodies, open_loop
-from .servers import Server, finish, serve_module
+from .servers import Check, Server, serve_module
 from .stats import Spread, spread
+from .suite import Suite, markdown
 
 MODEL = "bench"
 BASELINE = "baseline"
@@ -135,10 +137,85 @@ def _gateways(setup: Setup) -> list[tuple[str, str, str]]:
     return arms
 
 
-async def latency_comparison(setup: Setup) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LatencyRound:
+    """One round of the latency part: every arm's open-loop run, by label."""
+
+    by_arm: dict[str, LoadSummary]
+
+
+@dataclass(frozen=True)
+class RateRound:
+    """One round of the rate part: every arm's saturation run, by label."""
+
+    by_arm: dict[str, Rate]
+
+
+@dataclass(frozen=True)
+class Measured:
+    latency: list[LatencyRound]
+    rate: list[RateRound]
+
+
+@dataclass(frozen=True)
+class Over:
+    """One arm's p50 and p99 less another's, paired by round; and the arm's client errors."""
+
+    arm: str
+    p50_ms: Spread | None
+    p99_ms: Spread | None
+    errors: int
+
+
+@dataclass(frozen=True)
+class ArmRate:
+    """One gateway arm's rate against the echo server on its loop (its ceiling)."""
+
+    arm: str
+    ceiling: str
+    rps: Spread | None
+    ceiling_rps: Spread | None
+    of_ceiling: PairedRatio
+    """The arm's rate over the ceiling's, paired by round."""
+    cpu_us: Spread | None
+    ceiling_cpu_us: Spread | None
+    failures: int
+
+
+@dataclass(frozen=True)
+class VsBaseline:
+    """This checkout's gateway against the baseline's, paired by round: rate, and CPU per
+    request (the baseline's over this one's, so above 1 is better for both)."""
+
+    rate: PairedRatio
+    cpu: PairedRatio
+
+
+@dataclass(frozen=True)
+class Summary:
+    rate_rps: float
+    added: list[Over]
+    """Each gateway arm (plain, sticky, shadowed) over calling the sidecar directly."""
+    sticky: Over
+    """The sticky arm over the plain gateway on the same loop."""
+    shadowed: Over
+    """The shadowed arm over the plain gateway on the same loop."""
+    rates: list[ArmRate]
+    vs_baseline: VsBaseline | None
+
+
+def _arms(setup: Setup) -> tuple[str, str, list[str]]:
+    """The sticky arm's label, the shadowed arm's, and every gateway arm of the latency part."""
+    sticky = f"gateway/{setup.event_loops[0]} {STICKY}"
+    shadowed = f"gateway/{setup.event_loops[0]} {SHADOWED}"
+    return sticky, shadowed, [*(g[0] for g in _gateways(setup)), sticky, shadowed]
+
+
+async def latency_comparison(setup: Setup) -> list[LatencyRound]:
     """p50/p99 of direct sidecar calls against the same calls through each gateway."""
     bodies = json_bodies([PAYLOAD])
-    rounds: list[dict[str, Any]] = []
+    rounds: list[LatencyRound] = []
+    sticky_label, shadow_label, gateways = _arms(setup)
     async with contextlib.AsyncExitStack() as stack:
 
         async def version(name: str, model_flags: Sequence[str]) -> Server:
@@ -162,12 +239,10 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
                 gateway_to(sidecar.url, setup, loop, None, python)
             )
             arms[label] = gateway.url + f"/v1/models/{MODEL}/infer"
-        sticky_label = f"gateway/{setup.event_loops[0]} {STICKY}"
         sticky = await stack.enter_async_context(
             gateway_to(sidecar.url, setup, setup.event_loops[0], None, sticky=True)
         )
         arms[sticky_label] = sticky.url + f"/v1/models/{MODEL}/infer"
-        shadow_label = f"gateway/{setup.event_loops[0]} {SHADOWED}"
         shadowed = await stack.enter_async_context(
             gateway_to(sidecar.url, setup, setup.event_loops[0], None, shadow=shadow.url)
         )
@@ -179,7 +254,7 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
         for label, url in arms.items():
             await open_loop(url, bodies, setup.rate, 2, label="warm-up", headers=headers.get(label))
         for r in range(setup.rounds):
-            row: dict[str, Any] = {}
+            row: dict[str, LoadSummary] = {}
             for label, url in arms.items():
                 result = await open_loop(
                     url,
@@ -190,48 +265,42 @@ async def latency_comparison(setup: Setup) -> dict[str, Any]:
                     label=label,
                     headers=headers.get(label),
                 )
-                row[label] = result.summary()
+                row[label] = result.report()
             direct = row["direct"]
-            line = [
-                f"  latency round {r + 1}: direct p50 {direct['p50_ms']:.2f} "
-                f"p99 {direct['p99_ms']:.2f} ms"
-            ]
-            for label in (*(g[0] for g in _gateways(setup)), sticky_label, shadow_label):
+            line = [f"  latency round {r + 1}: direct {direct.latency.text()}"]
+            for label in gateways:
                 through = row[label]
-                through["added_p50_ms"] = round(through["p50_ms"] - direct["p50_ms"], 3)
-                through["added_p99_ms"] = round(through["p99_ms"] - direct["p99_ms"], 3)
                 line.append(
-                    f"{label}: added p50 {through['added_p50_ms']:+.2f} "
-                    f"p99 {through['added_p99_ms']:+.2f} ms, errors {through['errors'] or 0}"
+                    f"{label}: added p50 {_minus(through.p50_ms, direct.p50_ms)} "
+                    f"p99 {_minus(through.p99_ms, direct.p99_ms)} ms, "
+                    f"errors {through.error_count}"
                 )
-            rounds.append(row)
+            rounds.append(LatencyRound(row))
             print(" | ".join(line), flush=True)
-    added = {
-        label.removeprefix("gateway/"): {
-            "added_p50_ms": spread(row[label]["added_p50_ms"] for row in rounds),
-            "added_p99_ms": spread(row[label]["added_p99_ms"] for row in rounds),
-        }
-        for label in (*(g[0] for g in _gateways(setup)), sticky_label, shadow_label)
-    }
-    plain = f"gateway/{setup.event_loops[0]}"
-
-    def over_plain(label: str) -> dict[str, Spread | None]:
-        return {
-            f"{q}_ms": spread(row[label][f"{q}_ms"] - row[plain][f"{q}_ms"] for row in rounds)
-            for q in ("p50", "p99")
-        }
-
-    return {
-        "rate_rps": setup.rate,
-        "rounds": rounds,
-        "added": added,
-        "sticky_over_plain": over_plain(sticky_label),
-        "shadow_over_plain": over_plain(shadow_label),
-        "shadow_errors": sum(row[shadow_label]["errors"] or 0 for row in rounds),
-    }
+    return rounds
 
 
-async def rate_comparison(setup: Setup) -> dict[str, Any]:
+def _difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 3)
+
+
+def _minus(a: float | None, b: float | None) -> str:
+    found = _difference(a, b)
+    return "-" if found is None else f"{found:+.2f}"
+
+
+def over(rounds: Sequence[LatencyRound], arm: str, base: str) -> Over:
+    """``arm``'s p50 and p99 less ``base``'s, round by round."""
+    pairs = [(r.by_arm[arm], r.by_arm[base]) for r in rounds]
+    return Over(
+        arm=arm,
+        p50_ms=spread(_difference(a.p50_ms, b.p50_ms) for a, b in pairs),
+        p99_ms=spread(_difference(a.p99_ms, b.p99_ms) for a, b in pairs),
+        errors=sum(a.error_count for a, _ in pairs),
+    )
+
+
+async def rate_comparison(setup: Setup) -> list[RateRound]:
     """Saturation rate of one gateway process against a bare aiohttp echo server.
 
     Also the CPU time the server under test spends per request (from /proc), which other load
@@ -240,12 +309,7 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
     """
     body = json.dumps({"payload": PAYLOAD})
     loops = setup.event_loops
-    gateways = _gateways(setup)
-    ceiling = {label: f"echo/{loop}" for label, loop, _ in gateways}
-    labels = [*(f"echo/{loop}" for loop in loops), *ceiling]
-    runs: dict[str, list[float]] = {label: [] for label in labels}
-    cpu_us: dict[str, list[float]] = {label: [] for label in labels}
-    failures: dict[str, int] = dict.fromkeys(labels, 0)
+    rounds: list[RateRound] = []
     async with contextlib.AsyncExitStack() as stack:
 
         async def echo_on(loop: str, cpu: int) -> Server:
@@ -259,12 +323,13 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
         for loop in loops:
             echo = await echo_on(loop, 0)
             arms[f"echo/{loop}"] = (echo.url + "/v1/infer", echo)
-        for label, loop, python in gateways:
+        for label, loop, python in _gateways(setup):
             gateway = await stack.enter_async_context(
                 gateway_to(upstream.url, setup, loop, 0, python)
             )
             arms[label] = (gateway.url + f"/v1/models/{MODEL}/infer", gateway)
         for r in range(setup.rounds):
+            found: dict[str, Rate] = {}
             for label, (url, server) in arms.items():
                 cpu_before = server.cpu_seconds()
                 result = await asyncio.to_thread(
@@ -276,9 +341,9 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
                     duration_s=setup.duration_s,
                 )
                 used = (server.cpu_seconds() - cpu_before) / max(result.requests, 1) * 1e6
-                runs[label].append(result.rps)
-                cpu_us[label].append(round(used, 1))
-                failures[label] += result.non_2xx + result.socket_errors
+                found[label] = Rate(
+                    result.rps, round(used, 1), result.non_2xx + result.socket_errors
+                )
                 print(
                     f"  rate round {r + 1}: {label:<16} {result.rps:8.1f} req/s  "
                     f"CPU {used:6.1f} us/req  p50 {result.p50_ms:.2f} ms  "
@@ -286,169 +351,261 @@ async def rate_comparison(setup: Setup) -> dict[str, Any]:
                     f"socket errors {result.socket_errors}",
                     flush=True,
                 )
-    ratios = {
-        label: [round(g / e, 3) for g, e in zip(runs[label], runs[echo], strict=True)]
-        for label, echo in ceiling.items()
-    }
-    medians = {label: statistics.median(values) for label, values in runs.items()}
-    cpu_medians = {label: statistics.median(values) for label, values in cpu_us.items()}
-    report: dict[str, Any] = {
-        "runs_rps": runs,
-        "cpu_us_per_request": cpu_us,
-        "failures": failures,
-        "median_rps": medians,
-        "median_cpu_us_per_request": cpu_medians,
-        "ceiling": ceiling,
-        "ratio_of_echo": {
-            label: round(medians[label] / medians[echo], 3) for label, echo in ceiling.items()
-        },
-        "paired_ratio_of_echo": {
-            label: statistics.median(values) for label, values in ratios.items()
-        },
-        "cpu_ratio_of_echo": {
-            label: round(cpu_medians[echo] / cpu_medians[label], 3)
-            for label, echo in ceiling.items()
-        },
-        "round_ratios": ratios,
-    }
-    if setup.baseline_python is not None:
-        this, baseline = gateways[0][0], gateways[-1][0]
-        report["vs_baseline"] = {
-            "rate_ratios": [
-                round(a / b, 3) for a, b in zip(runs[this], runs[baseline], strict=True)
-            ],
-            "cpu_ratios": [
-                round(b / a, 3) for a, b in zip(cpu_us[this], cpu_us[baseline], strict=True)
-            ],
-        }
-    return report
+            rounds.append(RateRound(found))
+    return rounds
 
 
-def verdicts(report: dict[str, Any], judged: str) -> list[tuple[str, bool, str]]:
-    """The targets, judged on the gateway running on the `judged` event loop; with a
-    baseline, also that this gateway is not slower than the baseline's."""
-    lat, rate = report["latency"], report["rate"]
-    label, echo = f"gateway/{judged}", f"echo/{judged}"
-    p50, p99 = lat["added"][judged]["added_p50_ms"], lat["added"][judged]["added_p99_ms"]
-    ratios = rate["round_ratios"][label]
+def arm_rate(rounds: Sequence[RateRound], arm: str, ceiling: str) -> ArmRate:
+    rps = [r.by_arm[arm].rps for r in rounds]
+    ceiling_rps = [r.by_arm[ceiling].rps for r in rounds]
+    return ArmRate(
+        arm=arm,
+        ceiling=ceiling,
+        rps=spread(rps, 1),
+        ceiling_rps=spread(ceiling_rps, 1),
+        of_ceiling=PairedRatio.of(rps, ceiling_rps),
+        cpu_us=spread((r.by_arm[arm].cpu_us_per_request for r in rounds), 1),
+        ceiling_cpu_us=spread((r.by_arm[ceiling].cpu_us_per_request for r in rounds), 1),
+        failures=sum(r.by_arm[arm].failures for r in rounds),
+    )
+
+
+def vs_baseline(setup: Setup, rounds: Sequence[RateRound]) -> VsBaseline | None:
+    gateways = _gateways(setup)
+    if setup.baseline_python is None:
+        return None
+    this, baseline = gateways[0][0], gateways[-1][0]
+    ours = [r.by_arm[this] for r in rounds]
+    theirs = [r.by_arm[baseline] for r in rounds]
+    return VsBaseline(
+        rate=PairedRatio.of([a.rps for a in ours], [b.rps for b in theirs]),
+        cpu=PairedRatio.of(
+            [b.cpu_us_per_request for b in theirs], [a.cpu_us_per_request for a in ours]
+        ),
+    )
+
+
+def summarize(setup: Setup, measured: Measured) -> Summary:
+    sticky, shadowed, gateways = _arms(setup)
+    plain = f"gateway/{setup.event_loops[0]}"
+    return Summary(
+        rate_rps=setup.rate,
+        added=[over(measured.latency, arm, "direct") for arm in gateways],
+        sticky=over(measured.latency, sticky, plain),
+        shadowed=over(measured.latency, shadowed, plain),
+        rates=[arm_rate(measured.rate, arm, f"echo/{loop}") for arm, loop, _ in _gateways(setup)],
+        vs_baseline=vs_baseline(setup, measured.rate),
+    )
+
+
+def _rounds(
+    found: Spread | None, fmt: str = "+.2f", unit: str = " ms", rounds: str = "rounds "
+) -> str:
+    """``median unit (rounds low..high)``; ``-`` for a figure no round had."""
+    if found is None:
+        return "-"
+    low, high = format(found.low, fmt), format(found.high, fmt)
+    return f"{format(found.median, fmt)}{unit} ({rounds}{low}..{high})"
+
+
+def _median(found: Spread | None, fmt: str = ".0f") -> str:
+    return "-" if found is None else format(found.median, fmt)
+
+
+def _ratio(found: PairedRatio) -> str:
+    return _rounds(found.spread, ".1%", "")
+
+
+def _over_row(name: str, found: Over) -> list[str]:
+    p50, p99 = (_rounds(v, rounds="") for v in (found.p50_ms, found.p99_ms))
+    return [name, p50, p99, str(found.errors)]
+
+
+def render(setup: Setup, summary: Summary) -> str:
+    """The tables docs/performance.md shows: what each gateway arm adds over calling the sidecar
+    directly, what sticky cohorts and shadow traffic add over the plain gateway, and one gateway
+    process's rate against the echo server on its loop."""
+    added = markdown(
+        ["arm", "added p50: median (rounds)", "added p99: median (rounds)", "client errors"],
+        [_over_row(o.arm.removeprefix("gateway/"), o) for o in summary.added],
+    )
+    features = markdown(
+        [
+            "arm",
+            "p50 over the plain gateway: median (rounds)",
+            "p99: median (rounds)",
+            "client errors",
+        ],
+        [
+            _over_row("sticky cohorts", summary.sticky),
+            _over_row(f"{SHADOW_PERCENT}% shadow", summary.shadowed),
+        ],
+    )
+    rates = markdown(
+        [
+            "arm",
+            "req/s, median",
+            "ceiling req/s",
+            "% of the ceiling, paired (rounds)",
+            "CPU per request, us (ceiling's)",
+            "failures",
+        ],
+        [
+            [
+                f"{a.arm} against {a.ceiling}",
+                _median(a.rps),
+                _median(a.ceiling_rps),
+                _ratio(a.of_ceiling),
+                f"{_median(a.cpu_us, '.1f')} ({_median(a.ceiling_cpu_us, '.1f')})",
+                str(a.failures),
+            ]
+            for a in summary.rates
+        ],
+    )
+    lines = [
+        "",
+        f"Added latency at {summary.rate_rps:g} req/s ({setup.rounds} rounds of "
+        f"{setup.latency_s} s), through minus direct, paired by round:",
+        "",
+        added,
+        "",
+        features,
+        "",
+        f"One gateway process at saturation (wrk, {setup.connections} connections, "
+        f"{setup.duration_s} s, {setup.rounds} rounds):",
+        "",
+        rates,
+    ]
+    if summary.vs_baseline is not None:
+        lines += [
+            "",
+            f"This gateway over the baseline's, paired by round: rate "
+            f"{_ratio(summary.vs_baseline.rate)}, by CPU per request "
+            f"{_ratio(summary.vs_baseline.cpu)}.",
+        ]
+    return "\n".join(lines)
+
+
+def checks(setup: Setup, summary: Summary) -> list[Check]:
+    """The targets, judged on the gateway running on the first event loop; with a baseline,
+    also that this gateway is not slower than the baseline's."""
+    judged = setup.event_loops[0]
+    [added] = [o for o in summary.added if o.arm == f"gateway/{judged}"]
+    [rate] = [a for a in summary.rates if a.arm == f"gateway/{judged}"]
+    p50, ratio = added.p50_ms, rate.of_ceiling.spread
     return [
         (
-            f"added p50 <= 1 ms at {lat['rate_rps']:g} req/s ({judged})",
-            p50.median <= 1.0,
-            f"{p50.median:.2f} ms (rounds {p50.low:.2f}..{p50.high:.2f}); "
-            f"added p99 {p99.median:.2f} ms (rounds {p99.low:.2f}..{p99.high:.2f})",
+            f"added p50 <= 1 ms at {summary.rate_rps:g} req/s ({judged})",
+            p50 is not None and p50.median <= 1.0,
+            f"{_rounds(p50, '.2f')}; added p99 {_rounds(added.p99_ms, '.2f')}",
         ),
         (
             f"one gateway process ({judged}) >= 50% of a bare aiohttp echo server's rate "
             f"(same loop)",
-            rate["paired_ratio_of_echo"][label] >= 0.5 and rate["failures"][label] == 0,
-            f"median of paired rounds {rate['paired_ratio_of_echo'][label]:.1%} "
-            f"(rounds {min(ratios):.1%}..{max(ratios):.1%}); medians "
-            f"{rate['median_rps'][label]:.0f} / {rate['median_rps'][echo]:.0f} req/s; "
-            f"by CPU per request {rate['cpu_ratio_of_echo'][label]:.1%} "
-            f"({rate['median_cpu_us_per_request'][echo]:.0f} against "
-            f"{rate['median_cpu_us_per_request'][label]:.0f} us)",
+            ratio is not None and ratio.median >= 0.5 and rate.failures == 0,
+            f"median of paired rounds {_ratio(rate.of_ceiling)}; medians "
+            f"{_median(rate.rps)} / {_median(rate.ceiling_rps)} req/s; by CPU per request "
+            f"{_percent(rate.ceiling_cpu_us, rate.cpu_us)} ({_median(rate.ceiling_cpu_us)} "
+            f"against {_median(rate.cpu_us)} us)",
         ),
-        _sticky(lat),
-        _shadowed(lat),
-        *_baseline(rate),
+        (
+            "sticky cohorts add <= 0.25 ms p50 over the weighted round robin (same rounds)",
+            _at_most(summary.sticky.p50_ms, 0.25),
+            f"{_rounds(summary.sticky.p50_ms, '+.3f')}; p99 "
+            f"{_rounds(summary.sticky.p99_ms, '+.3f')}; {USERS} keys over two versions",
+        ),
+        (
+            f"{SHADOW_PERCENT}% shadow traffic to a 10 ms model failing half its items adds <= "
+            "0.25 ms p50 and no client error (same rounds)",
+            _at_most(summary.shadowed.p50_ms, 0.25) and summary.shadowed.errors == 0,
+            f"{_rounds(summary.shadowed.p50_ms, '+.3f')}; p99 "
+            f"{_rounds(summary.shadowed.p99_ms, '+.3f')}; client errors "
+            f"{summary.shadowed.errors}",
+        ),
+        *_baseline(summary.vs_baseline),
     ]
 
 
-def _sticky(lat: dict[str, Any]) -> tuple[str, bool, str]:
-    """What sticky cohorts cost over the weighted round robin, paired by round."""
-    p50, p99 = lat["sticky_over_plain"]["p50_ms"], lat["sticky_over_plain"]["p99_ms"]
-    return (
-        "sticky cohorts add <= 0.25 ms p50 over the weighted round robin (same rounds)",
-        p50.median <= 0.25,
-        f"{p50.median:+.3f} ms (rounds {p50.low:+.3f}..{p50.high:+.3f}); p99 "
-        f"{p99.median:+.3f} ms (rounds {p99.low:+.3f}..{p99.high:+.3f}); "
-        f"{USERS} keys over two versions",
-    )
+def _at_most(found: Spread | None, bound: float) -> bool:
+    return found is not None and found.median <= bound
 
 
-def _shadowed(lat: dict[str, Any]) -> tuple[str, bool, str]:
-    """What copying 10% of the requests to a slow, failing shadow costs the clients."""
-    p50, p99 = lat["shadow_over_plain"]["p50_ms"], lat["shadow_over_plain"]["p99_ms"]
-    return (
-        f"{SHADOW_PERCENT}% shadow traffic to a 10 ms model failing half its items adds <= "
-        "0.25 ms p50 and no client error (same rounds)",
-        p50.median <= 0.25 and lat["shadow_errors"] == 0,
-        f"{p50.median:+.3f} ms (rounds {p50.low:+.3f}..{p50.high:+.3f}); p99 "
-        f"{p99.median:+.3f} ms (rounds {p99.low:+.3f}..{p99.high:+.3f}); client "
-        f"errors {lat['shadow_errors']}",
-    )
+def _percent(numerator: Spread | None, denominator: Spread | None) -> str:
+    """The ratio of two medians, as a percentage."""
+    if numerator is None or denominator is None or not denominator.median:
+        return "-"
+    return f"{numerator.median / denominator.median:.1%}"
 
 
-def _baseline(rate: dict[str, Any]) -> list[tuple[str, bool, str]]:
+def _baseline(found: VsBaseline | None) -> list[Check]:
     """This gateway's rate against the baseline's, paired by round (none without a baseline)."""
-    paired = rate.get("vs_baseline")
-    if paired is None:
+    if found is None:
         return []
-    rates, cpus = paired["rate_ratios"], paired["cpu_ratios"]
-    median, cpu = statistics.median(rates), statistics.median(cpus)
+    rate = found.rate.spread
     return [
         (
             "this gateway's rate >= the baseline's (same rounds)",
-            median >= 1.0,
-            f"median of paired rounds {median:.1%} of the baseline's rate "
-            f"(rounds {min(rates):.1%}..{max(rates):.1%}); by CPU per request {cpu:.1%} "
-            f"(rounds {min(cpus):.1%}..{max(cpus):.1%})",
+            rate is not None and rate.median >= 1.0,
+            f"median of paired rounds {_ratio(found.rate)} of the baseline's rate; by CPU per "
+            f"request {_ratio(found.cpu)}",
         )
     ]
 
 
-async def run(setup: Setup) -> dict[str, Any]:
-    pinned = "rate runs pinned: gateways and echo on CPU 0, wrk and upstreams on CPU 1"
-    print(
-        f"Gateway event loops: {', '.join(setup.event_loops)}; "
-        f"{pinned if setup.pin else 'unpinned'}.",
-        flush=True,
-    )
-    report = {"latency": await latency_comparison(setup)}
-    if setup.pin:
-        os.sched_setaffinity(0, {1})  # this process and wrk (its child) stay off CPU 0
-    report["rate"] = await rate_comparison(setup)
-    report["setup"] = asdict(setup)
-    return report
+class GatewaySuite(Suite[Setup, Measured, Summary]):
+    name = "gateway"
+    help = "the gateway's added p50/p99 and its rate against a bare aiohttp echo server"
+    description = __doc__ or ""
+    setup_type = Setup
+    measured_type = Measured
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--rate", type=float, default=Setup.rate, help="req/s for latency runs")
+        parser.add_argument("--latency-seconds", type=int, default=Setup.latency_s)
+        parser.add_argument("--duration", type=int, default=Setup.duration_s, help="s per wrk run")
+        parser.add_argument("--connections", type=int, default=Setup.connections)
+        parser.add_argument("--rounds", type=int, default=Setup.rounds, help="alternating rounds")
+        parser.add_argument(
+            "--event-loops",
+            default=",".join(Setup.event_loops),
+            help="comma-separated gateway event loops; the targets are judged on the first",
+        )
+        parser.add_argument(
+            "--no-pin", dest="pin", action="store_false", help="do not pin processes to CPUs"
+        )
+        parser.add_argument(
+            "--baseline-python",
+            help="the python of another checkout's virtualenv (e.g. ../before/.venv/bin/python): "
+            "its gateway is measured in the same rounds, on the first event loop",
+        )
+
+    def setup(self, args: argparse.Namespace) -> Setup:
+        return Setup(
+            rate=args.rate,
+            latency_s=args.latency_seconds,
+            duration_s=args.duration,
+            connections=args.connections,
+            rounds=args.rounds,
+            pin=args.pin and len(os.sched_getaffinity(0)) >= 2,
+            event_loops=tuple(args.event_loops.split(",")),
+            baseline_python=args.baseline_python,
+        )
+
+    async def measure(self, setup: Setup) -> Measured:
+        pinned = "rate runs pinned: gateways and echo on CPU 0, wrk and upstreams on CPU 1"
+        print(
+            f"Gateway event loops: {', '.join(setup.event_loops)}; "
+            f"{pinned if setup.pin else 'unpinned'}.",
+            flush=True,
+        )
+        latency = await latency_comparison(setup)
+        if setup.pin:
+            os.sched_setaffinity(0, {1})  # this process and wrk (its child) stay off CPU 0
+        return Measured(latency, await rate_comparison(setup))
+
+    summarize = staticmethod(summarize)
+    render = staticmethod(render)
+    checks = staticmethod(checks)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="make bench-gateway", description=__doc__)
-    parser.add_argument("--rate", type=float, default=Setup.rate, help="req/s for latency runs")
-    parser.add_argument("--latency-seconds", type=int, default=Setup.latency_s)
-    parser.add_argument("--duration", type=int, default=Setup.duration_s, help="s per wrk run")
-    parser.add_argument("--connections", type=int, default=Setup.connections)
-    parser.add_argument("--rounds", type=int, default=Setup.rounds, help="alternating rounds")
-    parser.add_argument(
-        "--event-loops",
-        default=",".join(Setup.event_loops),
-        help="comma-separated gateway event loops; the targets are judged on the first",
-    )
-    parser.add_argument(
-        "--no-pin", dest="pin", action="store_false", help="do not pin processes to CPUs"
-    )
-    parser.add_argument(
-        "--baseline-python",
-        help="the python of another checkout's virtualenv (e.g. ../before/.venv/bin/python): "
-        "its gateway is measured in the same rounds, on the first event loop",
-    )
-    parser.add_argument("--out", type=Path, default=Path("bench/results/gateway.json"))
-    args = parser.parse_args(argv)
-    pin = args.pin and len(os.sched_getaffinity(0)) >= 2
-    setup = Setup(
-        rate=args.rate,
-        latency_s=args.latency_seconds,
-        duration_s=args.duration,
-        connections=args.connections,
-        rounds=args.rounds,
-        pin=pin,
-        event_loops=tuple(args.event_loops.split(",")),
-        baseline_python=args.baseline_python,
-    )
-    report = asyncio.run(run(setup))
-    finish(report, verdicts(report, setup.event_loops[0]), args.out)
-
-
-if __name__ == "__main__":
-    main()
+SUITE = GatewaySuite()

@@ -416,14 +416,9 @@ class SidecarSuite(Suite[Setup, Measured, Summary]):
         systems = await batching_comparison(setup)
         return Measured(systems, await zero_cost_comparison(setup))
 
-    def summarize(self, setup: Setup, measured: Measured) -> Summary:
-        return summarize(setup, measured)
-
-    def render(self, setup: Setup, summary: Summary) -> str:
-        return render(setup, summary)
-
-    def checks(self, setup: Setup, summary: Summary) -> list[Check]:
-        return checks(setup, summary)
+    summarize = staticmethod(summarize)
+    render = staticmethod(render)
+    checks = staticmethod(checks)
 
 
 SUITE = SidecarSuite()
