@@ -120,18 +120,6 @@ crd: venv cluster-bins ## Install the ModelVersion CRD into the local control pl
 operator: crd ## Run the operator against the local control plane, every namespace (ARGS= adds flags).
 	$(VENV)/bin/modelroll-operator --kubeconfig $(CLUSTER_DIR)/kubeconfig --log-format=plain $(ARGS)
 
-.PHONY: bench-sidecar
-bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
-	$(VENV)/bin/modelroll-bench sidecar $(ARGS)
-
-.PHONY: bench-gateway
-bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
-	$(VENV)/bin/modelroll-bench gateway $(ARGS)
-
-.PHONY: bench-analysis
-bench-analysis: venv ## Canary analysis against Flagger's rule on simulated traffic: false rollbacks, time to detect.
-	$(VENV)/bin/modelroll-bench analysis $(ARGS)
-
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and .bin).
 	rm -rf .mypy_cache .ruff_cache .pytest_cache bench/results

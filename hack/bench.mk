@@ -1,5 +1,6 @@
-# Benchmarks (owned by bench/): the batcher comparison, the batching sweep, rollback latency, chat
-# LLM scheduling, the sidecar in front of the real sentence encoder, and KServe's batcher built
+# Benchmarks (owned by bench/), each a modelroll-bench subcommand: the sidecar and the gateway on
+# the demo model, the batcher comparison, the batching sweep, rollback latency, canary analysis,
+# chat LLM scheduling, the sidecar in front of the real sentence encoder, and KServe's batcher built
 # from its Go module for the comparison. Results go to bench/results/ (git-ignored). Included
 # from the Makefile after hack/cluster.mk (it uses VENV and cluster-bins).
 # Pass options with ARGS, e.g. make bench ARGS="--rounds 5"; `modelroll-bench <cmd> --help` lists them.
@@ -53,6 +54,18 @@ bench: venv wrk ## Every batcher against the same model and lengths, as ratios (
 	@$(MAKE) --no-print-directory bentoml || \
 		echo "bentoml did not install; make bench measures the others and says why"
 	$(BENCH) compare $(ARGS)
+
+.PHONY: bench-sidecar
+bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain batcher (writes bench/results/).
+	$(BENCH) sidecar $(ARGS)
+
+.PHONY: bench-gateway
+bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
+	$(BENCH) gateway $(ARGS)
+
+.PHONY: bench-analysis
+bench-analysis: venv ## Canary analysis against Flagger's rule on simulated traffic: false rollbacks, time to detect.
+	$(BENCH) analysis $(ARGS)
 
 .PHONY: bench-sweep
 bench-sweep: venv wrk ## Max batch size x max-wait grid at several rates: the knee, and a setting for ARGS="--slo-ms N" (ARGS="--model encoder": the real encoder).
