@@ -18,11 +18,11 @@ import argparse
 import asyncio
 import json
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import arithmetic, plots
+from . import arithmetic, plots, results
 from .runs import Scenario, bar, load_average, machine, open_run, write
 from .systems import Batching, System, batcher
 
@@ -133,7 +133,7 @@ def analyse(
         for b, w in settings
     ]
     report = {
-        "setup": asdict(setup),
+        "setup": setup,
         "model_limit_rps": {str(b): round(v, 1) for b, v in limits.items()},
         "rates": setup.offered(limits),
         "medians": [asdict(p) for p in points],
@@ -156,17 +156,7 @@ def analyse(
 def reanalyse(saved: Path, slo_ms: float, plots_dir: Path) -> dict[str, Any]:
     """A saved sweep judged against another SLO: nothing is run again."""
     report = json.loads(saved.read_text())
-    raw = report["setup"]
-    setup = Setup(
-        scenario=Scenario(**raw["scenario"]),
-        batches=tuple(raw["batches"]),
-        waits_ms=tuple(raw["waits_ms"]),
-        shares=tuple(raw["shares"]),
-        rates=tuple(raw["rates"]),
-        slo_ms=slo_ms,
-        duration_s=raw["duration_s"],
-        rounds=raw["rounds"],
-    )
+    setup = replace(results.from_json(Setup, report["setup"]), slo_ms=slo_ms)
     print(f"{saved}: {setup.scenario.describe()}")
     limits = {int(b): v for b, v in report["model_limit_rps"].items()}
     return {**analyse(setup, report["runs"], limits, plots_dir), "machine": report["machine"]}
