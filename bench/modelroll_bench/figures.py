@@ -1,12 +1,14 @@
-"""The result shapes the suites share: one load run's counts and p50/p95/p99, one saturation run's
-rate and CPU, and a ratio paired by round. Each is a dataclass that :mod:`.results` writes to JSON
-and reads back."""
+"""The result shapes the suites share: one load run's counts and p50/p95/p99, how the server
+batched meanwhile, one saturation run's rate and CPU, and a ratio paired by round. Each is a
+dataclass that :mod:`.results` writes to JSON and reads back."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from .results import to_json
 from .stats import Spread, paired_ratios, spread
 
 
@@ -45,6 +47,45 @@ class LoadSummary:
     @property
     def error_count(self) -> int:
         return sum(self.errors.values())
+
+    @property
+    def error_fraction(self) -> float:
+        """Failed (or unanswered) requests over all sent; 1 for a run that sent none."""
+        return self.error_count / self.requests if self.requests else 1.0
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """How a server batched during a run: batches and items, the mean batch, tokens useful and
+    padded (the demo model's; 0 from the sidecar's metrics), and batches by close reason."""
+
+    batches: int
+    items: int
+    mean_batch: float | None
+    useful_tokens: int
+    padded_tokens: int
+    padding_efficiency: float | None
+    closed_by: dict[str, int]
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """One open-loop run: what the load saw, how the server batched meanwhile (None where its
+    counters were not read), the requests per second answered within an SLO (None where none
+    was asked), and latency by length decile."""
+
+    load: LoadSummary
+    batching: BatchSummary | None
+    within_slo_rps: float | None
+    by_length_decile: list[dict[str, Any]]
+
+    def row(self) -> dict[str, Any]:
+        """As JSON data, flat, for the suites that keep their rows as dicts."""
+        found: dict[str, Any] = {**to_json(self.load), "batching": to_json(self.batching)}
+        if self.within_slo_rps is not None:
+            found["within_slo_rps"] = self.within_slo_rps
+        found["by_length_decile"] = self.by_length_decile
+        return found
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from modelroll_common import metric_names as names
 
+from .figures import BatchSummary
+from .results import to_json
+
 
 @dataclass(frozen=True)
 class BatchCounters:
@@ -60,17 +63,22 @@ class BatchCounters:
         is), lower the more of the model's work went on padding; None without token counts."""
         return self.useful_tokens / self.padded_tokens if self.padded_tokens > 0 else None
 
-    def summary(self) -> dict[str, Any]:
+    def report(self) -> BatchSummary:
         mean, efficiency = self.mean_batch, self.padding_efficiency
-        return {
-            "batches": int(self.batches),
-            "items": int(self.items),
-            "mean_batch": None if mean is None else round(mean, 2),
-            "useful_tokens": int(self.useful_tokens),
-            "padded_tokens": int(self.padded_tokens),
-            "padding_efficiency": None if efficiency is None else round(efficiency, 4),
-            "closed_by": {r: int(n) for r, n in sorted(self.reasons.items())},
-        }
+        return BatchSummary(
+            batches=int(self.batches),
+            items=int(self.items),
+            mean_batch=None if mean is None else round(mean, 2),
+            useful_tokens=int(self.useful_tokens),
+            padded_tokens=int(self.padded_tokens),
+            padding_efficiency=None if efficiency is None else round(efficiency, 4),
+            closed_by={r: int(n) for r, n in sorted(self.reasons.items())},
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """:meth:`report` as JSON data, for the suites that keep their rows as dicts."""
+        found: dict[str, Any] = to_json(self.report())
+        return found
 
 
 def parse_sidecar_metrics(text: str) -> BatchCounters:

@@ -23,6 +23,7 @@ from modelroll_devcluster.sentences import sentence
 from modelroll_sidecar.cost_model import MIN_BATCHES
 
 from . import arithmetic, results, wrk
+from .figures import OpenRun
 from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
 from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
@@ -125,12 +126,15 @@ class Scenario:
     @staticmethod
     def add_arguments(
         parser: argparse.ArgumentParser,
-        results: str,
+        results: str = "",
         lengths: str | None = None,
         lengths_help: str = "length distribution",
+        *,
+        out: bool = True,
     ) -> None:
-        """The scenario's flags, and where results and plots go (bench/results/RESULTS.json);
-        ``lengths``: the default of --lengths, when not the scenario's own."""
+        """The scenario's flags, and where results and plots go (bench/results/RESULTS.json, or
+        with ``out`` False the --out a suite's harness adds); ``lengths``: the default of
+        --lengths, when not the scenario's own."""
         d = Scenario()
         parser.add_argument(
             "--lengths", default=lengths or d.lengths, help=f"{lengths_help} (%(default)s)"
@@ -148,7 +152,8 @@ class Scenario:
             help="demo: modelroll-demo-model at the cost flags; encoder: the real sentence "
             "encoder, int8 (%(default)s)",
         )
-        parser.add_argument("--out", type=Path, default=Path(f"bench/results/{results}.json"))
+        if out:
+            parser.add_argument("--out", type=Path, default=Path(f"bench/results/{results}.json"))
         parser.add_argument(
             "--plots", type=Path, default=Path("bench/results"), help="PNG directory (%(default)s)"
         )
@@ -186,6 +191,36 @@ async def open_run(
     slo_ms: float | None = None,
     drain_s: float | None = None,
 ) -> dict[str, Any]:
+    """:func:`open_report` as a flat dict row."""
+    return (
+        await open_report(
+            url,
+            workload,
+            rate,
+            duration_s,
+            seed=seed,
+            label=label,
+            stats_url=stats_url,
+            progress=progress,
+            slo_ms=slo_ms,
+            drain_s=drain_s,
+        )
+    ).row()
+
+
+async def open_report(
+    url: str,
+    workload: Workload,
+    rate: float,
+    duration_s: float,
+    *,
+    seed: int = 1,
+    label: str = "",
+    stats_url: str | None = None,
+    progress: Progress | None = None,
+    slo_ms: float | None = None,
+    drain_s: float | None = None,
+) -> OpenRun:
     """Poisson arrivals at ``rate`` for ``duration_s``, waiting at most ``drain_s`` after the
     last for answers (open_loop's); besides the summary, latency by length decile, and with
     ``slo_ms`` the requests per second answered within it."""
@@ -201,12 +236,13 @@ async def open_run(
             length=workload.length(),
             drain_s=drain_s,
         )
-    row = {**result.summary(), "batching": watch.delta and watch.delta.summary()}
-    if slo_ms is not None:
-        row["within_slo_rps"] = round(result.within_rps(slo_ms / 1000), 1)
     timed = list(zip(result.lengths, result.latencies_s, strict=True))
-    row["by_length_decile"] = arithmetic.by_length_decile(result.sent_lengths, timed)
-    return row
+    return OpenRun(
+        load=result.report(),
+        batching=watch.delta.report() if watch.delta else None,
+        within_slo_rps=None if slo_ms is None else round(result.within_rps(slo_ms / 1000), 1),
+        by_length_decile=arithmetic.by_length_decile(result.sent_lengths, timed),
+    )
 
 
 async def closed_run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from modelroll_bench.figures import Latency
+from modelroll_bench.figures import Latency, OpenRun
 from modelroll_bench.loadgen import LoadResult, json_bodies, open_loop
 
 
@@ -70,3 +70,11 @@ async def test_an_open_loop_gives_up_on_answers_a_bounded_time_after_its_last_ar
     assert result.unanswered == sum(1 for _, _, latency in result.timeline if latency is None)
     assert result.unanswered > 0
     assert result.summary()["p50_ms"] is None
+
+
+def test_an_open_run_reads_as_the_flat_row_the_dict_suites_keep() -> None:
+    result = LoadResult("x", duration_s=1.0)
+    result.record(200, 0.01)
+    run = OpenRun(result.report(), None, None, [])
+    assert run.row() == {**result.summary(), "batching": None, "by_length_decile": []}
+    assert OpenRun(result.report(), None, 1.0, []).row()["within_slo_rps"] == 1.0
