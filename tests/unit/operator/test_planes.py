@@ -21,8 +21,7 @@ from modelroll_operator.routes_configmap import RoutesConfigMap
 from modelroll_operator.routing import RouteWrite
 from modelroll_operator.snapshots import ModelKey
 from modelroll_operator.status import Readiness
-
-from .conftest import version
+from tests.support.specs import version
 
 KEY = ("prod", "sentiment")
 

@@ -7,8 +7,7 @@ import dataclasses
 from modelroll_operator.config import OperatorConfig
 from modelroll_operator.snapshots import WorkloadInfo
 from modelroll_operator.workloads import External, Managed, Refused, Unparsed, plan, serving
-
-from .conftest import version
+from tests.support.specs import version
 
 CONFIG = OperatorConfig()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -38,16 +39,25 @@ async def test_deadline_answers_504_and_the_model_never_sees_the_request(
     assert sidecar.sample("modelroll_rejected_total", reason="deadline") == 2
 
 
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Waits, polling, until ``check`` holds (the model holds each batch a second: long enough)."""
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"never: {what}")
+
+
 async def test_full_queue_answers_429_with_retry_after(
     start_model: StartModel, start_sidecar: StartSidecar
 ) -> None:
-    model = await start_model(fixed_ms=400, per_token_ms=0)
+    model = await start_model(fixed_ms=1000, per_token_ms=0)
     sidecar = await start_sidecar(model.url, max_batch_size=1, max_wait_ms=1, max_queue_size=2)
 
     running = asyncio.ensure_future(sidecar.infer("runs"))
-    await asyncio.sleep(0.1)
+    await until(lambda: model.model.busy == 1, "the first request is at the model")
     queued = [asyncio.ensure_future(sidecar.infer(f"queued {i}")) for i in range(2)]
-    await asyncio.sleep(0.1)
+    await until(lambda: sidecar.sample("modelroll_queue_depth") == 2, "two requests are queued")
     resp = await sidecar.client.post("/v1/infer", json={"payload": "one too many"})
 
     assert resp.status == 429
