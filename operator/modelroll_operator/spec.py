@@ -23,7 +23,7 @@ from modelroll_common.settings import (
     Choice,
     Setting,
 )
-from modelroll_common.settings import PROTOCOL as PROTOCOL  # workload.py imports it from here
+from modelroll_common.settings import PROTOCOL as PROTOCOL  # manifests.py imports it from here
 
 from .pod_security import violations
 from .schema import FieldError, Json, Rule, api, decode
@@ -197,7 +197,7 @@ class SidecarSettings:
 
     def sidecar_flags(self) -> list[str]:
         """Flags for the given settings, except drainTimeoutS (the pod's grace period needs
-        it too: see workload.py)."""
+        it too: see manifests.py)."""
         return [
             f"{s.flag}={value}"
             for s in SIDECAR_SETTINGS

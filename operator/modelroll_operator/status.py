@@ -15,7 +15,6 @@ metav1.Condition does, and the API server refuses a whole status with one bad re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +23,10 @@ from typing import Any, Literal
 from modelroll_common.routes import ModelRoute
 
 from .analysis.phases import FINISHED, Phase, Reason
+from .condition import MESSAGE_MAX, REASON_MAX, REASON_PATTERN, Condition
+from .resource import VersionStatus
 from .routing import Acceptance, placement
+from .schema import encode
 
 READY = "Ready"
 ROUTED = "Routed"
@@ -63,13 +65,6 @@ UNKNOWN_REASON = "Unknown"
 """A canary condition's reason when status.analysis holds no valid one (edited by hand)."""
 ANALYSIS_REASONS = (*Phase, *Reason, UNKNOWN_REASON)
 """Every reason of a canary's conditions: its analysis's phase or reason (analysis/phases.py)."""
-REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-"""metav1.Condition's pattern for a reason, which the CRD has too."""
-REASON_MAX = 1024
-"""metav1.Condition's maximum length of a reason, in characters."""
-MESSAGE_MAX = 32768
-"""metav1.Condition's maximum length of a message, in characters; longer ones are cut."""
-
 _UNHEALTHY = (Reason.CANARY_WORSE, Reason.GUARDRAIL, Reason.SHADOW_DISAGREES)
 _UNKNOWN_HEALTH = (
     Reason.WARMING_UP,
@@ -244,25 +239,29 @@ def desired_status(
         same = old is not None and old.get("status") == cond["status"]
         transition = old.get("lastTransitionTime") if same and old else None
         conditions.append(
-            {
-                **cond,
-                "message": cond["message"][:MESSAGE_MAX],
-                "observedGeneration": generation,
-                "lastTransitionTime": transition or now,
-            }
+            Condition(
+                type=cond["type"],
+                status=cond["status"],
+                reason=cond["reason"],
+                message=cond["message"][:MESSAGE_MAX],
+                observed_generation=generation,
+                last_transition_time=transition or now,
+            )
         )
-    status: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
-    if (where := placement(route, name)) is not None:
-        status["routedWeight"] = where.weight
-    if readiness.endpoint:
-        status["endpoint"] = readiness.endpoint
-    if httproute:
-        status["httpRoute"] = httproute
-    if readiness.replicas is not None:
-        status["replicas"] = readiness.replicas
-        status["readyReplicas"] = readiness.ready_replicas or 0
-    if readiness.selector:
-        status["selector"] = readiness.selector
+    where = placement(route, name)
+    managed = readiness.replicas is not None
+    status = encode(
+        VersionStatus(
+            observed_generation=generation,
+            conditions=tuple(conditions),
+            routed_weight=where.weight if where is not None else None,
+            endpoint=readiness.endpoint or None,
+            http_route=httproute or None,
+            replicas=readiness.replicas,
+            ready_replicas=(readiness.ready_replicas or 0) if managed else None,
+            selector=readiness.selector or None,
+        )
+    )
     if analysis is not None:
         status["analysis"] = analysis  # analysis/daemon.py's: kept as it is
     return status

@@ -12,15 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..condition import MESSAGE_MAX
 from ..schema import Api, Computed, FieldError, Json, api, decode, encode, schema_of
 from . import shapes, statistics
 from .counts import Tally
 from .phases import FINISHED, Phase, Reason
-
-MESSAGE_MAX = 32768
-"""The longest ``status.analysis.message``, in characters: the CRD's maxLength (and
-metav1.Condition's, whose messages the canary's conditions copy). A longer one is cut, so that
-a long reason (many sources not read, say) never gets the status patch refused."""
 
 DESCRIPTION = (
     "A canary's analysis (spec.analysis), written by the operator; an operator restarted "
