@@ -35,6 +35,7 @@ from modelroll_operator.analysis.counts import Split
 from modelroll_operator.analysis.reader import MetricsReader
 from modelroll_operator.analysis.spec import MetricsSource, PrometheusSource
 from modelroll_operator.api import Api
+from modelroll_operator.permissions import require
 
 MODEL = "sentiment"
 CANARY, STABLE, LOOKALIKE = "v2.0", "v1.0", "v2x0"
@@ -108,7 +109,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 class NoRoutes:
     """The API server's answers the reader asks for here: no HTTPRoute claims the model."""
 
-    async def send(self, *_: Any, **__: Any) -> dict[str, Any]:
+    async def send(
+        self, method: str, path: str, params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        require(method, path, params)
         return {"items": []}
 
 
