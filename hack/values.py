@@ -14,11 +14,13 @@ values.yaml, which says where it comes from.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from modelroll_common.metric_names import GATEWAY_ADMIN_PORT
 from modelroll_operator.cli import DEFAULT_METRICS_PORT
+from modelroll_operator.permissions import PERMISSIONS, Feature, Permission
 
 Schema = dict[str, Any]
 """JSON schema keywords of one value, besides its description."""
@@ -126,6 +128,33 @@ class Group:
 
 
 Node = Value | Group
+
+
+def rights(verbs: Iterable[str], permission: Permission, names: Iterable[str] = ()) -> str:
+    """``get/patch `configmaps` named modelroll-routes``."""
+    named = f" named {', '.join(names)}" if names else ""
+    return f"{'/'.join(verbs)} `{permission.resource}`{named}"
+
+
+def deletion_rights() -> str:
+    """What the operator keeps cluster-wide to finish deleting a watched namespace, from the
+    table of its calls."""
+    always: list[str] = []
+    optional: list[str] = []
+    for p in PERMISSIONS:
+        if p.deleting is None:
+            continue
+        kept = rights(p.deleting.verbs, p, p.deleting.names)
+        if p.feature is Feature.ALWAYS:
+            always.append(kept)
+        else:
+            optional.append(f"{kept}, with `{p.feature.value}`")
+    return ", ".join(always) + (f" (and {'; '.join(optional)})" if optional else "")
+
+
+HTTPROUTES = next(p for p in PERMISSIONS if p.feature is Feature.GATEWAY_API)
+"""The operator's rights on HTTPRoutes, with operator.gatewayAPI."""
+HTTPROUTES_KEPT = HTTPROUTES.deleting.verbs if HTTPROUTES.deleting else ()
 
 
 def image(
@@ -237,9 +266,7 @@ OPERATOR = Group(
             "Namespaces whose ModelVersions the operator reconciles. Empty: every namespace (the "
             "operator gets a ClusterRole). Otherwise it gets a Role in each listed namespace, "
             "plus, in a ClusterRole, only what finishing a namespace's deletion takes once that "
-            "Role is deleted with it: list/watch/patch ModelVersions, get/patch the routes "
-            "ConfigMap by name, and list/watch Deployments and Services (and HTTPRoutes, with "
-            "`gatewayAPI`).",
+            f"Role is deleted with it: {deletion_rights()}.",
             array(string(pattern=NAMESPACE, max_length=63)),
         ),
         Value(
@@ -257,8 +284,9 @@ OPERATOR = Group(
             "Route models by Gateway API HTTPRoutes too (`--gateway-api`); needs the Gateway API "
             "CRDs installed. The operator then watches the HTTPRoutes labelled "
             "`modelroll.io/model: <model>` and patches the backendRefs of their rule for that "
-            "model: get/list/watch/patch on `httproutes` where its other rules are granted "
-            "(cluster-wide, or in each of `watchNamespaces`, plus list/watch in the ClusterRole "
+            f"model: {rights(HTTPROUTES.verbs, HTTPROUTES)} where its other rules are granted "
+            "(cluster-wide, or in each of `watchNamespaces`, plus "
+            f"{'/'.join(HTTPROUTES_KEPT)} in the ClusterRole "
             "described there). Its pods are admitted to the sidecars by the NetworkPolicy (an "
             "analysis reads their `/metrics`); the data plane's pods go in "
             "`networkPolicy.extraIngress`. Off, it has no access to HTTPRoutes at all.",
