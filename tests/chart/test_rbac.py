@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from modelroll_operator.permissions import PERMISSIONS, Feature
 from tests.support.chart import Helm, Manifest, by_kind, one
 from tests.support.rendering import rules_of
 
@@ -18,10 +19,11 @@ def test_gateway_may_only_read_its_routes_configmap(helm: Helm) -> None:
     assert role["rules"][0]["resourceNames"] == ["modelroll-routes"]
 
 
+HTTPROUTES = next(p for p in PERMISSIONS if p.feature is Feature.GATEWAY_API)
 HTTPROUTE_RULE = {
-    "apiGroups": ["gateway.networking.k8s.io"],
-    "resources": ["httproutes"],
-    "verbs": ["get", "list", "watch", "patch"],
+    "apiGroups": [HTTPROUTES.group],
+    "resources": [HTTPROUTES.resource],
+    "verbs": list(HTTPROUTES.verbs),
 }
 
 
@@ -59,7 +61,7 @@ def test_gateway_api_with_watch_namespaces_grants_it_in_each_role(helm: Helm) ->
         d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-operator")
     ] == []
     deletion = rules_of(one(docs, "ClusterRole", "-operator-cluster"))
-    assert {t for t in deletion if t[0] == "gateway.networking.k8s.io"} == {
-        ("gateway.networking.k8s.io", "httproutes", "list"),
-        ("gateway.networking.k8s.io", "httproutes", "watch"),
+    assert HTTPROUTES.deleting is not None
+    assert {t for t in deletion if t[0] == HTTPROUTES.group} == {
+        (HTTPROUTES.group, HTTPROUTES.resource, verb) for verb in HTTPROUTES.deleting.verbs
     }
