@@ -59,7 +59,7 @@ fmt: venv ## Format and auto-fix with ruff.
 	$(VENV)/bin/ruff check --fix .
 
 .PHONY: generate
-generate: venv ## Write the files generated from the declarations (the CRD's settings fields, the chart's CRD, dashboard, admission policy, operator RBAC and values, the tables in docs).
+generate: venv ## Write the files generated from the declarations (the CRD and its chart copy, dashboard, admission policy, operator RBAC and values, the tables in docs).
 	$(PY) hack/generate.py
 
 .PHONY: lint
