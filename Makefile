@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 # Every Python project in the repository, installed editable into one .venv.
 PROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard common/pyproject.toml sidecar/pyproject.toml \
-	gateway/pyproject.toml operator/pyproject.toml bench/pyproject.toml hack/devcluster/pyproject.toml models/pyproject.toml \
+	gateway/pyproject.toml operator/pyproject.toml bench/pyproject.toml devcluster/pyproject.toml models/pyproject.toml \
 	standins/pyproject.toml))
 PACKAGES := $(patsubst %/__init__.py,%,$(foreach p,$(PROJECTS),$(wildcard $(p)/modelroll_*/__init__.py)))
 PYTEST_ARGS ?=

@@ -15,7 +15,7 @@ mkdir -p "$out"
 "$python" -m pip install --quiet --no-index --no-deps --no-cache-dir --root-user-action=ignore \
     --find-links "$carry/wheels" -r "$carry/wheels/requirements.txt"
 # modelroll's own packages run from the working tree, in the encoder and sidecar processes too.
-export PYTHONPATH="common:sidecar:models:bench:hack/devcluster${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="common:sidecar:models:bench:devcluster${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 # The run keeps to its --budget-s; this ends it should it hang, before the device's 600 s.
 timeout --kill-after=10 480 "$python" -m modelroll_bench.gpu \

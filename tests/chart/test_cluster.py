@@ -1,4 +1,4 @@
-"""The chart against a real API server (hack/devcluster): what it renders is accepted as it is,
+"""The chart against a real API server (devcluster/): what it renders is accepted as it is,
 `helm install` works, and the service accounts may do what the components need and no more.
 
 The PodMonitor, ServiceMonitor and PrometheusRule CRDs come from the prometheus-operator Go module
