@@ -183,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, summary in (
         ("compare", compare, "make bench: every batcher, as ratios"),
-        ("sweep", sweep, "max batch x max-wait grid; the knee; a recommendation"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
         ("dataplanes", dataplanes, "the gateway beside Traefik: the hop's cost, rollbacks"),
         ("analysis", analysis, "canary analysis vs Flagger's rule, on simulated traffic"),
@@ -195,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(func=module.main)
-    for suite in (sidecar.SUITE, gateway.SUITE):
+    for suite in (sidecar.SUITE, gateway.SUITE, sweep.SUITE):
         register(sub, suite)
     return parser
 

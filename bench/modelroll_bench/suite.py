@@ -2,10 +2,11 @@
 
 A suite declares its arguments and turns them into a setup, measures (its rounds, as a typed
 record), summarizes what it measured (pure arithmetic, tested without timing anything), renders
-the summary as the tables docs/performance.md shows, and names its targets. The harness does the
-rest the same way for every suite: the machine and commit measured, the JSON in bench/results/
-(setup, measurements, summary and targets, read back by ``--from`` to render again without
-measuring), and the verdicts, exiting 0 only when every target was met.
+the summary as the tables docs/performance.md shows (and plots, where it draws any), and names its
+targets. The harness does the rest the same way for every suite: the machine and commit measured,
+the JSON in bench/results/ (setup, measurements, summary and targets; ``--from`` reads one back
+and summarizes it again without measuring), and the verdicts, exiting 0 only when every target
+was met.
 """
 
 from __future__ import annotations
@@ -82,6 +83,15 @@ class Suite(ABC, Generic[SetupT, MeasuredT, SummaryT]):
     def checks(self, setup: SetupT, summary: SummaryT) -> list[Check]:
         """The targets: (what, met, what was measured)."""
 
+    def again(self, setup: SetupT, args: argparse.Namespace) -> SetupT:
+        """The setup of a saved result, with what this run's flags may change in it when it is
+        summarized again (``--from``): nothing, unless the suite says so."""
+        return setup
+
+    def plot(self, setup: SetupT, summary: SummaryT, args: argparse.Namespace) -> list[Path]:
+        """Draw the summary's plots; the files written (none, unless the suite draws any)."""
+        return []
+
     def default_out(self) -> Path:
         return Path(f"bench/results/{self.name}.json")
 
@@ -92,44 +102,41 @@ class Suite(ABC, Generic[SetupT, MeasuredT, SummaryT]):
             "--from",
             dest="saved",
             type=Path,
-            help="render the tables and targets of a results file this suite wrote, measuring "
-            "nothing",
+            metavar="JSON",
+            help="summarize a results file this suite wrote (its --out) again, measuring nothing",
         )
 
-    def read(self, path: Path) -> tuple[SetupT, MeasuredT]:
-        """The setup and measurements of a results file this suite wrote."""
+    def read(self, path: Path) -> tuple[SetupT, MeasuredT, dict[str, Any]]:
+        """The setup, measurements and machine of a results file this suite wrote."""
         data = json.loads(path.read_text())
         if data.get("suite") != self.name:
             raise SystemExit(f"{path}: not a {self.name} result (suite {data.get('suite')!r})")
         setup: SetupT = results.from_json(self.setup_type, data["setup"])
         measured: MeasuredT = results.from_json(self.measured_type, data["measured"])
-        return setup, measured
+        return setup, measured, data.get("machine", {})
 
     def main(self, args: argparse.Namespace) -> int:
-        """Measure (or read ``--from``), write, print the tables and the verdicts."""
+        """Measure (or read ``--from``), summarize, print the tables, write, and judge."""
         if args.saved is not None:
-            setup, measured = self.read(args.saved)
+            setup, measured, measured_on = self.read(args.saved)
+            setup = self.again(setup, args)
         else:
             setup = self.setup(args)
             measured = asyncio.run(self.measure(setup))
+            measured_on = machine()
         summary = self.summarize(setup, measured)
         found = self.checks(setup, summary)
         print(self.render(setup, summary))
-        if args.saved is None:
-            report = Report(
-                self.name,
-                setup,
-                measured,
-                summary,
-                [Target(*check) for check in found],
-                machine(),
-            )
-            results.write(report, args.out)
-        print("\nTargets:")
+        written = self.plot(setup, summary, args)
+        if written:
+            print("Plots: " + ", ".join(str(p) for p in written))
+        targets = [Target(*check) for check in found]
+        results.write(Report(self.name, setup, measured, summary, targets, measured_on), args.out)
+        if found:
+            print("\nTargets:")
         for target, ok, measured_text in found:
             print(f"  [{'met' if ok else 'MISSED'}] {target}: {measured_text}")
-        if args.saved is None:
-            print(f"Results in {args.out}")
+        print(f"Results in {args.out}")
         return 0 if all(ok for _, ok, _ in found) else 1
 
 

@@ -15,15 +15,18 @@ over the passes, so one noisy run cannot make or break a setting.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
+import math
 import statistics
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import arithmetic, plots, results
-from .runs import Scenario, bar, load_average, machine, open_run, write
+from . import arithmetic, plots
+from .arithmetic import Point, Recommendation
+from .figures import OpenRun
+from .runs import Scenario, bar, load_average, open_report
+from .servers import Check
+from .suite import Suite
 from .systems import Batching, System, batcher
 
 GIVE_UP = 5.0
@@ -50,27 +53,71 @@ class Setup:
         return [round(s * peak, 1) for s in self.shares]
 
 
-def to_point(row: dict[str, Any]) -> arithmetic.Point:
-    return arithmetic.Point(
-        row["max_batch"],
-        row["max_wait_ms"],
-        row["offered_rps"],
-        row["throughput_rps"],
-        row["p99_ms"],
-        arithmetic.error_fraction(row),
-    )
+@dataclass(frozen=True)
+class SweepRun:
+    """One setting at one rate in one round (a pass over the grid)."""
+
+    round: int
+    batching: Batching
+    run: OpenRun
+
+    def point(self) -> Point:
+        load = self.run.load
+        return Point(
+            self.batching.max_batch,
+            self.batching.max_wait_ms,
+            load.offered_rps or 0.0,
+            load.throughput_rps,
+            math.inf if load.p99_ms is None else load.p99_ms,  # a p99 never answered
+            load.error_fraction,
+        )
+
+
+@dataclass(frozen=True)
+class Measured:
+    model_limit_rps: dict[int, float]
+    """The model's limit by max batch size."""
+    rates: list[float]
+    runs: list[SweepRun]
+
+
+@dataclass(frozen=True)
+class PointRow:
+    """One setting at one rate: its medians over the rounds, the p99 range over the rounds that
+    ran it, and how many did."""
+
+    point: Point
+    p50_ms: float | None
+    p99_low_ms: float | None
+    p99_high_ms: float | None
+    mean_batch: float | None
+    runs: int
+
+
+@dataclass(frozen=True)
+class Goodput:
+    max_batch: int
+    max_wait_ms: float
+    goodput_rps: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    points: list[PointRow]
+    goodput: list[Goodput]
+    recommendation: Recommendation | None
 
 
 async def grid_line(
     b: Batching, model: str, rates: list[float], setup: Setup, round_no: int, progress: Any
-) -> list[dict[str, Any]]:
+) -> list[SweepRun]:
     """One setting at rising rates, until its p99 passes GIVE_UP x the SLO or it fails requests."""
-    rows: list[dict[str, Any]] = []
+    runs: list[SweepRun] = []
     system = System(f"b{b.max_batch}-w{b.max_wait_ms:g}", "sidecar", b)
     async with batcher(system, model, setup.scenario.parallel) as url:
         for i, rate in enumerate(rates):
             progress.set_postfix_str(f"round {round_no}: {b.name} at {rate:g} req/s")
-            row = await open_run(
+            found = await open_report(
                 url,
                 setup.scenario.workload,
                 rate,
@@ -78,19 +125,19 @@ async def grid_line(
                 seed=setup.scenario.seed + round_no,
                 stats_url=url + "/metrics",
             )
-            rows.append({"round": round_no, **asdict(b), **row})
+            runs.append(SweepRun(round_no, b, found))
             progress.update()
-            point = to_point(rows[-1])
+            point = runs[-1].point()
             if point.p99_ms > GIVE_UP * setup.slo_ms or point.error_fraction > GIVE_UP_ERRORS:
                 progress.update(len(rates) - i - 1)
                 break
-    return rows
+    return runs
 
 
-async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
+async def measure(setup: Setup) -> Measured:
     scenario = setup.scenario
     unit = "tokenizer" if scenario.model == "encoder" else "words"
-    rows: list[dict[str, Any]] = []
+    runs: list[SweepRun] = []
     settings = [Batching(b, w, length_from=unit) for b in setup.batches for w in setup.waits_ms]
     async with scenario.serve() as model:
         limits = await scenario.limits_rps(model, setup.batches)
@@ -107,102 +154,87 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
                 # Every other round runs the grid backwards, so drift in the machine's load
                 # does not always land on the same settings.
                 for b in settings if r % 2 else settings[::-1]:
-                    rows += await grid_line(b, model, rates, setup, r, progress)
-    report = analyse(setup, rows, limits, plots_dir)
-    report["machine"] = machine()
-    return report
+                    runs += await grid_line(b, model, rates, setup, r, progress)
+    return Measured({b: round(v, 1) for b, v in limits.items()}, rates, runs)
 
 
-def analyse(
-    setup: Setup, rows: list[dict[str, Any]], limits: dict[int, float], plots_dir: Path
-) -> dict[str, Any]:
-    """Medians, goodput per setting, the recommendation for ``setup.slo_ms``, table and plots."""
-    scenario = setup.scenario
+def summarize(setup: Setup, measured: Measured) -> Summary:
+    """Medians over the rounds, goodput per setting and the recommendation for ``setup.slo_ms``."""
+    runs = measured.runs
     points = arithmetic.median_points(
-        [[to_point(x) for x in rows if x["round"] == r] for r in range(1, setup.rounds + 1)]
+        [[x.point() for x in runs if x.round == r] for r in range(1, setup.rounds + 1)]
     )
-    pick = arithmetic.recommend(points, setup.slo_ms)
     best = arithmetic.goodput_by_setting(points, setup.slo_ms)
-    settings = [(b, w) for b in setup.batches for w in setup.waits_ms]
-    table = [
-        {
-            "max_batch": b,
-            "max_wait_ms": w,
-            "goodput_rps": best[(b, w)].throughput_rps if (b, w) in best else 0.0,
-        }
-        for b, w in settings
+    goodput = [
+        Goodput(b, w, best[(b, w)].throughput_rps if (b, w) in best else 0.0)
+        for b in setup.batches
+        for w in setup.waits_ms
     ]
-    report = {
-        "setup": setup,
-        "model_limit_rps": {str(b): round(v, 1) for b, v in limits.items()},
-        "rates": setup.offered(limits),
-        "medians": [asdict(p) for p in points],
-        "runs": rows,
-        "goodput": table,
-        "recommendation": asdict(pick) if pick else None,
-    }
-    print_table(setup, points, rows, table, pick)
-    model = (
-        "all-MiniLM-L6-v2 int8"
-        if scenario.model == "encoder"
-        else f"{scenario.fixed_ms:g} ms + {scenario.per_token_ms:g} ms/padded token"
+    return Summary(
+        [_point_row(p, runs) for p in points],
+        goodput,
+        arithmetic.recommend(points, setup.slo_ms),
     )
-    title = f"lengths {scenario.lengths}, {model}; {setup.rounds} round(s), medians"
-    written = plots.sweep(points, setup.slo_ms, pick, title, plots_dir)
-    print("Plots: " + ", ".join(str(p) for p in written))
-    return report
 
 
-def reanalyse(saved: Path, slo_ms: float, plots_dir: Path) -> dict[str, Any]:
-    """A saved sweep judged against another SLO: nothing is run again."""
-    report = json.loads(saved.read_text())
-    setup = replace(results.from_json(Setup, report["setup"]), slo_ms=slo_ms)
-    print(f"{saved}: {setup.scenario.describe()}")
-    limits = {int(b): v for b, v in report["model_limit_rps"].items()}
-    return {**analyse(setup, report["runs"], limits, plots_dir), "machine": report["machine"]}
+def _point_row(p: Point, runs: list[SweepRun]) -> PointRow:
+    key = (p.max_batch, p.max_wait_ms, p.offered_rps)
+    mine = [
+        r.run
+        for r in runs
+        if (r.batching.max_batch, r.batching.max_wait_ms, r.run.load.offered_rps) == key
+    ]
+    p50s = [r.load.p50_ms for r in mine if r.load.p50_ms is not None]
+    p99s = [r.load.p99_ms for r in mine if r.load.p99_ms is not None]
+    batches = [b.mean_batch for r in mine if (b := r.batching) and b.mean_batch is not None]
+    return PointRow(
+        point=p,
+        p50_ms=statistics.median(p50s) if p50s else None,
+        p99_low_ms=min(p99s, default=None),
+        p99_high_ms=max(p99s, default=None),
+        mean_batch=statistics.median(batches) if batches else None,
+        runs=len(mine),
+    )
 
 
-def print_table(
-    setup: Setup,
-    points: list[arithmetic.Point],
-    rows: list[dict[str, Any]],
-    table: list[dict[str, Any]],
-    pick: arithmetic.Recommendation | None,
-) -> None:
-    def runs_of(p: arithmetic.Point) -> list[dict[str, Any]]:
-        key = (p.max_batch, p.max_wait_ms, p.offered_rps)
-        return [r for r in rows if (r["max_batch"], r["max_wait_ms"], r["offered_rps"]) == key]
-
-    print(f"\nMedians over {setup.rounds} round(s); p99 range over the rounds that ran the rate.")
-    print(
+def render(setup: Setup, summary: Summary) -> str:
+    lines = [
+        "",
+        f"Medians over {setup.rounds} round(s); p99 range over the rounds that ran the rate.",
         f"{'batch':>5} {'wait':>5} {'offered':>8} {'thru':>7} {'p50':>7} {'p99':>8} "
-        f"{'p99 range':>15} {'mean batch':>10}  runs"
-    )
-    for p in points:
-        runs = runs_of(p)
-        p50 = statistics.median(r["p50_ms"] for r in runs)
-        p99s = [r["p99_ms"] for r in runs]
-        batches = [m for r in runs if (m := (r["batching"] or {}).get("mean_batch")) is not None]
-        mean = f"{statistics.median(batches):.1f}" if batches else "-"
-        print(
-            f"{p.max_batch:>5} {p.max_wait_ms:>5g} {p.offered_rps:>8.0f} {p.throughput_rps:>7.0f} "
-            f"{p50:>7.1f} {p.p99_ms:>8.1f} {f'{min(p99s):.0f}-{max(p99s):.0f}':>15} {mean:>10}"
-            f"  {len(runs)}/{setup.rounds}"
+        f"{'p99 range':>15} {'mean batch':>10}  runs",
+    ]
+    for row in summary.points:
+        p = row.point
+        p50 = "-" if row.p50_ms is None else f"{row.p50_ms:.1f}"
+        p99s = (
+            "-"
+            if row.p99_low_ms is None or row.p99_high_ms is None
+            else f"{row.p99_low_ms:.0f}-{row.p99_high_ms:.0f}"
         )
-    print(f"\nGoodput (req/s with p99 <= {setup.slo_ms:g} ms), max batch down, max-wait across:")
-    waits = setup.waits_ms
-    print("      " + "".join(f"{w:>8g}" for w in waits))
+        mean = "-" if row.mean_batch is None else f"{row.mean_batch:.1f}"
+        lines.append(
+            f"{p.max_batch:>5} {p.max_wait_ms:>5g} {p.offered_rps:>8.0f} {p.throughput_rps:>7.0f} "
+            f"{p50:>7} {p.p99_ms:>8.1f} {p99s:>15} {mean:>10}  {row.runs}/{setup.rounds}"
+        )
+    lines += [
+        "",
+        f"Goodput (req/s with p99 <= {setup.slo_ms:g} ms), max batch down, max-wait across:",
+        "      " + "".join(f"{w:>8g}" for w in setup.waits_ms),
+    ]
     for b in setup.batches:
-        cells = {t["max_wait_ms"]: t["goodput_rps"] for t in table if t["max_batch"] == b}
-        print(f"{b:>5} " + "".join(f"{cells[w]:>8.0f}" for w in waits))
+        cells = {g.max_wait_ms: g.goodput_rps for g in summary.goodput if g.max_batch == b}
+        lines.append(f"{b:>5} " + "".join(f"{cells[w]:>8.0f}" for w in setup.waits_ms))
+    pick = summary.recommendation
     if pick is None:
-        print(f"\nNo setting kept p99 within {setup.slo_ms:g} ms at any tested rate.")
+        lines.append(f"\nNo setting kept p99 within {setup.slo_ms:g} ms at any tested rate.")
     else:
-        print(
+        lines.append(
             f"\nRecommended for p99 <= {setup.slo_ms:g} ms: --max-batch-size {pick.max_batch} "
             f"--max-wait-ms {pick.max_wait_ms:g} (goodput {pick.goodput_rps:.0f} req/s, "
             f"median p99 {pick.p99_ms:.1f} ms there)"
         )
+    return "\n".join(lines)
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -213,52 +245,79 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = Setup()
-    Scenario.add_arguments(parser, "sweep")
-    parser.add_argument("--slo-ms", type=float, default=d.slo_ms, help="p99 SLO (%(default)s)")
-    parser.add_argument(
-        "--batches", type=_ints, default=d.batches, help="max batch sizes (4,8,16,32,64)"
-    )
-    parser.add_argument(
-        "--waits", type=_floats, default=d.waits_ms, help="max-waits, ms (2,5,10,20)"
-    )
-    parser.add_argument(
-        "--shares",
-        type=_floats,
-        default=d.shares,
-        help="rates as shares of the best limit over the grid (0.25,0.5,0.7,0.8,0.9,1)",
-    )
-    parser.add_argument("--rates", type=_floats, default=(), help="explicit rates, req/s")
-    parser.add_argument(
-        "--rounds", type=int, default=d.rounds, help="passes over the grid; medians (%(default)s)"
-    )
-    parser.add_argument(
-        "--duration", type=float, default=d.duration_s, help="s per run (%(default)s)"
-    )
-    parser.add_argument(
-        "--from",
-        dest="saved",
-        type=Path,
-        metavar="JSON",
-        help="judge a saved sweep (its --out) against --slo-ms instead of running one",
-    )
+class SweepSuite(Suite[Setup, Measured, Summary]):
+    name = "sweep"
+    help = "max batch x max-wait grid; the knee; a recommendation"
+    description = __doc__ or ""
+    setup_type = Setup
+    measured_type = Measured
+    summarize = staticmethod(summarize)
+    render = staticmethod(render)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        d = Setup()
+        Scenario.add_arguments(parser, out=False)
+        parser.add_argument(
+            "--slo-ms",
+            type=float,
+            default=d.slo_ms,
+            help="p99 SLO (%(default)s); with --from, the SLO to judge the saved sweep against",
+        )
+        parser.add_argument(
+            "--batches", type=_ints, default=d.batches, help="max batch sizes (4,8,16,32,64)"
+        )
+        parser.add_argument(
+            "--waits", type=_floats, default=d.waits_ms, help="max-waits, ms (2,5,10,20)"
+        )
+        parser.add_argument(
+            "--shares",
+            type=_floats,
+            default=d.shares,
+            help="rates as shares of the best limit over the grid (0.25,0.5,0.7,0.8,0.9,1)",
+        )
+        parser.add_argument("--rates", type=_floats, default=(), help="explicit rates, req/s")
+        parser.add_argument(
+            "--rounds",
+            type=int,
+            default=d.rounds,
+            help="passes over the grid; medians (%(default)s)",
+        )
+        parser.add_argument(
+            "--duration", type=float, default=d.duration_s, help="s per run (%(default)s)"
+        )
+
+    def setup(self, args: argparse.Namespace) -> Setup:
+        return Setup(
+            scenario=Scenario.from_args(args),
+            batches=args.batches,
+            waits_ms=args.waits,
+            shares=args.shares,
+            rates=args.rates,
+            slo_ms=args.slo_ms,
+            duration_s=args.duration,
+            rounds=args.rounds,
+        )
+
+    async def measure(self, setup: Setup) -> Measured:
+        return await measure(setup)
+
+    def checks(self, setup: Setup, summary: Summary) -> list[Check]:
+        return []  # a sweep recommends; it has no target
+
+    def again(self, setup: Setup, args: argparse.Namespace) -> Setup:
+        """A saved sweep judged against this run's ``--slo-ms``: nothing is run again."""
+        return replace(setup, slo_ms=args.slo_ms)
+
+    def plot(self, setup: Setup, summary: Summary, args: argparse.Namespace) -> list[Path]:
+        scenario = setup.scenario
+        model = (
+            "all-MiniLM-L6-v2 int8"
+            if scenario.model == "encoder"
+            else f"{scenario.fixed_ms:g} ms + {scenario.per_token_ms:g} ms/padded token"
+        )
+        title = f"lengths {scenario.lengths}, {model}; {setup.rounds} round(s), medians"
+        points = [row.point for row in summary.points]
+        return plots.sweep(points, setup.slo_ms, summary.recommendation, title, args.plots)
 
 
-def main(args: argparse.Namespace) -> int:
-    scenario = Scenario.from_args(args)
-    if args.saved is not None:
-        write(reanalyse(args.saved, args.slo_ms, args.plots), args.out)
-        return 0
-    setup = Setup(
-        scenario=scenario,
-        batches=args.batches,
-        waits_ms=args.waits,
-        shares=args.shares,
-        rates=args.rates,
-        slo_ms=args.slo_ms,
-        duration_s=args.duration,
-        rounds=args.rounds,
-    )
-    write(asyncio.run(run(setup, args.plots)), args.out)
-    return 0
+SUITE = SweepSuite()
