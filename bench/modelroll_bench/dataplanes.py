@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -46,7 +45,8 @@ from modelroll_devcluster.node import detect_node_ip
 from modelroll_devcluster.processes import free_port
 from modelroll_devcluster.traefik import Traefik, create_gateway, install_gateway_api_crds
 
-from . import wrk
+from . import results, wrk
+from .figures import PairedRatio
 from .loadgen import json_bodies, open_loop
 from .rollback import (
     CRD,
@@ -63,6 +63,7 @@ from .rollback import (
 )
 from .rollback import Setup as FlipSetup
 from .runs import bar, load_average, machine
+from .stats import Spread, spread
 from .systems import serve
 
 SERVICE_PORT = 8000
@@ -179,8 +180,57 @@ async def operator(cluster: Cluster, namespaces: list[str]) -> AsyncIterator[Non
                 await proc.wait()
 
 
-def _median(values: list[float]) -> float:
-    return round(statistics.median(values), 3)
+@dataclass(frozen=True)
+class Hop:
+    """One data plane against calling the backends directly, paired by round: what it adds to
+    p50/p95/p99, its rate and its rate over direct's, and its failed requests."""
+
+    added_p50_ms: Spread | None
+    added_p95_ms: Spread | None
+    added_p99_ms: Spread | None
+    rps: Spread | None
+    of_direct: PairedRatio
+    errors: int
+
+
+@dataclass(frozen=True)
+class HopSummary:
+    direct_rps: Spread | None
+    planes: dict[str, Hop]
+    traefik_of_gateway: PairedRatio
+    """Traefik's rate over the gateway's, paired by round."""
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def hop_summary(rounds: list[dict[str, Any]]) -> HopSummary:
+    """Each data plane over direct calls, and Traefik over the gateway, round by round."""
+
+    def rps(label: str) -> list[float]:
+        return [row[label]["rps"] for row in rounds]
+
+    def added(label: str, q: str) -> Spread | None:
+        return spread(_minus(row[label][f"{q}_ms"], row["direct"][f"{q}_ms"]) for row in rounds)
+
+    def errors(label: str) -> int:
+        return sum(
+            sum(row[label]["errors"].values()) + row[label]["wrk_failures"] for row in rounds
+        )
+
+    planes = {
+        label: Hop(
+            added_p50_ms=added(label, "p50"),
+            added_p95_ms=added(label, "p95"),
+            added_p99_ms=added(label, "p99"),
+            rps=spread(rps(label)),
+            of_direct=PairedRatio.of(rps(label), rps("direct")),
+            errors=errors(label),
+        )
+        for label in ARMS[1:]
+    }
+    return HopSummary(spread(rps("direct")), planes, PairedRatio.of(rps("traefik"), rps("gateway")))
 
 
 async def hop_cost(urls: dict[str, str], setup: Setup) -> dict[str, Any]:
@@ -218,28 +268,7 @@ async def hop_cost(urls: dict[str, str], setup: Setup) -> dict[str, Any]:
             flush=True,
         )
         rounds.append(row)
-    summary = {}
-    for label in ARMS[1:]:
-        summary[label] = {
-            **{
-                f"added_{q}_ms": _median(
-                    [row[label][f"{q}_ms"] - row["direct"][f"{q}_ms"] for row in rounds]
-                )
-                for q in ("p50", "p95", "p99")
-            },
-            "rps": _median([row[label]["rps"] for row in rounds]),
-            "ratio_of_direct": _median(
-                [row[label]["rps"] / row["direct"]["rps"] for row in rounds]
-            ),
-            "errors": sum(
-                (row[label]["errors"] or 0) + row[label]["wrk_failures"] for row in rounds
-            ),
-        }
-    summary["direct"] = {"rps": _median([row["direct"]["rps"] for row in rounds])}
-    summary["traefik"]["ratio_of_gateway"] = _median(
-        [row["traefik"]["rps"] / row["gateway"]["rps"] for row in rounds]
-    )
-    return {"rounds": rounds, "summary": summary}
+    return {"rounds": rounds, "summary": hop_summary(rounds)}
 
 
 async def rollbacks(
@@ -361,20 +390,21 @@ async def both_versions_answer(urls: dict[str, str], recorders: dict[str, str]) 
 
 
 def print_report(report: dict[str, Any], setup: Setup) -> None:
-    hop = report["hop"]["summary"]
+    hop: HopSummary = report["hop"]["summary"]
     print(
         f"\nThe hop ({setup.rounds} rounds; latency at {setup.rate:g} req/s, rate with wrk "
-        f"{setup.connections} connections; stand-in backends that answer at once):"
+        f"{setup.connections} connections; stand-in backends that answer at once; medians "
+        "of the rounds):"
     )
-    print(f"  direct      {hop['direct']['rps']:8.0f} req/s")
-    for label in ARMS[1:]:
-        h = hop[label]
+    print(f"  direct      {_median(hop.direct_rps, '8.0f')} req/s")
+    for label, h in hop.planes.items():
         print(
-            f"  {label:<10}  {h['rps']:8.0f} req/s ({h['ratio_of_direct']:.2f} of direct)  "
-            f"added p50 {h['added_p50_ms']:+.2f} p95 {h['added_p95_ms']:+.2f} "
-            f"p99 {h['added_p99_ms']:+.2f} ms  errors {h['errors']}"
+            f"  {label:<10}  {_median(h.rps, '8.0f')} req/s "
+            f"({_median(h.of_direct.spread, '.2f')} of direct)  "
+            f"added p50 {_median(h.added_p50_ms)} p95 {_median(h.added_p95_ms)} "
+            f"p99 {_median(h.added_p99_ms)} ms  errors {h.errors}"
         )
-    ratio = hop["traefik"]["ratio_of_gateway"]
+    ratio = _median(hop.traefik_of_gateway.spread, ".3f")
     print(f"  Traefik's rate over the gateway's, paired by round: {ratio}")
     print(f"Rollback, kubectl patch -> last request to the canary ({setup.flip_rate:g} req/s):")
     for label, r in report["rollback"].items():
@@ -384,6 +414,10 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
             f"(timeouts {rb['timeouts']}); route written p50 {wr['p50_ms']} ms; failed "
             f"requests {r['failed_requests'] or 0} of {r['requests']}"
         )
+
+
+def _median(found: Spread | None, fmt: str = "+.2f") -> str:
+    return "-" if found is None else format(found.median, fmt)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -414,7 +448,6 @@ def main(args: argparse.Namespace) -> int:
     )
     with cluster_for(FlipSetup(kubeconfig=setup.kubeconfig)) as (cluster, namespace):
         report = asyncio.run(run(cluster, namespace, setup))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    results.write(report, args.out)
     print(f"Results in {args.out}")
     return 0
