@@ -410,8 +410,8 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
     for label, r in report["rollback"].items():
         rb, wr = r["rollback"], r["written"]
         print(
-            f"  {label:<10} p50 {rb['p50_ms']} ms  p99 {rb['p99_ms']} ms  max {rb['max_ms']} ms "
-            f"(timeouts {rb['timeouts']}); route written p50 {wr['p50_ms']} ms; failed "
+            f"  {label:<10} p50 {rb.p50_ms} ms  p99 {rb.p99_ms} ms  max {rb.max_ms} ms "
+            f"(timeouts {rb.timeouts}); route written p50 {wr.p50_ms} ms; failed "
             f"requests {r['failed_requests'] or 0} of {r['requests']}"
         )
 

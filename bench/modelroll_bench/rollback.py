@@ -358,17 +358,30 @@ async def flips(
     return rows
 
 
-def summarize(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Delays:
+    """One delay over the flips: p50/p99 (None where every flip timed out), the range, and the
+    flips that timed out and that did not."""
+
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    min_ms: float | None
+    timeouts: int
+    samples: int
+
+
+def summarize(rows: list[dict[str, Any]], key: str) -> Delays:
     values = [r[key] for r in rows if r[key] is not None]
     p50, p99 = percentile(values, 0.50), percentile(values, 0.99)
-    return {
-        "p50_ms": None if p50 is None else round(p50, 1),
-        "p99_ms": None if p99 is None else round(p99, 1),
-        "max_ms": max(values, default=None),
-        "min_ms": min(values, default=None),
-        "timeouts": sum(1 for r in rows if r[key] is None),
-        "samples": len(values),
-    }
+    return Delays(
+        p50_ms=None if p50 is None else round(p50, 1),
+        p99_ms=None if p99 is None else round(p99, 1),
+        max_ms=max(values, default=None),
+        min_ms=min(values, default=None),
+        timeouts=sum(1 for r in rows if r[key] is None),
+        samples=len(values),
+    )
 
 
 async def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> None:
@@ -446,7 +459,7 @@ async def run(cluster: Cluster, namespace: str, setup: Setup, plots_dir: Path) -
     report["load_average_1m_end"] = round(load_average(), 2)
     print_report(report, setup)
     delays = {
-        f"{mode} (p50 {_ms(m['rollback']['p50_ms'])}, p99 {_ms(m['rollback']['p99_ms'])} ms)": [
+        f"{mode} (p50 {_ms(m['rollback'].p50_ms)}, p99 {_ms(m['rollback'].p99_ms)} ms)": [
             r["rollback_ms"] for r in m["flips"] if r["rollback_ms"] is not None
         ]
         for mode, m in report["modes"].items()
@@ -516,17 +529,17 @@ def print_report(report: dict[str, Any], setup: Setup) -> None:
     for mode, m in report["modes"].items():
         rb, rs, kc, cm = m["rollback"], m["restore"], m["kubectl"], m["configmap"]
         print(
-            f"  {mode:<9} rollback p50 {_ms(rb['p50_ms']):>7} ms  p99 {_ms(rb['p99_ms']):>7} ms  "
-            f"(min {rb['min_ms']}, timeouts {rb['timeouts']}); restore p50 {_ms(rs['p50_ms'])} "
-            f"p99 {_ms(rs['p99_ms'])} ms; kubectl itself p50 {_ms(kc['p50_ms'])} ms; "
+            f"  {mode:<9} rollback p50 {_ms(rb.p50_ms):>7} ms  p99 {_ms(rb.p99_ms):>7} ms  "
+            f"(min {rb.min_ms}, timeouts {rb.timeouts}); restore p50 {_ms(rs.p50_ms)} "
+            f"p99 {_ms(rs.p99_ms)} ms; kubectl itself p50 {_ms(kc.p50_ms)} ms; "
             f"errors {m['errors'] or 0}\n"
-            f"  {'':<9} kubectl patch -> ConfigMap change p50 {_ms(cm['p50_ms'])} ms, "
-            f"max {cm['max_ms']} ms ({cm['samples']} patches, timeouts {cm['timeouts']})"
+            f"  {'':<9} kubectl patch -> ConfigMap change p50 {_ms(cm.p50_ms)} ms, "
+            f"max {cm.max_ms} ms ({cm.samples} patches, timeouts {cm.timeouts})"
         )
-        if op := m["operator"]["samples"] and m["operator"]:
+        if (op := m["operator"]).samples:
             print(
                 f"  {'':<9} ModelVersion change -> ConfigMap change (the operator) "
-                f"p50 {_ms(op['p50_ms'])} ms, max {op['max_ms']} ms ({op['samples']} patches)"
+                f"p50 {_ms(op.p50_ms)} ms, max {op.max_ms} ms ({op.samples} patches)"
             )
     print(f"Requests by status: {report['requests']}")
 
