@@ -57,16 +57,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from . import arithmetic, length_switch, plots
+from .figures import Figure
 from .lengths import PRESETS, parse, parse_list
 from .lengths import name as lengths_name
 from .metrics import BatchCounters, Watch
-from .results import to_json
 from .runs import (
     Scenario,
     bar,
@@ -391,11 +391,11 @@ def aggregate(
         entry: dict[str, Any] = {}
         for name, path in paths.items():
             values = [_figure(row, path) for row in rows]
-            entry[name] = {
-                "value": to_json(spread(values, 3 if "padding" in name else 2)),
-                "ratio_to_baseline": to_json(_paired(values, rows, base, path)),
-                "ratio_to_best_static": to_json(_paired(values, rows, best, path)),
-            }
+            entry[name] = Figure(
+                spread(values, 3 if "padding" in name else 2),
+                _paired(values, rows, base, path),
+                _paired(values, rows, best, path),
+            )
         sat = spread([v for v in (_figure(r, paths["saturation_rps"]) for r in rows) if v])
         entry["saturation_of_limit"] = sat and round(sat.median / limit, 3)
         for share in DECILE_SHARES:
@@ -425,7 +425,7 @@ def aggregate(
             ]
             entry[f"decile_gap_at_{share:.0%}"] = {
                 "worst_of_medians": worst,
-                "per_round_worst_ms": to_json(spread(per_round, 1)),
+                "per_round_worst_ms": spread(per_round, 1),
             }
     return out
 
@@ -457,11 +457,16 @@ def checks(setup: Setup, summary: dict[str, Any]) -> list[Check]:
     (when it ran) and against the best static configuration (when it ran)."""
     out: list[Check] = []
     judged = [s for s in JUDGED if s in summary]
-    references = [
-        (BASELINE, "ratio_to_baseline", 1 - NOT_BELOW_TOLERANCE, "not below"),
-        (BEST_STATIC, "ratio_to_best_static", OF_BEST_TARGET, f"at least {OF_BEST_TARGET:g}x"),
+    references: list[tuple[str, Callable[[Figure], Spread | None], float, str]] = [
+        (BASELINE, lambda f: f.ratio_to_baseline, 1 - NOT_BELOW_TOLERANCE, "not below"),
+        (
+            BEST_STATIC,
+            lambda f: f.ratio_to_best_static,
+            OF_BEST_TARGET,
+            f"at least {OF_BEST_TARGET:g}x",
+        ),
     ]
-    for reference, key, least, words in references:
+    for reference, ratio_of, least, words in references:
         if reference not in summary:
             continue
         keys = [("goodput_rps", f"goodput (p99 <= {setup.slo_ms:g} ms)")] + [
@@ -471,44 +476,44 @@ def checks(setup: Setup, summary: dict[str, Any]) -> list[Check]:
         for figure, what in keys:
             target = f"{what} {words} {reference}'s"
             for label in judged:
-                r = summary[label][figure][key]
-                value = summary[label][figure]["value"]
-                text = f"{value['median']:.1f} req/s, " if value else ""
-                met = r is not None and r["median"] >= least
+                r = ratio_of(summary[label][figure])
+                value = summary[label][figure].value
+                text = f"{value.median:.1f} req/s, " if value else ""
+                met = r is not None and r.median >= least
                 out.append((target, label, met, text + _ratio_text(r)))
     low = f"p50_at_{LOW_SHARE:.0%}"
-    base_p50 = summary.get(BASELINE, {}).get(low, {}).get("value")
+    base_figure = summary.get(BASELINE, {}).get(low)
+    base_p50 = None if base_figure is None else base_figure.value
     if base_p50 is not None:
         target = (
             f"at {LOW_SHARE:.0%} load, p50 within {BATCH_OF_ONE_MARGIN_MS:g} ms of {BASELINE}'s "
-            f"({base_p50['median']:.2f} ms)"
+            f"({base_p50.median:.2f} ms)"
         )
         for label in judged:
-            p50 = summary[label][low]["value"]
+            p50 = summary[label][low].value
             if p50 is None:
                 out.append((target, label, False, "not measured"))
                 continue
-            excess = p50["median"] - base_p50["median"]
+            excess = p50.median - base_p50.median
             out.append(
                 (
                     target,
                     label,
                     excess <= BATCH_OF_ONE_MARGIN_MS,
-                    f"p50 {p50['median']:.2f} ms ({p50['low']:.2f}-{p50['high']:.2f}), "
-                    f"{excess:+.2f} ms",
+                    f"p50 {p50.median:.2f} ms ({p50.low:.2f}-{p50.high:.2f}), {excess:+.2f} ms",
                 )
             )
     return out
 
 
-def _ratio_text(r: dict[str, Any] | None) -> str:
+def _ratio_text(r: Spread | None) -> str:
     if r is None:
         return "no ratio (a system was not measured)"
-    return f"{r['median']:.2f}x ({r['low']:.2f}-{r['high']:.2f})"
+    return f"{r.median:.2f}x ({r.low:.2f}-{r.high:.2f})"
 
 
-def _median(fig: dict[str, Any] | None, fmt: str = ".0f") -> str:
-    return "-" if fig is None else format(fig["median"], fmt)
+def _median(fig: Spread | None, fmt: str = ".0f") -> str:
+    return "-" if fig is None else format(fig.median, fmt)
 
 
 def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = WIDTH) -> None:
@@ -517,12 +522,12 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
     w = label_width
 
     def cell(entry: dict[str, Any], key: str, ratio: bool = False) -> str:
-        fig = entry[key]["ratio_to_baseline" if ratio else "value"]
+        fig = entry[key].ratio_to_baseline if ratio else entry[key].value
         if fig is None:
             return "-"
         if ratio:
-            return f"{fig['median']:.2f}x ({fig['low']:.2f}-{fig['high']:.2f})"
-        return f"{fig['median']:.0f} ({fig['low']:.0f}-{fig['high']:.0f})"
+            return f"{fig.median:.2f}x ({fig.low:.2f}-{fig.high:.2f})"
+        return f"{fig.median:.0f} ({fig.low:.0f}-{fig.high:.0f})"
 
     print(
         f"\n=== {distribution['name']} ({distribution['lengths']}): model's limit {limit:.0f} "
@@ -537,7 +542,7 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
             f"{label:<{w}} {cell(entry, 'saturation_rps'):<18} "
             f"{cell(entry, 'saturation_rps', True):<20} {entry['saturation_of_limit'] or 0:<9.0%}"
             f"{cell(entry, 'goodput_rps'):<16} {cell(entry, 'goodput_rps', True):<20} "
-            f"{_median(entry['mean_batch_at_saturation']['value'], '.1f')}"
+            f"{_median(entry['mean_batch_at_saturation'].value, '.1f')}"
         )
 
     shares, reference = setup.shares, distribution["loads"]
@@ -552,8 +557,8 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
         cells = []
         for s in shares:
             fig = entry[f"slo_rps_at_{s:.0%}"]
-            ratios = [fig[k] for k in ("ratio_to_baseline", "ratio_to_best_static") if fig[k]]
-            text = _median(fig["value"], ".1f")
+            ratios = [r for r in (fig.ratio_to_baseline, fig.ratio_to_best_static) if r]
+            text = _median(fig.value, ".1f")
             cells.append(" ".join([text, *(_median(r, ".2f") + "x" for r in ratios)]))
         print(f"{label:<{w}} " + " ".join(f"{c:>20}" for c in cells))
     print(
@@ -563,7 +568,7 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
     for label, entry in summary.items():
         cells = []
         for s in shares:
-            figs = [entry[f"{q}_at_{s:.0%}"]["value"] for q in ("p50", "p95", "p99")]
+            figs = [entry[f"{q}_at_{s:.0%}"].value for q in ("p50", "p95", "p99")]
             cells.append("/".join(_median(f) for f in figs))
         print(f"{label:<{w}} " + " ".join(f"{c:>20}" for c in cells))
     print(f"\np50 and p99 as ratios to {BASELINE} (median of paired rounds):")
@@ -571,7 +576,7 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
     for label, entry in summary.items():
         cells = []
         for s in shares:
-            r = [entry[f"{q}_at_{s:.0%}"]["ratio_to_baseline"] for q in ("p50", "p99")]
+            r = [entry[f"{q}_at_{s:.0%}"].ratio_to_baseline for q in ("p50", "p99")]
             cells.append("-" if None in r else f"{_median(r[0], '.2f')} / {_median(r[1], '.2f')}")
         print(f"{label:<{w}} " + " ".join(f"{c:>20}" for c in cells))
 
@@ -596,14 +601,14 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
             f"{'p50 - lone':>11}"
         )
         for label, entry in summary.items():
-            p50, lone = entry[f"p50_at_{LOW_SHARE:.0%}"]["value"], entry["lone_ms"]["value"]
+            p50, lone = entry[f"p50_at_{LOW_SHARE:.0%}"].value, entry["lone_ms"].value
             if p50 is None:
                 print(f"{label:<{w}} {'-':>20}")
                 continue
-            excess = f"{p50['median'] - measured['median']:+.2f}" if measured else "-"
-            text = f"{p50['median']:.2f} ({p50['low']:.2f}-{p50['high']:.2f})"
-            alone = f"{lone['median']:.2f}" if lone else "-"
-            queued = f"{p50['median'] - lone['median']:+.2f}" if lone else "-"
+            excess = f"{p50.median - measured.median:+.2f}" if measured else "-"
+            text = f"{p50.median:.2f} ({p50.low:.2f}-{p50.high:.2f})"
+            alone = f"{lone.median:.2f}" if lone else "-"
+            queued = f"{p50.median - lone.median:+.2f}" if lone else "-"
             print(f"{label:<{w}} {text:>20} {excess:>15} {alone:>13} {queued:>11}")
 
     for share in DECILE_SHARES:
@@ -644,8 +649,8 @@ def print_tables(setup: Setup, distribution: dict[str, Any], label_width: int = 
     for label, entry in summary.items():
         cells = []
         for _, key in points:
-            eff, size = entry[f"padding_{key}"]["value"], entry[f"mean_batch_{key}"]["value"]
-            cells.append("-" if eff is None else f"{eff['median']:.2f} ({_median(size, '.1f')})")
+            eff, size = entry[f"padding_{key}"].value, entry[f"mean_batch_{key}"].value
+            cells.append("-" if eff is None else f"{eff.median:.2f} ({_median(size, '.1f')})")
         print(f"{label:<{w}} " + " ".join(f"{c:>13}" for c in cells))
 
 
@@ -765,7 +770,7 @@ async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:
         rounds = {k: v for k, v in dist["rounds"].items() if v}
         dist["summary"] = aggregate(setup, rounds, dist["model_limit_rps"])
         one = dist["batch_of_one"]
-        one["measured_ms"] = to_json(spread(one["measured_ms_by_round"]))
+        one["measured_ms"] = spread(one["measured_ms_by_round"])
         found = checks(setup, dist["summary"])
         dist["targets"] = [
             {"target": t, "system": s, "met": ok, "measured": m} for t, s, ok, m in found

@@ -99,6 +99,17 @@ class Rate:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """One figure of one system over rounds, and its ratios to the baseline's and to the best
+    static configuration's of the same round (None where a system did not run or no round had
+    the figure)."""
+
+    value: Spread | None
+    ratio_to_baseline: Spread | None = None
+    ratio_to_best_static: Spread | None = None
+
+
+@dataclass(frozen=True)
 class PairedRatio:
     """``value / baseline`` taken round by round (a round where either is missing or 0 left
     out), and the median and range of those ratios: other load on the machine moves both arms

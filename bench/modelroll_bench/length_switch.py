@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import arithmetic
+from .figures import Figure
 from .lengths import parse_list
 from .loadgen import open_loop
 from .metrics import Watch
-from .results import to_json
 from .runs import Scenario, Workload, idle, load_average
-from .stats import paired_ratios, spread
+from .stats import Spread, paired_ratios, spread
 from .systems import System, batcher
 
 RECOVERED = 0.95
@@ -129,30 +129,41 @@ def figures(row: dict[str, Any]) -> dict[str, float]:
 
 def summarize(
     rounds: dict[str, list[dict[str, Any]]], baseline: str, best: str
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, dict[str, Figure]]:
     """Per system and figure, median and range over rounds, and paired ratios to ``baseline``
     and to ``best`` (None where it did not run)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Figure]] = {}
     for label, rows in rounds.items():
-        entry: dict[str, Any] = {}
+        entry: dict[str, Figure] = {}
         names = figures(rows[0]) if rows else {}
         for name in names:
             values: list[float | None] = [figures(r).get(name) for r in rows]
-            entry[name] = {"value": to_json(spread(values, 2))}
-            for key, reference in (("to_baseline", baseline), ("to_best_static", best)):
-                theirs = {r["round"]: figures(r).get(name) for r in rounds.get(reference, [])}
-                paired = [theirs.get(r["round"]) for r in rows]
-                entry[name][key] = to_json(spread(paired_ratios(values, paired)))
+            entry[name] = Figure(
+                spread(values, 2),
+                _ratios(values, rows, rounds.get(baseline, []), name),
+                _ratios(values, rows, rounds.get(best, []), name),
+            )
         out[label] = entry
     return out
 
 
-def recovery_s(entry: dict[str, Any], window_s: float) -> float | None:
+def _ratios(
+    values: list[float | None],
+    rows: list[dict[str, Any]],
+    reference: list[dict[str, Any]],
+    name: str,
+) -> Spread | None:
+    """``values`` over the reference's figure ``name`` of the same round."""
+    theirs = {r["round"]: figures(r).get(name) for r in reference}
+    return spread(paired_ratios(values, [theirs.get(r["round"]) for r in rows]))
+
+
+def recovery_s(entry: dict[str, Figure], window_s: float) -> float | None:
     """Seconds after the switch from which every window's goodput (median of paired ratios) is
     at least RECOVERED of the best static configuration's; None when it never is, or when the
     best static configuration did not run."""
     ratios = [
-        fig["to_best_static"]["median"] if fig["to_best_static"] else None
+        fig.ratio_to_best_static.median if fig.ratio_to_best_static else None
         for name, fig in entry.items()
         if name.startswith("w")
     ]
@@ -164,7 +175,7 @@ def recovery_s(entry: dict[str, Any], window_s: float) -> float | None:
     return None
 
 
-def print_windows(summary: dict[str, dict[str, Any]], switch: Switch, width: int) -> None:
+def print_windows(summary: dict[str, dict[str, Figure]], switch: Switch, width: int) -> None:
     """Goodput before the switch and per window after it (median over rounds), then the same
     as ratios to the best static configuration where it ran."""
     heads = ["before"] + [
@@ -176,14 +187,14 @@ def print_windows(summary: dict[str, dict[str, Any]], switch: Switch, width: int
     )
     print(f"{'system':<{width}} " + " ".join(f"{h:>9}" for h in heads))
     for label, entry in summary.items():
-        values = [entry[name]["value"] for name in entry]
+        values = [fig.value for fig in entry.values()]
         print(
             f"{label:<{width}} "
-            + " ".join(f"{v['median']:>9.1f}" if v else f"{'-':>9}" for v in values)
+            + " ".join(f"{v.median:>9.1f}" if v else f"{'-':>9}" for v in values)
         )
-        ratios = [entry[name]["to_best_static"] for name in entry]
+        ratios = [fig.ratio_to_best_static for fig in entry.values()]
         if any(ratios):
             print(
                 f"{'':<{width}} "
-                + " ".join(f"{r['median']:>8.2f}x" if r else f"{'-':>9}" for r in ratios)
+                + " ".join(f"{r.median:>8.2f}x" if r else f"{'-':>9}" for r in ratios)
             )

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from .arithmetic import Point, Recommendation, goodput_by_setting
+from .stats import Spread
 
 
 def _log_ms(ax: Axes) -> None:
@@ -39,10 +40,10 @@ def _bars(
     labels = list(summary)
     medians, low, high = [], [], []
     for label in labels:
-        value = summary[label][key]["value"] or {"median": 0.0, "low": 0.0, "high": 0.0}
-        medians.append(value["median"])
-        low.append(value["median"] - value["low"])
-        high.append(value["high"] - value["median"])
+        value = summary[label][key].value or Spread(0.0, 0.0, 0.0, 0)
+        medians.append(value.median)
+        low.append(value.median - value.low)
+        high.append(value.high - value.median)
     colour = [colours[label] for label in labels] if colours else "#4c72b0"
     ax.bar(range(len(labels)), medians, yerr=[low, high], capsize=4, color=colour)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
@@ -72,12 +73,12 @@ def _latency_lines(
     for label, entry in summary.items():
         xs, ys, lows, highs = [], [], [], []
         for share in shares:
-            value = entry[f"{q}_at_{share:.0%}"]["value"]
+            value = entry[f"{q}_at_{share:.0%}"].value
             if value is not None:
                 xs.append(share * 100)
-                ys.append(value["median"])
-                lows.append(value["low"])
-                highs.append(value["high"])
+                ys.append(value.median)
+                lows.append(value.low)
+                highs.append(value.high)
         if xs:
             colour = colours[label]
             ax.plot(xs, ys, marker="o", label=label, color=colour)
@@ -142,10 +143,10 @@ def compare(report: dict[str, Any], directory: Path) -> list[Path]:
         one = dist["batch_of_one"].get("measured_ms")
         if one:
             p50.axhline(
-                one["median"],
+                one.median,
                 color="grey",
                 linestyle=":",
-                label=f"batch of one, {one['median']:.1f} ms",
+                label=f"batch of one, {one.median:.1f} ms",
             )
         p50.set_ylabel("p50 latency, ms (log)")
         p50.set_title(f"{name} ({dist['lengths']}): p50 against load")

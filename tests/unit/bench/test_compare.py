@@ -21,6 +21,7 @@ from modelroll_bench.compare import (
     checks,
     unavailable,
 )
+from modelroll_bench.stats import Spread
 from modelroll_bench.systems import Batching
 
 
@@ -48,11 +49,10 @@ def test_ratios_are_taken_round_by_round_then_the_median() -> None:
     }
     summary = aggregate(SETUP, rounds, limit=100)
     sat = summary["other"]["saturation_rps"]
-    assert sat["value"]["median"] == 90
-    assert (sat["ratio_to_baseline"]["median"], sat["ratio_to_baseline"]["low"]) == (0.9, 0.5)
-    assert sat["ratio_to_baseline"]["high"] == 1.5
-    p99 = summary["other"]["p99_at_30%"]["ratio_to_baseline"]
-    assert (p99["median"], p99["low"], p99["high"]) == (2.0, 1.0, 3.0)
+    assert sat.value == Spread(median=90, low=50, high=300, rounds=3)
+    assert sat.ratio_to_baseline == Spread(median=0.9, low=0.5, high=1.5, rounds=3)
+    p99 = summary["other"]["p99_at_30%"].ratio_to_baseline
+    assert p99 == Spread(median=2.0, low=1.0, high=3.0, rounds=3)
     assert summary[BASELINE]["saturation_of_limit"] == 1.0
 
 
@@ -62,14 +62,14 @@ def test_a_round_missing_from_the_baseline_is_left_out_of_the_ratios() -> None:
         "other": [row(1, 50, 20), row(2, 999, 20), row(3, 70, 30)],
     }
     sat = aggregate(SETUP, rounds, limit=100)["other"]["saturation_rps"]
-    assert sat["ratio_to_baseline"]["rounds"] == 2
-    assert sat["ratio_to_baseline"]["median"] == 0.6
+    assert sat.ratio_to_baseline is not None
+    assert (sat.ratio_to_baseline.rounds, sat.ratio_to_baseline.median) == (2, 0.6)
 
 
 def test_without_the_baseline_there_are_no_ratios_and_skipped_rates_have_no_value() -> None:
     summary = aggregate(SETUP, {"other": [row(1, 50, None)]}, limit=100)
-    assert summary["other"]["saturation_rps"]["ratio_to_baseline"] is None
-    assert summary["other"]["p99_at_30%"]["value"] is None
+    assert summary["other"]["saturation_rps"].ratio_to_baseline is None
+    assert summary["other"]["p99_at_30%"].value is None
 
 
 def slo_row(round_no: int, within: float) -> dict[str, Any]:

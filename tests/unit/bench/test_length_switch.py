@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from modelroll_bench.length_switch import Switch, parse_switch, recovery_s, summarize
+from modelroll_bench.stats import Spread
 
 
 def run(round_no: int, before: float, windows: list[float]) -> dict[str, Any]:
@@ -21,9 +22,10 @@ def test_ratios_to_the_best_static_are_paired_by_round_window_by_window() -> Non
         "mine": [run(1, 20, [10, 40]), run(2, 20, [40, 40])],
     }
     summary = summarize(rounds, "base", "best")
-    assert summary["mine"]["w0"]["value"]["median"] == 25
-    assert summary["mine"]["w0"]["to_best_static"]["median"] == 0.75  # 0.5 and 1.0
-    assert summary["mine"]["w1"]["to_baseline"]["median"] == 4.0
+    w0, w1 = summary["mine"]["w0"], summary["mine"]["w1"]
+    assert w0.value == Spread(median=25, low=10, high=40, rounds=2)
+    assert w0.ratio_to_best_static == Spread(median=0.75, low=0.5, high=1.0, rounds=2)
+    assert w1.ratio_to_baseline == Spread(median=4.0, low=4.0, high=4.0, rounds=2)
     assert list(summary["mine"]) == ["before", "w0", "w1"]
 
 
