@@ -43,9 +43,9 @@ from modelroll_devcluster.sentences import sentences as seeded_sentences
 from modelroll_models import batch_cost
 
 from . import wrk
+from .figures import Figure
 from .loadgen import closed_loop, json_bodies, open_loop
 from .metrics import Watch
-from .results import to_json
 from .runs import (
     WRK_TIMEOUT_S,
     full_batches_rps,
@@ -55,7 +55,7 @@ from .runs import (
     sequential_ms,
     write,
 )
-from .stats import paired_ratios, spread
+from .stats import Spread, paired_ratios, spread
 from .systems import Batching, System, batcher, serve
 
 BASELINE = "no batching"
@@ -395,15 +395,14 @@ def figures(
     base: Sequence[dict[str, Any] | None],
     keys: Sequence[str],
 ) -> dict[str, Any]:
-    """Median and range over rounds of each of ``keys``, of the ratio to the baseline's row of
+    """Median and range over rounds of each of ``keys`` with its ratio to the baseline's row of
     the same round, and of the encoder's mean batch and padding efficiency."""
     out: dict[str, Any] = {}
     for key in keys:
         mine = _values(rows, key)
-        out[key] = to_json(spread(mine, 2))
-        out[f"{key}_ratio"] = to_json(spread(paired_ratios(mine, _values(base, key))))
+        out[key] = Figure(spread(mine, 2), spread(paired_ratios(mine, _values(base, key))))
     for key in ("mean_batch", "padding_efficiency"):
-        out[key] = to_json(spread(_values(rows, "batching", key)))
+        out[key] = spread(_values(rows, "batching", key))
     return out
 
 
@@ -429,12 +428,12 @@ def summarize(rows: Rows) -> dict[str, Any]:
     return {"saturation": saturation, "rates": rates}
 
 
-def _cell(fig: dict[str, Any] | None, fmt: str, ratio: bool = False) -> str:
+def _cell(fig: Spread | None, fmt: str, ratio: bool = False) -> str:
     if fig is None:
         return "-"
     suffix = "x" if ratio else ""
-    median, low, high = (format(fig[k], fmt) + suffix for k in ("median", "low", "high"))
-    return median if fig["rounds"] == 1 else f"{median} ({low}-{high})"
+    median, low, high = (format(v, fmt) + suffix for v in (fig.median, fig.low, fig.high))
+    return median if fig.rounds == 1 else f"{median} ({low}-{high})"
 
 
 def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
@@ -449,8 +448,8 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
     )
     for label, entry in summary["saturation"].items():
         print(
-            f"{label:<{w}} {_cell(entry['rps'], '.1f'):>20} "
-            f"{_cell(entry['rps_ratio'], '.2f', ratio=True):>22} "
+            f"{label:<{w}} {_cell(entry['rps'].value, '.1f'):>20} "
+            f"{_cell(entry['rps'].ratio_to_baseline, '.2f', ratio=True):>22} "
             f"{_cell(entry['mean_batch'], '.1f'):>18} "
             f"{_cell(entry['padding_efficiency'], '.2f'):>20} "
             f"{entry['share_of_limit']:>9.0%} of {entry['model_limit_rps']:.1f}"
@@ -466,17 +465,19 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
             f"{'mean batch':>11} {'padding eff.':>13}"
         )
         for label, figs in entry["systems"].items():
-            if figs["p50_ms"] is None:
+            latency = [figs[k].value for k in ("p50_ms", "p95_ms", "p99_ms")]
+            if None in latency:
                 print(f"{label:<{w}} skipped: beyond {SKIP_ABOVE:.0%} of its saturation")
                 continue
-            pct = " / ".join(f"{figs[k]['median']:.1f}" for k in ("p50_ms", "p95_ms", "p99_ms"))
+            pct = " / ".join(f"{v.median:.1f}" for v in latency)
+            p99, p50 = figs["p99_ms"].ratio_to_baseline, figs["p50_ms"].ratio_to_baseline
             mean = figs["mean_batch"]
             eff = figs["padding_efficiency"]
             print(
-                f"{label:<{w}} {pct:>24} {_cell(figs['p99_ms_ratio'], '.2f', ratio=True):>22} "
-                f"{_cell(figs['p50_ms_ratio'], '.2f', ratio=True):>22} "
-                f"{'-' if mean is None else format(mean['median'], '.1f'):>11} "
-                f"{'-' if eff is None else format(eff['median'], '.2f'):>13}"
+                f"{label:<{w}} {pct:>24} {_cell(p99, '.2f', ratio=True):>22} "
+                f"{_cell(p50, '.2f', ratio=True):>22} "
+                f"{'-' if mean is None else format(mean.median, '.1f'):>11} "
+                f"{'-' if eff is None else format(eff.median, '.2f'):>13}"
             )
 
 
