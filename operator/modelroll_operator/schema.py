@@ -142,7 +142,6 @@ class _Field:
     name: str
     type: Any
     """The Python type, ``None`` taken out of an optional one."""
-    optional: bool
     api: Api
     field: dataclasses.Field[Any]
 
@@ -164,8 +163,7 @@ def _fields_of(cls: Any) -> tuple[_Field, ...]:
         meta = f.metadata.get("api")
         if not isinstance(meta, Api):
             continue
-        kind, optional = _unoptional(hints[f.name])
-        declared.append(_Field(f.name, meta.json_name(f.name), kind, optional, meta, f))
+        declared.append(_Field(f.name, meta.json_name(f.name), _unoptional(hints[f.name]), meta, f))
     return tuple(declared)
 
 
@@ -174,18 +172,19 @@ def _is_class(kind: Any) -> bool:
     return isinstance(kind, type) and dataclasses.is_dataclass(kind)
 
 
-def _unoptional(kind: Any) -> tuple[Any, bool]:
+def _unoptional(kind: Any) -> Any:
+    """``T`` of ``T | None``; any other type as it is."""
     if get_origin(kind) in (Union, types.UnionType):
         args = [a for a in get_args(kind) if a is not type(None)]
         if len(args) == 1:
-            return args[0], True
-    return kind, False
+            return args[0]
+    return kind
 
 
 # The schema.
 
 
-def schema_of(cls: type, description: str, path: str, **keys: Any) -> Json:
+def schema_of(cls: type, description: str, path: str) -> Json:
     """The OpenAPI schema of a declared class, as the object at ``path`` so described. Its
     object-level rules are its ``RULES``. A class that only the operator writes, always whole,
     sets ``WRITTEN_WHOLE``: its schema requires nothing, and reading it says what is missing."""
@@ -205,7 +204,6 @@ def schema_of(cls: type, description: str, path: str, **keys: Any) -> Json:
     schema: Json = {"type": "object", "description": description}
     if required:
         schema["required"] = required
-    schema |= keys
     schema["properties"] = properties
     rules = getattr(cls, "RULES", ())
     if rules:
