@@ -48,10 +48,8 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any
 
 from modelroll_common.metric_names import DURATION_BUCKETS, TTFT_BUCKETS
 from modelroll_operator.analysis import counts, machine, statistics
@@ -59,8 +57,9 @@ from modelroll_operator.analysis.phases import Phase
 from modelroll_operator.analysis.spec import TTFT as TTFT_CHECK
 from modelroll_operator.analysis.spec import AnalysisSpec, Checks, ErrorCheck, LatencyCheck, Step
 
-from .servers import Check, finish
+from .servers import Check
 from .stats import percentile
+from .suite import Suite
 
 LES: tuple[float, ...] = (*DURATION_BUCKETS, math.inf)
 """The gateway's histogram bucket bounds, +Inf last."""
@@ -580,31 +579,155 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _rollouts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Rollouts:
+    """How a judge's rollouts of one scenario ended, and the median time to promote."""
+
+    runs: int
+    rolled_back: int
+    promoted: int
+    held: int
+    rollback_rate: float
+    median_promotion_s: float | None
+
+    def text(self) -> str:
+        """``rolled back/runs (rate)``."""
+        return f"{self.rolled_back}/{self.runs} ({self.rollback_rate:.2%})"
+
+
+@dataclass(frozen=True)
+class Detection:
+    """How soon a judge rolled back a regressed canary, from the step being reached (None: the
+    percentile fell among runs never rolled back)."""
+
+    runs: int
+    detected: int
+    promoted: int
+    held: int
+    median_s: float | None
+    p95_s: float | None
+    max_s: float | None
+
+
+@dataclass(frozen=True)
+class AaRow:
+    """A/A rollouts at one traffic level, by judge."""
+
+    rate: float
+    judges: dict[str, Rollouts]
+
+
+@dataclass(frozen=True)
+class RegressionRow:
+    """One regression at one canary weight, by judge, beside a fixed-sample test's time."""
+
+    regression: str
+    weight: int
+    rate: float
+    fixed_sample_s: float | None
+    max_s: int
+    judges: dict[str, Detection]
+
+
+@dataclass(frozen=True)
+class BatchedRow:
+    """A/A rollouts behind a batching sidecar whose model calls fail whole, by judge."""
+
+    rate: float
+    batch_size: int
+    batch_failure_rate: float
+    judges: dict[str, Rollouts]
+
+
+@dataclass(frozen=True)
+class StreamRow:
+    """The time-to-first-token check at one weight: A/A rollouts and a slower first token."""
+
+    weight: int
+    rate: float
+    aa: Rollouts
+    regression: str
+    detection: Detection
+    fixed_sample_s: float | None
+    max_s: int
+
+
+@dataclass(frozen=True)
+class FastRow:
+    """A canary failing a large share of little traffic against a baseline failing none."""
+
+    rate: float
+    weight: int
+    canary_rate: float
+    canary_error_rate: float
+    baseline_error_rate: float
+    judges: dict[str, Detection]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Every scenario's outcomes, counted; scenarios keyed as the tables name them."""
+
+    aa: dict[str, AaRow]
+    detection: dict[str, RegressionRow]
+    streams: dict[str, StreamRow]
+    batched: dict[str, BatchedRow]
+    fast: FastRow
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rule:
+    """modelroll's analysis as the spec's defaults configure it."""
+
+    interval_s: int
+    warmup_s: int
+    min_s: int
+    min_requests: int
+    max_s: int
+    on_inconclusive: str
+    max_ratio: dict[str, float]
+    budget: float
+    alpha_per_check_per_step: float
+    alternative_multipliers: list[float]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The rules both judges applied, the healthy version's p95, and what they decided."""
+
+    healthy_p95_s: float
+    healthy_p95_histogram_quantile_s: float
+    modelroll: Rule
+    flagger: FlaggerRule
+    simulation: Measured
+
+
+def _rollouts(outcomes: Sequence[Outcome]) -> Rollouts:
     n = len(outcomes)
     counts = {r: sum(o.result == r for o in outcomes) for r in (ROLLED_BACK, PROMOTED, HELD)}
     promoted = [o.at_s for o in outcomes if o.result == PROMOTED]
-    return {
-        "runs": n,
-        "rolled_back": counts[ROLLED_BACK],
-        "promoted": counts[PROMOTED],
-        "held": counts[HELD],
-        "rollback_rate": counts[ROLLED_BACK] / n if n else math.nan,
-        "median_promotion_s": _finite(percentile(promoted, 0.5)),
-    }
+    return Rollouts(
+        runs=n,
+        rolled_back=counts[ROLLED_BACK],
+        promoted=counts[PROMOTED],
+        held=counts[HELD],
+        rollback_rate=counts[ROLLED_BACK] / n if n else math.nan,
+        median_promotion_s=_finite(percentile(promoted, 0.5)),
+    )
 
 
-def _detection(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+def _detection(outcomes: Sequence[Outcome]) -> Detection:
     times = [o.in_step_s if o.result == ROLLED_BACK else math.inf for o in outcomes]
-    return {
-        "runs": len(outcomes),
-        "detected": sum(math.isfinite(x) for x in times),
-        "promoted": sum(o.result == PROMOTED for o in outcomes),
-        "held": sum(o.result == HELD for o in outcomes),
-        "median_s": _finite(percentile(times, 0.5)),
-        "p95_s": _finite(percentile(times, 0.95)),
-        "max_s": _finite(max(times)) if times else None,
-    }
+    return Detection(
+        runs=len(outcomes),
+        detected=sum(math.isfinite(x) for x in times),
+        promoted=sum(o.result == PROMOTED for o in outcomes),
+        held=sum(o.result == HELD for o in outcomes),
+        median_s=_finite(percentile(times, 0.5)),
+        p95_s=_finite(percentile(times, 0.95)),
+        max_s=_finite(max(times)) if times else None,
+    )
 
 
 def _run_all(
@@ -638,18 +761,18 @@ def batched_aa(
     setup: Setup,
     judges: Sequence[str] = BATCHED_JUDGES,
     log: Callable[[str], None] = lambda _: None,
-) -> dict[str, Any]:
+) -> dict[str, BatchedRow]:
     """The batched A/A rollouts, by scenario name."""
-    out: dict[str, Any] = {}
+    out: dict[str, BatchedRow] = {}
     for scenario in setup.batched_scenarios():
         started = time.monotonic()
         outcomes = _run_all(setup, scenario, setup.batched_rollouts, judges)
-        out[scenario.name] = {
-            "rate": scenario.rate,
-            "batch_size": scenario.canary.batch_size,
-            "batch_failure_rate": scenario.canary.batch_failure_rate,
-            **{name: _rollouts(outcomes[name]) for name in judges},
-        }
+        out[scenario.name] = BatchedRow(
+            rate=scenario.rate,
+            batch_size=scenario.canary.batch_size,
+            batch_failure_rate=scenario.canary.batch_failure_rate,
+            judges={name: _rollouts(outcomes[name]) for name in judges},
+        )
         took = time.monotonic() - started
         log(f"A/A, {scenario.name}: {setup.batched_rollouts} rollouts in {took:.1f} s")
     return out
@@ -710,12 +833,12 @@ def fixed_sample_s(
     return judging_from + math.ceil(seconds / interval) * interval
 
 
-def streams(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def streams(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[str, StreamRow]:
     """The time-to-first-token check, one step at each detection weight: A/A rollouts (false
     rollbacks) and a canary whose first token comes 1.5x later, judged by modelroll alone."""
     healthy = setup.stream
     slower = replace(healthy, median_s=1.5 * healthy.median_s)
-    out: dict[str, Any] = {}
+    out: dict[str, StreamRow] = {}
     for weight in setup.detect_weights:
         started = time.monotonic()
         spec = setup.stream_spec((weight,))
@@ -725,62 +848,62 @@ def streams(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[s
         aa_runs = _run_all(setup, aa, setup.detect_seeds, (MODELROLL,), spec)[MODELROLL]
         caught = _run_all(setup, later, setup.detect_seeds, (MODELROLL,), spec)[MODELROLL]
         fixed = fixed_sample_s(spec, slower, healthy, TTFT_CHECK, weight, rate)
-        out[f"{weight}%"] = {
-            "weight": weight,
-            "rate": rate,
-            "aa": _rollouts(aa_runs),
-            "regression": TTFT_REGRESSION,
-            "detection": _detection(caught),
-            "fixed_sample_s": _finite(fixed),
-            "max_s": spec.max_seconds,
-        }
+        out[f"{weight}%"] = StreamRow(
+            weight=weight,
+            rate=rate,
+            aa=_rollouts(aa_runs),
+            regression=TTFT_REGRESSION,
+            detection=_detection(caught),
+            fixed_sample_s=_finite(fixed),
+            max_s=spec.max_seconds,
+        )
         took = time.monotonic() - started
         log(f"streams at {weight}%: {2 * setup.detect_seeds} runs in {took:.1f} s")
     return out
 
 
-def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Every scenario; the report (without its targets)."""
-    spec = setup.spec(setup.steps)
-    checks = len([c for c in spec.checks().values() if not c.dry_run])
-    report: dict[str, Any] = {
-        "setup": {
-            **asdict(setup),
-            "healthy_p95_s": round(setup.healthy.p95(), 6),
-            "healthy_p95_histogram_quantile_s": round(
-                histogram_quantile_of(0.95, setup.healthy.bucket_probabilities()), 6
-            ),
-        },
-        "modelroll": {
-            "interval_s": spec.interval_seconds,
-            "warmup_s": spec.warmup_seconds,
-            "min_s": spec.min_seconds,
-            "min_requests": spec.min_requests,
-            "max_s": spec.max_seconds,
-            "on_inconclusive": spec.on_inconclusive,
-            "max_ratio": {n: c.max_ratio for n, c in spec.checks().items()},
-            "budget": spec.false_rollback_budget,
-            "alpha_per_check_per_step": statistics.check_alpha(
-                spec.false_rollback_budget, checks, len(spec.steps)
-            ),
-            "alternative_multipliers": list(statistics.MULTIPLIERS),
-        },
-        "flagger": asdict(setup.flagger_rule()),
-        "aa": {},
-        "detection": {},
-    }
+def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> Measured:
+    """Every scenario, each judge's outcomes counted."""
+    started_all = time.monotonic()
+    aa: dict[str, AaRow] = {}
     for label, rate in (("low", setup.low_rate), ("high", setup.high_rate)):
         started = time.monotonic()
         scenario = Scenario(f"aa-{label}", rate, setup.steps, setup.healthy, setup.healthy)
         outcomes = _run_all(setup, scenario, setup.rollouts)
-        report["aa"][label] = {
-            "rate": rate,
-            **{name: _rollouts(outcomes[name]) for name in JUDGES},
-        }
+        aa[label] = AaRow(rate, {name: _rollouts(outcomes[name]) for name in JUDGES})
         log(
             f"A/A at {rate:g} req/s: {setup.rollouts} rollouts in "
             f"{time.monotonic() - started:.1f} s"
         )
+    detection = regressions(setup, log)
+    found_streams = streams(setup, log)
+    batched = batched_aa(setup, log=log)
+    weight = setup.steps[0]
+    fast = Scenario(
+        "fast",
+        setup.fast_canary_rate / (weight / 100),
+        setup.steps,
+        replace(setup.healthy, error_rate=setup.fast_error_rate),
+        replace(setup.healthy, error_rate=0.0),
+    )
+    outcomes = _run_all(setup, fast, setup.detect_seeds)
+    fast_row = FastRow(
+        rate=fast.rate,
+        weight=weight,
+        canary_rate=setup.fast_canary_rate,
+        canary_error_rate=setup.fast_error_rate,
+        baseline_error_rate=0.0,
+        judges={name: _detection(outcomes[name]) for name in JUDGES},
+    )
+    seconds = round(time.monotonic() - started_all, 1)
+    return Measured(aa, detection, found_streams, batched, fast_row, seconds)
+
+
+def regressions(
+    setup: Setup, log: Callable[[str], None] = lambda _: None
+) -> dict[str, RegressionRow]:
+    """Each regression at each detection weight, one step, by ``name @ weight%``."""
+    out: dict[str, RegressionRow] = {}
     for name in REGRESSIONS:
         canary = regressed(setup.healthy, name)
         for weight in setup.detect_weights:
@@ -794,117 +917,125 @@ def simulate(setup: Setup, log: Callable[[str], None] = lambda _: None) -> dict[
             fixed = fixed_sample_s(
                 scenario_spec, canary, setup.healthy, check, weight, setup.detect_rate
             )
-            report["detection"][f"{name} @ {weight}%"] = {
-                "regression": name,
-                "weight": weight,
-                "rate": setup.detect_rate,
-                "fixed_sample_s": _finite(fixed),
-                "max_s": scenario_spec.max_seconds,
-                **{judge_name: _detection(outcomes[judge_name]) for judge_name in JUDGES},
-            }
+            out[f"{name} @ {weight}%"] = RegressionRow(
+                regression=name,
+                weight=weight,
+                rate=setup.detect_rate,
+                fixed_sample_s=_finite(fixed),
+                max_s=scenario_spec.max_seconds,
+                judges={judge: _detection(outcomes[judge]) for judge in JUDGES},
+            )
             log(
                 f"{name} at {weight}%: {setup.detect_seeds} runs in "
                 f"{time.monotonic() - started:.1f} s"
             )
-    report["streams"] = streams(setup, log)
-    report["batched"] = batched_aa(setup, log=log)
-    weight = setup.steps[0]
-    fast = Scenario(
-        "fast",
-        setup.fast_canary_rate / (weight / 100),
-        setup.steps,
-        replace(setup.healthy, error_rate=setup.fast_error_rate),
-        replace(setup.healthy, error_rate=0.0),
+    return out
+
+
+def summarize(setup: Setup, measured: Measured) -> Summary:
+    """The rules the judges applied (from the setup alone) beside what they decided."""
+    spec = setup.spec(setup.steps)
+    checks = len([c for c in spec.checks().values() if not c.dry_run])
+    rule = Rule(
+        interval_s=spec.interval_seconds,
+        warmup_s=spec.warmup_seconds,
+        min_s=spec.min_seconds,
+        min_requests=spec.min_requests,
+        max_s=spec.max_seconds,
+        on_inconclusive=str(spec.on_inconclusive),
+        max_ratio={n: c.max_ratio for n, c in spec.checks().items()},
+        budget=spec.false_rollback_budget,
+        alpha_per_check_per_step=statistics.check_alpha(
+            spec.false_rollback_budget, checks, len(spec.steps)
+        ),
+        alternative_multipliers=list(statistics.MULTIPLIERS),
     )
-    outcomes = _run_all(setup, fast, setup.detect_seeds)
-    report["fast"] = {
-        "rate": fast.rate,
-        "weight": weight,
-        "canary_rate": setup.fast_canary_rate,
-        "canary_error_rate": setup.fast_error_rate,
-        "baseline_error_rate": 0.0,
-        **{name: _detection(outcomes[name]) for name in JUDGES},
-    }
-    return report
+    probabilities = setup.healthy.bucket_probabilities()
+    return Summary(
+        healthy_p95_s=round(setup.healthy.p95(), 6),
+        healthy_p95_histogram_quantile_s=round(histogram_quantile_of(0.95, probabilities), 6),
+        modelroll=rule,
+        flagger=setup.flagger_rule(),
+        simulation=measured,
+    )
 
 
-def targets(report: dict[str, Any]) -> list[Check]:
+def checks(setup: Setup, summary: Summary) -> list[Check]:
     """The targets, judged on modelroll with the spec's defaults (not the strict variant)."""
-    checks: list[Check] = []
-    for row in report["aa"].values():
-        ours, theirs = row[MODELROLL], row[FLAGGER]
-        checks.append(
+    found: list[Check] = []
+    measured = summary.simulation
+    for row in measured.aa.values():
+        ours, theirs = row.judges[MODELROLL], row.judges[FLAGGER]
+        found.append(
             (
-                f"A/A at {row['rate']:g} req/s: modelroll false rollbacks <= 1%",
-                ours["rollback_rate"] <= 0.01,
-                f"{ours['rolled_back']}/{ours['runs']} ({ours['rollback_rate']:.2%})",
+                f"A/A at {row.rate:g} req/s: modelroll false rollbacks <= 1%",
+                ours.rollback_rate <= 0.01,
+                ours.text(),
             )
         )
-        checks.append(
+        found.append(
             (
-                f"A/A at {row['rate']:g} req/s: modelroll rolls back no more than Flagger",
-                ours["rolled_back"] <= theirs["rolled_back"],
-                f"modelroll {ours['rolled_back']}, Flagger {theirs['rolled_back']} "
-                f"of {ours['runs']}",
+                f"A/A at {row.rate:g} req/s: modelroll rolls back no more than Flagger",
+                ours.rolled_back <= theirs.rolled_back,
+                f"modelroll {ours.rolled_back}, Flagger {theirs.rolled_back} of {ours.runs}",
             )
         )
-    fast = report["fast"][MODELROLL]
-    checks.append(
+    fast, ours_fast = measured.fast, measured.fast.judges[MODELROLL]
+    found.append(
         (
-            f"{report['fast']['canary_error_rate']:.0%} errors at "
-            f"{report['fast']['canary_rate']:g} req/s of canary traffic: every run rolled back "
-            "within 15 s of reaching the step",
-            fast["detected"] == fast["runs"] and (fast["max_s"] or math.inf) <= 15,
-            f"{fast['detected']}/{fast['runs']} rolled back, max {_seconds(fast['max_s'])}",
+            f"{fast.canary_error_rate:.0%} errors at {fast.canary_rate:g} req/s of canary "
+            "traffic: every run rolled back within 15 s of reaching the step",
+            ours_fast.detected == ours_fast.runs and (ours_fast.max_s or math.inf) <= 15,
+            f"{ours_fast.detected}/{ours_fast.runs} rolled back, max {_seconds(ours_fast.max_s)}",
         )
     )
-    for name, row in report.get("batched", {}).items():
-        ours = row[MODELROLL]
-        checks.append(
+    for name, batched in measured.batched.items():
+        ours = batched.judges[MODELROLL]
+        found.append(
             (
-                f"A/A, {name}, {row['rate']:g} req/s: modelroll false rollbacks <= 1%",
-                ours["rollback_rate"] <= 0.01,
-                f"{ours['rolled_back']}/{ours['runs']} ({ours['rollback_rate']:.2%})",
+                f"A/A, {name}, {batched.rate:g} req/s: modelroll false rollbacks <= 1%",
+                ours.rollback_rate <= 0.01,
+                ours.text(),
             )
         )
-    for cell, row in report["detection"].items():
-        ours, theirs = row[MODELROLL]["median_s"], row[FLAGGER]["median_s"]
-        checks.append(_against_fixed_sample(cell, row, ours))
-        if theirs is not None:
-            checks.append(
+    for cell, regression in measured.detection.items():
+        mine = regression.judges[MODELROLL].median_s
+        flaggers = regression.judges[FLAGGER].median_s
+        found.append(_against_fixed_sample(cell, regression, mine))
+        if flaggers is not None:
+            found.append(
                 (
-                    f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= "
+                    f"{cell} at {regression.rate:g} req/s: modelroll's median time to detect <= "
                     "1/10 of Flagger's",
-                    ours is not None and ours * 10 <= theirs,
-                    f"modelroll {_seconds(ours)}, Flagger {_seconds(theirs)}",
+                    mine is not None and mine * 10 <= flaggers,
+                    f"modelroll {_seconds(mine)}, Flagger {_seconds(flaggers)}",
                 )
             )
-    for cell, row in report.get("streams", {}).items():
-        aa = row["aa"]
-        checks.append(
+    for cell, stream in measured.streams.items():
+        found.append(
             (
-                f"timeToFirstToken check, A/A at {cell}, {row['rate']:g} req/s: false "
+                f"timeToFirstToken check, A/A at {cell}, {stream.rate:g} req/s: false "
                 "rollbacks <= 1%",
-                aa["rollback_rate"] <= 0.01,
-                f"{aa['rolled_back']}/{aa['runs']} ({aa['rollback_rate']:.2%})",
+                stream.aa.rollback_rate <= 0.01,
+                stream.aa.text(),
             )
         )
-        name = f"{row['regression']} @ {cell}"
-        checks.append(_against_fixed_sample(name, row, row["detection"]["median_s"]))
-    return checks
+        name = f"{stream.regression} @ {cell}"
+        found.append(_against_fixed_sample(name, stream, stream.detection.median_s))
+    return found
 
 
-def _against_fixed_sample(cell: str, row: dict[str, Any], ours: float | None) -> Check:
+def _against_fixed_sample(cell: str, row: RegressionRow | StreamRow, ours: float | None) -> Check:
     """modelroll's median time to detect a regression against a fixed-sample test's."""
-    fixed = row["fixed_sample_s"]
-    if fixed is None or 2 * fixed > row["max_s"]:
+    fixed = row.fixed_sample_s
+    if fixed is None or 2 * fixed > row.max_s:
         # No test with this budget detects it in half of maxSeconds: nothing to compare.
         met, seen = True, f"fixed-sample {_seconds(fixed)}: beyond maxSeconds/2"
     else:
         met = ours is not None and ours <= 2 * fixed
         seen = f"modelroll {_seconds(ours)}, fixed-sample {_seconds(fixed)}"
     return (
-        f"{cell} at {row['rate']:g} req/s: modelroll's median time to detect <= 2x a "
+        f"{cell} at {row.rate:g} req/s: modelroll's median time to detect <= 2x a "
         "fixed-sample test's with the same budget",
         met,
         seen,
@@ -915,181 +1046,195 @@ def _seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:g} s"
 
 
-def table(report: dict[str, Any]) -> str:
-    setup = report["setup"]
-    labels = {name: Setup(beta=setup["beta"]).label(name) for name in (*JUDGES, BY_REQUESTS)}
-    h, m, f = setup["healthy"], report["modelroll"], report["flagger"]
+def render(setup: Setup, summary: Summary) -> str:
+    """The tables docs/analysis.md shows."""
+    labels = {name: setup.label(name) for name in (*JUDGES, BY_REQUESTS)}
+    h, m, f = setup.healthy, summary.modelroll, summary.flagger
+    measured = summary.simulation
     lines = [
-        f"Healthy version: {h['error_rate']:.1%} errors, lognormal latency median "
-        f"{h['median_s'] * 1000:g} ms sigma {h['sigma']:g} (p95 "
-        f"{setup['healthy_p95_s'] * 1000:.0f} ms; histogram_quantile "
-        f"{setup['healthy_p95_histogram_quantile_s'] * 1000:.0f} ms).",
-        f"modelroll: interval {m['interval_s']} s, warm-up {m['warmup_s']} s, min {m['min_s']} s "
-        f"and {m['min_requests']} canary requests, max {m['max_s']} s then "
-        f"{m['on_inconclusive']}, maxRatio 1.5, budget {m['budget']:.0%} -> alpha "
-        f"{m['alpha_per_check_per_step']:.3g} per check and step (3 steps); pass: Lambda <= 1. "
+        f"Healthy version: {h.error_rate:.1%} errors, lognormal latency median "
+        f"{h.median_s * 1000:g} ms sigma {h.sigma:g} (p95 "
+        f"{summary.healthy_p95_s * 1000:.0f} ms; histogram_quantile "
+        f"{summary.healthy_p95_histogram_quantile_s * 1000:.0f} ms).",
+        f"modelroll: interval {m.interval_s} s, warm-up {m.warmup_s} s, min {m.min_s} s "
+        f"and {m.min_requests} canary requests, max {m.max_s} s then "
+        f"{m.on_inconclusive}, maxRatio 1.5, budget {m.budget:.0%} -> alpha "
+        f"{m.alpha_per_check_per_step:.3g} per check and step (3 steps); pass: Lambda <= 1. "
         f"{labels[STRICT]}: the same, but a pass needs every likelihood ratio <= "
-        f"{setup['beta']:g}.",
-        f"Flagger: every {f['interval_s']} s over the last {f['interval_s']} s, the canary's "
-        f"errors > {f['max_error']:.0%}, p95 > {f['max_p95_s'] * 1000:.0f} ms or no request "
-        f"fails the check; rollback at {f['threshold']} failed checks.",
+        f"{setup.beta:g}.",
+        f"Flagger: every {f.interval_s} s over the last {f.interval_s} s, the canary's "
+        f"errors > {f.max_error:.0%}, p95 > {f.max_p95_s * 1000:.0f} ms or no request "
+        f"fails the check; rollback at {f.threshold} failed checks.",
         "",
-        f"A/A rollouts (identical versions), steps {', '.join(f'{w}%' for w in setup['steps'])}:",
+        f"A/A rollouts (identical versions), steps {', '.join(f'{w}%' for w in setup.steps)}:",
         f"  {'traffic':<12} {'judge':<18} {'rolled back':>14} {'promoted':>9} {'held':>6} "
         f"{'median promotion':>17}",
     ]
-    for row in report["aa"].values():
+    for aa in measured.aa.values():
         for name in JUDGES:
-            s = row[name]
+            r = aa.judges[name]
             lines.append(
-                f"  {row['rate']:>6g} req/s {labels[name]:<18} "
-                f"{s['rolled_back']:>6} ({s['rollback_rate']:>5.1%}) {s['promoted']:>9} "
-                f"{s['held']:>6} {_seconds(s['median_promotion_s']):>17}"
+                f"  {aa.rate:>6g} req/s {labels[name]:<18} "
+                f"{r.rolled_back:>6} ({r.rollback_rate:>5.1%}) {r.promoted:>9} "
+                f"{r.held:>6} {_seconds(r.median_promotion_s):>17}"
             )
     lines += [
         "",
-        f"Regressions, one step at the weight, {setup['detect_rate']:g} req/s in all, "
-        f"{setup['detect_seeds']} runs each; time from the step being reached to the rollback "
+        f"Regressions, one step at the weight, {setup.detect_rate:g} req/s in all, "
+        f"{setup.detect_seeds} runs each; time from the step being reached to the rollback "
         "(never: promoted or held):",
         f"  {'regression':<13} {'weight':>6}  {'judge':<18} {'caught':>6} {'promoted':>9} "
         f"{'median':>7} {'p95':>7} {'vs Flagger':>10}",
     ]
-    for row in report["detection"].values():
+    for row in measured.detection.values():
         lines.append(
-            f"  {row['regression']:<13} {str(row['weight']) + '%':>6}  "
-            f"{'fixed-sample test':<18} {'':>6} {'':>9} {_seconds(row['fixed_sample_s']):>7}"
+            f"  {row.regression:<13} {str(row.weight) + '%':>6}  "
+            f"{'fixed-sample test':<18} {'':>6} {'':>9} {_seconds(row.fixed_sample_s):>7}"
         )
-        flagger_median = row[FLAGGER]["median_s"]
+        flagger_median = row.judges[FLAGGER].median_s
         for name in JUDGES:
-            d = row[name]
+            d = row.judges[name]
             speedup = (
-                f"{flagger_median / d['median_s']:.1f}x faster"
-                if name != FLAGGER and d["median_s"] and flagger_median
+                f"{flagger_median / d.median_s:.1f}x faster"
+                if name != FLAGGER and d.median_s and flagger_median
                 else ""
             )
             lines.append(
                 f"  {'':<13} {'':>6}  {labels[name]:<18} "
-                f"{d['detected']:>6} {d['promoted']:>9} {_seconds(d['median_s']):>7} "
-                f"{_seconds(d['p95_s']):>7} {speedup:>10}"
+                f"{d.detected:>6} {d.promoted:>9} {_seconds(d.median_s):>7} "
+                f"{_seconds(d.p95_s):>7} {speedup:>10}"
             )
-    if report.get("batched"):
+    if measured.batched:
         lines += [
             "",
-            f"A/A rollouts behind a batching sidecar (step {setup['batched_steps']}, "
-            f"{setup['batched_rate']:g} req/s; whole model calls fail on top of "
-            f"{h['error_rate']:.1%} of requests; a call's requests share its duration):",
+            f"A/A rollouts behind a batching sidecar (step {setup.batched_steps}, "
+            f"{setup.batched_rate:g} req/s; whole model calls fail on top of "
+            f"{h.error_rate:.1%} of requests; a call's requests share its duration):",
             f"  {'traffic':<30} {'judge':<20} {'rolled back':>14} {'promoted':>9} {'held':>6}",
         ]
-        for name, row in report["batched"].items():
+        for name, batched in measured.batched.items():
             for i, judge_name in enumerate(BATCHED_JUDGES):
-                if judge_name not in row:
+                if judge_name not in batched.judges:
                     continue
-                b = row[judge_name]
+                b = batched.judges[judge_name]
                 lines.append(
                     f"  {name if i == 0 else '':<30} {labels[judge_name]:<20} "
-                    f"{b['rolled_back']:>6} ({b['rollback_rate']:>5.1%}) {b['promoted']:>9} "
-                    f"{b['held']:>6}"
+                    f"{b.rolled_back:>6} ({b.rollback_rate:>5.1%}) {b.promoted:>9} "
+                    f"{b.held:>6}"
                 )
-    if report.get("streams"):
+    if measured.streams:
         lines += [
             "",
             f"Generation streams, judged on errors and timeToFirstToken (maxRatio 1.5), one step "
-            f"at the weight, {setup['detect_rate']:g} req/s in all, {setup['detect_seeds']} runs "
-            f"each; time to first token lognormal, median {h['median_s'] * 1000:g} ms sigma "
-            f"{h['sigma']:g}, in the gateway's TTFT buckets:",
+            f"at the weight, {setup.detect_rate:g} req/s in all, {setup.detect_seeds} runs "
+            f"each; time to first token lognormal, median {h.median_s * 1000:g} ms sigma "
+            f"{h.sigma:g}, in the gateway's TTFT buckets:",
             f"  {'weight':>6}  {'A/A rolled back':>16} {'promoted':>9}  "
             f"{'TTFT 1.5x: caught':>18} {'median':>7} {'p95':>7} {'fixed-sample':>13}",
         ]
-        for cell, row in report["streams"].items():
-            a, d = row["aa"], row["detection"]
+        for cell, stream in measured.streams.items():
+            a, d = stream.aa, stream.detection
             lines.append(
-                f"  {cell:>6}  {a['rolled_back']:>7} ({a['rollback_rate']:>5.1%}) "
-                f"{a['promoted']:>9}  {d['detected']:>18} {_seconds(d['median_s']):>7} "
-                f"{_seconds(d['p95_s']):>7} {_seconds(row['fixed_sample_s']):>13}"
+                f"  {cell:>6}  {a.rolled_back:>7} ({a.rollback_rate:>5.1%}) "
+                f"{a.promoted:>9}  {d.detected:>18} {_seconds(d.median_s):>7} "
+                f"{_seconds(d.p95_s):>7} {_seconds(stream.fixed_sample_s):>13}"
             )
-    fast = report["fast"]
+    fast = measured.fast
     lines += [
         "",
-        f"Fast case: the canary fails {fast['canary_error_rate']:.0%} of {fast['canary_rate']:g} "
-        f"req/s (step 1, {fast['weight']}% of {fast['rate']:g} req/s), the baseline none; "
-        f"{setup['detect_seeds']} runs:",
+        f"Fast case: the canary fails {fast.canary_error_rate:.0%} of {fast.canary_rate:g} "
+        f"req/s (step 1, {fast.weight}% of {fast.rate:g} req/s), the baseline none; "
+        f"{setup.detect_seeds} runs:",
     ]
     for name in JUDGES:
-        d = fast[name]
+        d = fast.judges[name]
         lines.append(
-            f"  {labels[name]:<18} rolled back {d['detected']}/{d['runs']}: median "
-            f"{_seconds(d['median_s'])}, p95 {_seconds(d['p95_s'])}, max {_seconds(d['max_s'])}"
+            f"  {labels[name]:<18} rolled back {d.detected}/{d.runs}: median "
+            f"{_seconds(d.median_s)}, p95 {_seconds(d.p95_s)}, max {_seconds(d.max_s)}"
         )
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = Setup()
-    parser.add_argument("--seed", type=int, default=d.seed, help="seeds every run (1)")
-    parser.add_argument(
-        "--rollouts", type=int, default=d.rollouts, help="A/A rollouts per traffic level (2000)"
-    )
-    parser.add_argument(
-        "--detect-seeds", type=int, default=d.detect_seeds, help="runs per regression (400)"
-    )
-    parser.add_argument("--low-rate", type=float, default=d.low_rate, help="A/A req/s (1)")
-    parser.add_argument("--high-rate", type=float, default=d.high_rate, help="A/A req/s (200)")
-    parser.add_argument(
-        "--detect-rate", type=float, default=d.detect_rate, help="req/s of the regressions (200)"
-    )
-    parser.add_argument(
-        "--error-rate",
-        type=float,
-        default=d.healthy.error_rate,
-        help="the healthy version's error rate (0.01)",
-    )
-    parser.add_argument(
-        "--beta", type=float, default=d.beta, help="the strict pass rule's beta (0.05)"
-    )
-    parser.add_argument(
-        "--flagger-max-error",
-        type=float,
-        default=d.flagger_max_error,
-        help="Flagger's error-rate threshold (0.01)",
-    )
-    parser.add_argument(
-        "--flagger-latency-factor",
-        type=float,
-        default=d.flagger_latency_factor,
-        help="Flagger's p95 threshold over the healthy p95 (1.2)",
-    )
-    parser.add_argument(
-        "--batched-rollouts",
-        type=int,
-        default=d.batched_rollouts,
-        help="A/A rollouts per batched scenario (1000)",
-    )
-    parser.add_argument(
-        "--batched-rate",
-        type=float,
-        default=d.batched_rate,
-        help="req/s of the batched A/A rollouts (400)",
-    )
-    parser.add_argument("--out", type=Path, default=Path("bench/results/analysis.json"))
+class AnalysisSuite(Suite[Setup, Measured, Summary]):
+    name = "analysis"
+    help = "canary analysis vs Flagger's rule, on simulated traffic"
+    description = __doc__ or ""
+    setup_type = Setup
+    measured_type = Measured
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        d = Setup()
+        parser.add_argument("--seed", type=int, default=d.seed, help="seeds every run (1)")
+        parser.add_argument(
+            "--rollouts", type=int, default=d.rollouts, help="A/A rollouts per traffic level (2000)"
+        )
+        parser.add_argument(
+            "--detect-seeds", type=int, default=d.detect_seeds, help="runs per regression (400)"
+        )
+        parser.add_argument("--low-rate", type=float, default=d.low_rate, help="A/A req/s (1)")
+        parser.add_argument("--high-rate", type=float, default=d.high_rate, help="A/A req/s (200)")
+        parser.add_argument(
+            "--detect-rate",
+            type=float,
+            default=d.detect_rate,
+            help="req/s of the regressions (200)",
+        )
+        parser.add_argument(
+            "--error-rate",
+            type=float,
+            default=d.healthy.error_rate,
+            help="the healthy version's error rate (0.01)",
+        )
+        parser.add_argument(
+            "--beta", type=float, default=d.beta, help="the strict pass rule's beta (0.05)"
+        )
+        parser.add_argument(
+            "--flagger-max-error",
+            type=float,
+            default=d.flagger_max_error,
+            help="Flagger's error-rate threshold (0.01)",
+        )
+        parser.add_argument(
+            "--flagger-latency-factor",
+            type=float,
+            default=d.flagger_latency_factor,
+            help="Flagger's p95 threshold over the healthy p95 (1.2)",
+        )
+        parser.add_argument(
+            "--batched-rollouts",
+            type=int,
+            default=d.batched_rollouts,
+            help="A/A rollouts per batched scenario (1000)",
+        )
+        parser.add_argument(
+            "--batched-rate",
+            type=float,
+            default=d.batched_rate,
+            help="req/s of the batched A/A rollouts (400)",
+        )
+
+    def setup(self, args: argparse.Namespace) -> Setup:
+        return Setup(
+            seed=args.seed,
+            rollouts=args.rollouts,
+            detect_seeds=args.detect_seeds,
+            low_rate=args.low_rate,
+            high_rate=args.high_rate,
+            detect_rate=args.detect_rate,
+            healthy=Version(error_rate=args.error_rate),
+            beta=args.beta,
+            flagger_max_error=args.flagger_max_error,
+            flagger_latency_factor=args.flagger_latency_factor,
+            batched_rollouts=args.batched_rollouts,
+            batched_rate=args.batched_rate,
+        )
+
+    async def measure(self, setup: Setup) -> Measured:
+        return simulate(setup, log=lambda line: print(line, file=sys.stderr, flush=True))
+
+    summarize = staticmethod(summarize)
+    render = staticmethod(render)
+    checks = staticmethod(checks)
 
 
-def main(args: argparse.Namespace) -> int:
-    setup = Setup(
-        seed=args.seed,
-        rollouts=args.rollouts,
-        detect_seeds=args.detect_seeds,
-        low_rate=args.low_rate,
-        high_rate=args.high_rate,
-        detect_rate=args.detect_rate,
-        healthy=Version(error_rate=args.error_rate),
-        beta=args.beta,
-        flagger_max_error=args.flagger_max_error,
-        flagger_latency_factor=args.flagger_latency_factor,
-        batched_rollouts=args.batched_rollouts,
-        batched_rate=args.batched_rate,
-    )
-    started = time.monotonic()
-    report = simulate(setup, log=lambda line: print(line, file=sys.stderr, flush=True))
-    report["seconds"] = round(time.monotonic() - started, 1)
-    print(table(report), flush=True)
-    finish(report, targets(report), args.out)
+SUITE = AnalysisSuite()

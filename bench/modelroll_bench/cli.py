@@ -185,7 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
         ("compare", compare, "make bench: every batcher, as ratios"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
         ("dataplanes", dataplanes, "the gateway beside Traefik: the hop's cost, rollbacks"),
-        ("analysis", analysis, "canary analysis vs Flagger's rule, on simulated traffic"),
         ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
         ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),
         ("llama", llama, "llama-server with SmolLM2: N slots against one; TTFT the hops add"),
@@ -194,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(func=module.main)
-    for suite in (sidecar.SUITE, gateway.SUITE, sweep.SUITE):
+    for suite in (sidecar.SUITE, gateway.SUITE, sweep.SUITE, analysis.SUITE):
         register(sub, suite)
     return parser
 

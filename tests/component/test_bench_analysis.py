@@ -1,19 +1,21 @@
 """modelroll-bench analysis: the samplers, Prometheus's histogram_quantile, and a tiny run of the
-whole simulation (report keys, determinism, a sane ordering)."""
+whole simulation (every scenario, determinism, a sane ordering, read back from its file)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import random
 import statistics
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
 
 import pytest
 
-from modelroll_bench import analysis
-from modelroll_bench.analysis import JUDGES, Setup, Version
+from modelroll_bench import analysis, results
+from modelroll_bench.analysis import JUDGES, Setup, Summary, Version
+from modelroll_bench.suite import Report
 
 
 @pytest.mark.parametrize("lam", [0.3, 4.0, 25.0, 600.0])
@@ -64,78 +66,87 @@ TINY = Setup(
 
 
 @pytest.fixture(scope="module")
-def report() -> dict[str, Any]:
-    return analysis.simulate(TINY)
+def report() -> Summary:
+    return analysis.summarize(TINY, analysis.simulate(TINY))
 
 
-def test_a_tiny_simulation_reports_every_scenario(report: dict[str, Any]) -> None:
-    assert set(report) >= {
-        "setup",
-        "modelroll",
-        "flagger",
-        "aa",
-        "batched",
-        "detection",
-        "fast",
-        "streams",
-    }
-    aa = report["aa"]
+def test_a_tiny_simulation_reports_every_scenario(report: Summary) -> None:
+    measured = report.simulation
+    aa = measured.aa
     assert set(aa) == {"low", "high"}
     for row in aa.values():
         for name in JUDGES:
-            assert row[name]["runs"] == TINY.rollouts
-            assert row[name]["rolled_back"] + row[name]["promoted"] + row[name]["held"] == 12
-    detection = report["detection"]
+            rollouts = row.judges[name]
+            assert rollouts.runs == TINY.rollouts
+            assert rollouts.rolled_back + rollouts.promoted + rollouts.held == 12
+    detection = measured.detection
     assert set(detection) == {"errors 2x @ 25%", "errors 10x @ 25%", "latency 1.5x @ 25%"}
-    assert set(report["batched"]) == {"batches of 8, 1.0% failing"}
-    json.dumps(report, allow_nan=False)  # nothing JSON cannot hold
-    assert analysis.table(report)
-    names = [name for name, _, _ in analysis.targets(report)]
+    assert set(measured.batched) == {"batches of 8, 1.0% failing"}
+    json.dumps(results.to_json(report), allow_nan=False)  # nothing JSON cannot hold
+    assert results.from_json(Summary, results.to_json(report)) == report
+    assert analysis.render(TINY, report)
+    names = [name for name, _, _ in analysis.checks(TINY, report)]
     assert len(names) == len(set(names))
     assert sum("A/A" in name for name in names) == 2 * 2 + 1 + 1
     assert sum("fixed-sample" in name for name in names) == 3 + 1
-    assert set(report["streams"]) == {"25%"}
+    assert set(measured.streams) == {"25%"}
 
 
-def test_bigger_regressions_are_caught_sooner(report: dict[str, Any]) -> None:
-    detection = report["detection"]
+def test_bigger_regressions_are_caught_sooner(report: Summary) -> None:
+    detection = report.simulation.detection
 
     def median(cell: str) -> float:
-        value = detection[cell]["modelroll"]["median_s"]
-        return math.inf if value is None else float(value)
+        value = detection[cell].judges[analysis.MODELROLL].median_s
+        return math.inf if value is None else value
 
     assert median("errors 10x @ 25%") < median("errors 2x @ 25%")
     assert median("errors 10x @ 25%") <= 15
-    fast = report["fast"]
-    assert fast["modelroll"]["detected"] == TINY.detect_seeds
-    assert fast["modelroll"]["max_s"] <= 15
+    fast = report.simulation.fast.judges
+    assert fast[analysis.MODELROLL].detected == TINY.detect_seeds
+    assert (fast[analysis.MODELROLL].max_s or math.inf) <= 15
     # Flagger needs (threshold + 1) x interval at least: 5 failed checks, one a minute, and
     # the tick that compares their count with the threshold.
-    assert fast["flagger"]["median_s"] >= 360
+    assert (fast[analysis.FLAGGER].median_s or math.inf) >= 360
 
 
-def test_identical_versions_are_not_rolled_back_by_modelroll(report: dict[str, Any]) -> None:
-    aa = report["aa"]
-    assert aa["high"]["modelroll"]["rolled_back"] == 0
-    assert aa["high"]["modelroll"]["promoted"] == TINY.rollouts
-    assert aa["low"]["modelroll"]["held"] == TINY.rollouts  # 0.05 req/s: never 100 requests
+def test_identical_versions_are_not_rolled_back_by_modelroll(report: Summary) -> None:
+    aa = report.simulation.aa
+    assert aa["high"].judges[analysis.MODELROLL].rolled_back == 0
+    assert aa["high"].judges[analysis.MODELROLL].promoted == TINY.rollouts
+    assert aa["low"].judges[analysis.MODELROLL].held == TINY.rollouts  # never 100 requests
 
 
 def test_a_chat_canary_slower_to_its_first_token_is_caught_and_an_identical_one_is_not(
-    report: dict[str, Any],
+    report: Summary,
 ) -> None:
-    row = report["streams"]["25%"]
-    assert row["aa"]["rolled_back"] == 0
-    assert row["aa"]["promoted"] == TINY.detect_seeds
-    assert row["detection"]["detected"] == TINY.detect_seeds
-    assert row["detection"]["median_s"] <= 2 * row["fixed_sample_s"]
+    row = report.simulation.streams["25%"]
+    assert row.aa.rolled_back == 0
+    assert row.aa.promoted == TINY.detect_seeds
+    assert row.detection.detected == TINY.detect_seeds
+    assert row.fixed_sample_s is not None
+    assert row.detection.median_s is not None
+    assert row.detection.median_s <= 2 * row.fixed_sample_s
+
+
+def test_a_saved_result_renders_the_same_tables_again(
+    report: Summary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--from reads the file a run wrote and prints the same tables, simulating nothing."""
+    saved = tmp_path / "analysis.json"
+    results.write(Report("analysis", TINY, report.simulation, report), saved)
+    parser = argparse.ArgumentParser()
+    analysis.SUITE.add_harness_arguments(parser)
+    args = parser.parse_args(["--from", str(saved), "--out", str(tmp_path / "again.json")])
+    analysis.SUITE.main(args)
+    assert analysis.render(TINY, report) in capsys.readouterr().out
 
 
 def test_the_simulation_is_deterministic_given_its_seed() -> None:
     small = replace(TINY, rollouts=3, detect_seeds=3, detect_weights=(5,), batched_rollouts=3)
-    assert analysis.simulate(small) == analysis.simulate(small)
+    once, twice = analysis.simulate(small), analysis.simulate(small)
+    assert replace(once, seconds=0) == replace(twice, seconds=0)
     other = analysis.simulate(replace(small, seed=2))
-    assert other != analysis.simulate(small)
+    assert replace(other, seconds=0) != replace(once, seconds=0)
 
 
 BATCHED = Setup(batch_failure_rates=(0.002, 0.005, 0.01), batched_rollouts=1000)
@@ -148,15 +159,15 @@ def test_identical_versions_failing_whole_batches_are_rolled_back_within_the_bud
     rows = analysis.batched_aa(BATCHED, judges=(analysis.MODELROLL,))
     assert len(rows) == 6
     for name, row in rows.items():
-        assert row[analysis.MODELROLL]["runs"] == 1000
-        assert row[analysis.MODELROLL]["rolled_back"] <= 10, name
+        assert row.judges[analysis.MODELROLL].runs == 1000
+        assert row.judges[analysis.MODELROLL].rolled_back <= 10, name
 
 
 def test_the_same_traffic_judged_by_requests_is_rolled_back_far_more_often() -> None:
     """What the budget would be worth if every request counted as independent evidence."""
     setup = Setup(batch_sizes=(32,), batch_failure_rates=(0.01,), batched_rollouts=100)
     row = analysis.batched_aa(setup, judges=(analysis.BY_REQUESTS,))["batches of 32, 1.0% failing"]
-    assert row[analysis.BY_REQUESTS]["rolled_back"] >= 20
+    assert row.judges[analysis.BY_REQUESTS].rolled_back >= 20
 
 
 def test_a_fixed_sample_test_needs_longer_for_smaller_regressions_and_thinner_canaries() -> None:
