@@ -185,15 +185,20 @@ def build_parser() -> argparse.ArgumentParser:
         ("compare", compare, "make bench: every batcher, as ratios"),
         ("rollback", rollback, "time from a weight patch to the last routed request"),
         ("dataplanes", dataplanes, "the gateway beside Traefik: the hop's cost, rollbacks"),
-        ("llm", llm, "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"),
         ("encoder", encoder, "the sidecar in front of the real sentence encoder, as ratios"),
-        ("llama", llama, "llama-server with SmolLM2: N slots against one; TTFT the hops add"),
         ("simulate", simulate, "the batcher on a cost surface in virtual time; best static config"),
     ):
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(func=module.main)
-    for suite in (sidecar.SUITE, gateway.SUITE, sweep.SUITE, analysis.SUITE):
+    for suite in (
+        sidecar.SUITE,
+        gateway.SUITE,
+        sweep.SUITE,
+        analysis.SUITE,
+        llm.SUITE,
+        llama.SUITE,
+    ):
         register(sub, suite)
     return parser
 

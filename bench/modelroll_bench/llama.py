@@ -27,19 +27,21 @@ import random
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from modelroll_devcluster.llama import MODEL_FILE, LlamaServer, llama_metrics
 
 from . import llm, llm_report
 from .gateway import MODEL
-from .llm_load import chat_bodies, closed_streams, fixed, open_streams, summarize
+from .llm_load import StreamSummary, chat_bodies, closed_streams, fixed, open_streams, summarize
+from .llm_report import Overhead, OverheadSummary, Ratio
 from .loadgen import Body
-from .runs import load_average, machine
-from .servers import Check, Server, finish
+from .runs import load_average
+from .servers import Check, Server
 from .stats import Spread, spread
+from .suite import Suite
 
 PARTS = ("slots", "overhead")
 GREEDY = {"temperature": 0.0, "seed": 1}
@@ -161,7 +163,79 @@ async def busy_slots(engine: Server) -> dict[str, float]:
     }
 
 
-async def saturation(engine: Server, slots: int, body: Body, setup: Setup) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SlotsSaturation:
+    """One engine at saturation: output tokens received per second, requests answered per
+    second within the window, tokens per decode step, and the TTFT p50 of the requests inside."""
+
+    slots: int
+    streams: int
+    output_tps: float | None
+    requests_per_s: float
+    tokens_per_decode: float | None
+    ttft_p50_ms: float | None
+    failed: int
+    errors: dict[str, int]
+
+
+@dataclass(frozen=True)
+class SlotsRun:
+    """One engine's Poisson run at one rate."""
+
+    clients: StreamSummary
+    load_average_1m: float
+    above_saturation: bool
+
+
+@dataclass(frozen=True)
+class SlotsRate:
+    """Both engines at one rate in one round, by label (``1 slot``, ``N slots``)."""
+
+    rate_rps: float
+    share: float
+    runs: dict[str, SlotsRun]
+
+    def ratio(self, slots: int) -> dict[str, Ratio]:
+        """N slots over one slot, by figure."""
+        return llm_report.ratios(self.runs[label(slots)].clients, self.runs[label(1)].clients)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """Part 1 as measured: each engine at saturation, then the rates, round by round."""
+
+    saturation: dict[str, SlotsSaturation]
+    capacity_rps: float
+    rounds: list[list[SlotsRate]]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The parts run, as measured (None for a part left out)."""
+
+    slots: Slots | None = None
+    overhead: Overhead | None = None
+
+
+@dataclass(frozen=True)
+class MedianRatio:
+    """At one rate, each figure's N slots / one slot ratio: the median over the rounds that
+    have it exactly, and the range."""
+
+    rate_rps: float
+    figures: dict[str, Spread | None]
+
+
+@dataclass(frozen=True)
+class Summary:
+    slots: Slots | None
+    saturation_ratio: float | None
+    """N slots over one, output tokens per second at saturation."""
+    median_ratio: list[MedianRatio]
+    overhead: OverheadSummary | None
+
+
+async def saturation(engine: Server, slots: int, body: Body, setup: Setup) -> SlotsSaturation:
     """A closed loop of 2 x the N-slot engine's slots: output tokens received per second and
     requests answered per second within the window, and tokens per decode step."""
     streams = 2 * setup.slots
@@ -180,24 +254,24 @@ async def saturation(engine: Server, slots: int, body: Body, setup: Setup) -> di
     clients = summarize(samples, setup.saturation_s, setup.saturation_s)
     decodes = after["decodes"] - before["decodes"]
     predicted = after["predicted"] - before["predicted"]
-    return {
-        "slots": slots,
-        "streams": streams,
-        "output_tps": clients["output_tps"],
-        "requests_per_s": round(len(inside) / setup.saturation_s, 2),
-        "tokens_per_decode": round(predicted / decodes, 2) if decodes else None,
-        "ttft_p50_ms": summarize(inside, setup.saturation_s)["ttft_p50_ms"],
-        "failed": clients["failed"],
-        "errors": clients["errors"],
-    }
+    return SlotsSaturation(
+        slots=slots,
+        streams=streams,
+        output_tps=clients.output_tps,
+        requests_per_s=round(len(inside) / setup.saturation_s, 2),
+        tokens_per_decode=round(predicted / decodes, 2) if decodes else None,
+        ttft_p50_ms=summarize(inside, setup.saturation_s).ttft_p50_ms,
+        failed=clients.failed,
+        errors=clients.errors,
+    )
 
 
-def open_line(rate: float, row: dict[str, Any]) -> str:
+def open_line(rate: float, row: StreamSummary) -> str:
     ttft, e2e = llm_report.latencies(row, "ttft"), llm_report.latencies(row, "e2e")
     return (
-        f"    {rate:6.2f} req/s {row['label']:<8} {llm_report.figure(row, 'output_tps')} "
-        f"tokens/s, TTFT {ttft} ms, e2e {e2e} ms, ok {row['ok']}/{row['requests']}, "
-        f"cut {row['cut']}, failed {row['failed']}"
+        f"    {rate:6.2f} req/s {row.label:<8} {llm_report.figure(row, 'output_tps')} "
+        f"tokens/s, TTFT {ttft} ms, e2e {e2e} ms, ok {row.ok}/{row.requests}, "
+        f"cut {row.cut}, failed {row.failed}"
     )
 
 
@@ -205,25 +279,25 @@ def label(slots: int) -> str:
     return f"{slots} slot" + ("s" if slots != 1 else "")
 
 
-async def compare_slots(setup: Setup, body: Body, logs: Path) -> dict[str, Any]:
+async def compare_slots(setup: Setup, body: Body, logs: Path) -> Slots:
     """Part 1: each engine at saturation, then in each round every rate on both engines, one
     after the other (the order turning with the rate and the round), on the same arrivals."""
     counts = (1, setup.slots)
     async with contextlib.AsyncExitStack() as stack:
         engines = {n: await stack.enter_async_context(llama_engine(n, setup, logs)) for n in counts}
-        saturated = {}
+        saturated: dict[int, SlotsSaturation] = {}
         for n in counts:
             print(f"  saturation, {label(n)}: {2 * setup.slots} streams ...", flush=True)
             saturated[n] = await saturation(engines[n], n, body, setup)
             print(f"    {saturated[n]}", flush=True)
-        capacity = saturated[setup.slots]["requests_per_s"]
+        capacity = saturated[setup.slots].requests_per_s
         rates = llm.select_rates(capacity, setup.shares)
-        rounds: list[list[dict[str, Any]]] = []
+        rounds: list[list[SlotsRate]] = []
         for r in range(setup.rounds):
             rows = []
             for k, rate in enumerate(rates):
                 order = counts if (k + r) % 2 == 0 else counts[::-1]
-                row: dict[str, Any] = {"rate_rps": rate, "share": round(rate / capacity, 3)}
+                found: dict[str, SlotsRun] = {}
                 for n in order:
                     run = await open_streams(
                         fixed(label(n), engines[n].url + llm.CHAT),
@@ -234,58 +308,48 @@ async def compare_slots(setup: Setup, body: Body, logs: Path) -> dict[str, Any]:
                         drain_s=setup.drain_s,
                         label=label(n),
                     )
-                    found = run.summary() | {"load_average_1m": round(load_average(), 2)}
-                    found["above_saturation"] = rate > saturated[n]["requests_per_s"]
-                    row[label(n)] = found
-                    print(open_line(rate, found), flush=True)
-                row["ratio"] = llm_report.ratios(row[label(setup.slots)], row[label(1)])
-                rows.append(row)
+                    clients = run.summary()
+                    above = rate > saturated[n].requests_per_s
+                    found[label(n)] = SlotsRun(clients, round(load_average(), 2), above)
+                    print(open_line(rate, clients), flush=True)
+                rows.append(SlotsRate(rate, round(rate / capacity, 3), found))
             rounds.append(rows)
-    return {
-        "saturation": {label(n): found for n, found in saturated.items()},
-        "saturation_ratio": _ratio(saturated[setup.slots], saturated[1], "output_tps"),
-        "capacity_rps": capacity,
-        "rounds": rounds,
-        "median_ratio": median_ratios(rounds),
-    }
-
-
-def _ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> float | None:
-    return round(a[key] / b[key], 3) if a.get(key) and b.get(key) else None
+    return Slots({label(n): found for n, found in saturated.items()}, capacity, rounds)
 
 
 RATIO_FIGURES = ("output_tps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 
 
-def median_ratios(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+def median_ratios(rounds: Sequence[Sequence[SlotsRate]], slots: int) -> list[MedianRatio]:
     """Per rate, each figure's N slots / one slot ratio: median over the rounds that have it
     (exact ratios only), and the range."""
     out = []
-    for k, first in enumerate(rounds[0]):
-        row: dict[str, Any] = {"rate_rps": first["rate_rps"]}
+    by_round = [[row.ratio(slots) for row in rows] for rows in rounds]
+    for k, first in enumerate(rounds[0] if rounds else []):
+        figures: dict[str, Spread | None] = {}
         for key in RATIO_FIGURES:
             values = [
-                found["ratio"]
-                for rows in rounds
-                if (found := rows[k]["ratio"].get(key)) and found["is"] == "=" and found["ratio"]
+                found.ratio
+                for ratios in by_round
+                if (found := ratios[k].get(key)) and found.relation == "=" and found.ratio
             ]
-            row[key] = spread(values)
-        out.append(row)
+            figures[key] = spread(values)
+        out.append(MedianRatio(first.rate_rps, figures))
     return out
 
 
-async def run(setup: Setup) -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "machine": machine(),
-        "model": f"SmolLM2-135M-Instruct ({MODEL_FILE}) on llama-server, {setup.threads} threads",
-        "setup": asdict(setup),
-    }
+def model(setup: Setup) -> str:
+    return f"SmolLM2-135M-Instruct ({MODEL_FILE}) on llama-server, {setup.threads} threads"
+
+
+async def measure(setup: Setup) -> Measured:
+    found_slots = found_overhead = None
     body = chat_bodies(chat_prompts(setup.seed), MODEL, setup.max_tokens, GREEDY)
     with tempfile.TemporaryDirectory(prefix="modelroll-bench-llama-") as tmp:
         logs = Path(tmp)
         if "slots" in setup.parts:
             print(f"Slots: one against {setup.slots}, max_tokens {setup.max_tokens}", flush=True)
-            report["slots"] = await compare_slots(setup, body, logs)
+            found_slots = await compare_slots(setup, body, logs)
         if "overhead" in setup.parts:
             print(
                 f"Overhead: {setup.overhead_rate:g} req/s over {', '.join(llm.PATHS)}, "
@@ -301,50 +365,67 @@ async def run(setup: Setup) -> dict[str, Any]:
             )
             prompt = chat_prompts(setup.seed)[:1]  # cached after its first time: a steady TTFT
             short = chat_bodies(prompt, MODEL, setup.overhead_max_tokens, GREEDY)
-            found = await llm.overhead(paths, lambda: llama_engine(setup.slots, setup, logs), short)
-            report["overhead"] = found | {"engine": report["model"], "slots": setup.slots}
-    return report
-
-
-def print_summary(report: dict[str, Any]) -> None:
-    print(f"\nModel: {report['model']}")
-    if "slots" in report:
-        found = report["slots"]
-        print("Saturation (closed loop):")
-        for name, row in found["saturation"].items():
-            print(
-                f"  {name:<8} {row['output_tps']} tokens/s, {row['requests_per_s']} req/s, "
-                f"{row['tokens_per_decode']} tokens per decode step, "
-                f"TTFT p50 {row['ttft_p50_ms']} ms"
+            found_overhead = await llm.overhead(
+                paths, partial(llama_engine, setup.slots, setup, logs), short
             )
-        print(f"  tokens/s, N slots / one: {found['saturation_ratio']}")
-        print("Poisson arrivals, N slots / one slot, median (range) over rounds:")
-        for row in found["median_ratio"]:
-            cells = ", ".join(f"{key} {_spread(row[key])}" for key in RATIO_FIGURES if row[key])
-            print(f"  {row['rate_rps']:g} req/s: {cells}")
-    if "overhead" in report:
-        llm_report.print_overhead(report["overhead"])
+    return Measured(found_slots, found_overhead)
+
+
+def summarize_run(setup: Setup, measured: Measured) -> Summary:
+    found = measured.slots
+    saturation_ratio = None
+    if found is not None:
+        many, one = found.saturation[label(setup.slots)], found.saturation[label(1)]
+        if many.output_tps and one.output_tps:
+            saturation_ratio = round(many.output_tps / one.output_tps, 3)
+    return Summary(
+        slots=found,
+        saturation_ratio=saturation_ratio,
+        median_ratio=median_ratios(found.rounds, setup.slots) if found else [],
+        overhead=llm.summarize_overhead(measured.overhead) if measured.overhead else None,
+    )
+
+
+def render(setup: Setup, summary: Summary) -> str:
+    lines = [f"\nModel: {model(setup)}"]
+    if summary.slots is not None:
+        lines.append("Saturation (closed loop):")
+        for name, row in summary.slots.saturation.items():
+            lines.append(
+                f"  {name:<8} {row.output_tps} tokens/s, {row.requests_per_s} req/s, "
+                f"{row.tokens_per_decode} tokens per decode step, "
+                f"TTFT p50 {row.ttft_p50_ms} ms"
+            )
+        lines.append(f"  tokens/s, N slots / one: {summary.saturation_ratio}")
+        lines.append("Poisson arrivals, N slots / one slot, median (range) over rounds:")
+        for ratio in summary.median_ratio:
+            cells = ", ".join(
+                f"{key} {_spread(found)}" for key, found in ratio.figures.items() if found
+            )
+            lines.append(f"  {ratio.rate_rps:g} req/s: {cells}")
+    if summary.overhead is not None:
+        lines.append(llm_report.overhead_table(summary.overhead))
+    return "\n".join(lines)
 
 
 def _spread(found: Spread) -> str:
     return f"{found.median:.2f}x ({found.low:.2f}..{found.high:.2f})"
 
 
-def checks(report: dict[str, Any]) -> list[Check]:
+def checks(setup: Setup, summary: Summary) -> list[Check]:
     """Continuous batching serves more at saturation than one slot; and the TTFT target of
     :func:`.llm_report.checks`, on the real engine."""
     found: list[Check] = []
-    if "slots" in report:
-        ratio = report["slots"]["saturation_ratio"]
-        slots = report["setup"]["slots"]
+    if summary.slots is not None:
+        ratio = summary.saturation_ratio
         found.append(
             (
-                f"{slots} slots serve more output tokens/s than one at saturation",
+                f"{setup.slots} slots serve more output tokens/s than one at saturation",
                 ratio is not None and ratio > 1,
                 f"{ratio}x",
             )
         )
-    return found + llm_report.checks(report)
+    return found + llm_report.checks(summary.overhead)
 
 
 FLAGS: llm.Flags = {
@@ -367,16 +448,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run of about a minute, figures not to trust"
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("bench/results/llama.json"),
-        help="where the JSON report goes (%(default)s)",
-    )
 
 
-def main(args: argparse.Namespace) -> int:
+def setup_from(args: argparse.Namespace) -> Setup:
     base = QUICK if args.quick else Setup()
-    report = asyncio.run(run(replace(base, **llm.given(args, FLAGS))))
-    print_summary(report)
-    finish(report, checks(report), args.out)
+    return replace(base, **llm.given(args, FLAGS))
+
+
+class LlamaSuite(Suite[Setup, Measured, Summary]):
+    name = "llama"
+    help = "llama-server with SmolLM2: N slots against one; TTFT the hops add"
+    description = __doc__ or ""
+    setup_type = Setup
+    measured_type = Measured
+
+    add_arguments = staticmethod(add_arguments)
+    setup = staticmethod(setup_from)
+    measure = staticmethod(measure)
+    summarize = staticmethod(summarize_run)
+    render = staticmethod(render)
+    checks = staticmethod(checks)
+
+
+SUITE = LlamaSuite()

@@ -43,8 +43,7 @@ import argparse
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -56,6 +55,7 @@ from .gateway import MODEL, gateway_to
 from .gateway import Setup as GatewaySetup
 from .llm_counters import EngineWork, Snapshot, edge, read_stats, until_idle
 from .llm_load import (
+    StreamSummary,
     by_path,
     chat_bodies,
     closed_streams,
@@ -65,10 +65,22 @@ from .llm_load import (
     prompts,
     summarize,
 )
+from .llm_report import (
+    Overhead,
+    OverheadRound,
+    OverheadSummary,
+    PathMedians,
+    RateRow,
+    Ratio,
+    Saturation,
+    SchedulerRun,
+    Scheduling,
+)
 from .loadgen import Body
-from .runs import load_average, machine
-from .servers import Server, finish, serve_module
+from .runs import load_average
+from .servers import Check, Server, serve_module
 from .stats import Spread, spread
+from .suite import Suite
 
 SCHEDULERS = ("continuous", "static")
 PARTS = ("scheduling", "overhead")
@@ -201,7 +213,7 @@ def select_rates(saturation_rps: float, shares: Sequence[float]) -> list[float]:
 
 async def saturation(
     http: aiohttp.ClientSession, engine: Server, scheduler: str, body: Body, setup: Setup
-) -> dict[str, Any]:
+) -> Saturation:
     """A closed loop of ``setup.concurrency`` streams; the engine's counters over the window,
     and the requests that started and ended within it."""
     cost = setup.engine
@@ -220,12 +232,7 @@ async def saturation(
     clients = summarize(inside, last.at - first.at)  # tokens/s: the engine's counters
     await until_idle(http, engine.url)
     work = EngineWork.between(first, last)
-    return {
-        "scheduler": scheduler,
-        "streams": setup.concurrency,
-        "engine": work.summary(),
-        "clients": clients,
-    }
+    return Saturation(scheduler, setup.concurrency, work.summary(), clients)
 
 
 async def open_run(
@@ -236,7 +243,8 @@ async def open_run(
     rate: float,
     seed: int,
     setup: Setup,
-) -> dict[str, Any]:
+    capacity: float,
+) -> SchedulerRun:
     """Poisson arrivals at ``rate`` from an idle engine: the clients' figures, and the engine's
     counters from the first arrival to the cut (or the last answer)."""
     await until_idle(http, engine.url)
@@ -253,10 +261,10 @@ async def open_run(
     )
     after = await read_stats(http, engine.url)
     work = EngineWork.between(before, after)
-    return {**run.summary(), "engine": work.summary(), "load_average_1m": round(load, 2)}
+    return SchedulerRun(run.summary(), work.summary(), round(load, 2), rate > capacity)
 
 
-async def scheduling(setup: Setup) -> dict[str, Any]:
+async def scheduling(setup: Setup) -> Scheduling:
     """Part 1: both engines at saturation, then at each rate one after the other (continuous
     first at even rates, static first at odd ones), with the same arrivals and prompts."""
     body = chat_bodies(prompts(setup.prompts, setup.prompt_words), MODEL, setup.max_tokens)
@@ -268,73 +276,77 @@ async def scheduling(setup: Setup) -> dict[str, Any]:
                 serve_module("modelroll_standins.llm", setup.engine.args(scheduler, port), port)
             )
         http = await stack.enter_async_context(aiohttp.ClientSession())
-        saturated: dict[str, dict[str, Any]] = {}
+        saturated: dict[str, Saturation] = {}
         for scheduler in SCHEDULERS:
             print(f"  saturation, {scheduler}: {setup.concurrency} streams ...", flush=True)
             saturated[scheduler] = await saturation(
                 http, engines[scheduler], scheduler, body, setup
             )
             print(llm_report.saturation_line(saturated[scheduler]), flush=True)
-        capacity = saturated["continuous"]["engine"]["requests_per_s"] or 0.0
+        capacity = saturated["continuous"].engine.requests_per_s or 0.0
         rates = select_rates(capacity, setup.shares)
-        runs: list[dict[str, Any]] = []
+        runs: list[RateRow] = []
         for k, rate in enumerate(rates):
             order = SCHEDULERS if k % 2 == 0 else SCHEDULERS[::-1]
-            row: dict[str, Any] = {"rate_rps": rate, "share": round(rate / capacity, 3)}
+            found: dict[str, SchedulerRun] = {}
             for scheduler in order:
-                own = saturated[scheduler]["engine"]["requests_per_s"] or 0.0
+                own = saturated[scheduler].engine.requests_per_s or 0.0
                 result = await open_run(
-                    http, engines[scheduler], scheduler, body, rate, setup.seed + k, setup
+                    http, engines[scheduler], scheduler, body, rate, setup.seed + k, setup, own
                 )
-                result["above_saturation"] = rate > own
-                row[scheduler] = result
-                print(llm_report.open_line(rate, result), flush=True)
-            row["continuous_over_static"] = llm_report.ratios(row["continuous"], row["static"])
-            runs.append(row)
-    return {
-        "saturation": saturated,
-        "saturation_ratio": llm_report.ratios(
-            saturated["continuous"]["clients"] | saturated["continuous"]["engine"],
-            saturated["static"]["clients"] | saturated["static"]["engine"],
-        ),
-        "capacity_rps": capacity,
-        "ceiling_tps": round(setup.engine.ceiling_tps, 1),
-        "rates": runs,
-    }
+                found[scheduler] = result
+                print(llm_report.open_line(rate, result.clients, result.engine), flush=True)
+            runs.append(RateRow(rate, round(rate / capacity, 3), found))
+    return Scheduling(saturated, capacity, round(setup.engine.ceiling_tps, 1), runs)
 
 
 # -- part 2: overhead -------------------------------------------------------------------------
 
 
-def difference(rows: Sequence[dict[str, Any]], key: str, path: str, base: str) -> Spread | None:
+def difference(rows: Sequence[OverheadRound], key: str, path: str, base: str) -> Spread | None:
     """``path``'s ``key`` minus ``base``'s ``key`` round by round, over the rounds where both
     have it (a path whose every stream failed has none): median and range (None for none)."""
-    return spread(
-        [
-            round(row[path][key] - row[base][key], 3)
-            for row in rows
-            if row[path][key] is not None and row[base][key] is not None
-        ]
-    )
+    pairs = [(row.paths[path].value(key), row.paths[base].value(key)) for row in rows]
+    return spread([round(a - b, 3) for a, b in pairs if a is not None and b is not None])
 
 
-def added(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Spread | None]:
+def added(rows: Sequence[OverheadRound], key: str) -> dict[str, Spread | None]:
     """Per path, ``key`` minus the direct path's ``key`` of the same round."""
     return {path: difference(rows, key, path, DIRECT) for path in PATHS if path != DIRECT}
 
 
-def beyond_bare(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Spread | None]:
+def beyond_bare(rows: Sequence[OverheadRound], key: str) -> dict[str, Spread | None]:
     """Per modelroll path, ``key`` minus its bare counterpart's (:data:`CEILINGS`) of the same
     round: what its own code adds beyond as many bare aiohttp hops."""
     return {path: difference(rows, key, path, bare) for path, bare in CEILINGS.items()}
 
 
-def medians(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+def medians(rows: Sequence[StreamSummary]) -> PathMedians:
     """One path's TTFT figures (and e2e p50), each the median over the rounds that have it."""
-    return {
-        key: found.median if (found := spread(row[key] for row in rows)) else None
-        for key in llm_report.OVERHEAD_KEYS
-    }
+
+    def median(key: str) -> float | None:
+        found = spread(row.value(key) for row in rows)
+        return found.median if found else None
+
+    return PathMedians(*(median(key) for key in llm_report.OVERHEAD_KEYS))
+
+
+def summarize_overhead(found: Overhead) -> OverheadSummary:
+    """The overhead part's rounds, summarized per path and judged round by round."""
+    keys = ("ttft_p50_ms", "ttft_p99_ms")
+    rows = found.rounds
+    failed = {p: sum(row.paths[p].failed + row.paths[p].cut for row in rows) for p in PATHS}
+    return OverheadSummary(
+        max_tokens=found.max_tokens,
+        rate_rps=found.rate_rps,
+        rounds=len(rows),
+        ceilings=dict(CEILINGS),
+        median={p: medians([row.paths[p] for row in rows]) for p in PATHS},
+        added={key: added(rows, key) for key in keys},
+        beyond_bare={key: beyond_bare(rows, key) for key in keys},
+        failed=sum(failed.values()),
+        failed_by_path=failed,
+    )
 
 
 Engine = Callable[[], contextlib.AbstractAsyncContextManager[Server]]
@@ -343,7 +355,7 @@ Engine = Callable[[], contextlib.AbstractAsyncContextManager[Server]]
 
 async def overhead(
     setup: Setup, engine_of: Engine | None = None, body: Body | None = None
-) -> dict[str, Any]:
+) -> Overhead:
     """Part 2: one engine (by default the demo engine of ``setup.overhead_engine``), reached
     directly, through the sidecar, through the gateway and the sidecar, and through one and two
     bare proxies, in the same rounds of interleaved Poisson arrivals (after an uncounted
@@ -351,7 +363,7 @@ async def overhead(
     cost = setup.overhead_engine
     words, tokens = setup.prompt_words, setup.overhead_max_tokens
     body = body or chat_bodies(prompts(setup.prompts, words), MODEL, tokens)
-    rows: list[dict[str, Any]] = []
+    rows: list[OverheadRound] = []
     async with contextlib.AsyncExitStack() as stack:
         eport, sport, pport, qport = free_port(), free_port(), free_port(), free_port()
         engine = await stack.enter_async_context(
@@ -389,24 +401,10 @@ async def overhead(
                 drain_s=10.0,
             )
             found = by_path(run.samples)
-            rows.append({p: summarize(found.get(p, []), run.elapsed_s) for p in PATHS})
-            rows[-1]["load_average_1m"] = round(load_average(), 2)
+            paths_found = {p: summarize(found.get(p, []), run.elapsed_s) for p in PATHS}
+            rows.append(OverheadRound(paths_found, round(load_average(), 2)))
             print(llm_report.overhead_line(r + 1, rows[-1], PATHS), flush=True)
-    keys = ("ttft_p50_ms", "ttft_p99_ms")
-    failed = {p: sum(row[p]["failed"] + row[p]["cut"] for row in rows) for p in PATHS}
-    return {
-        **({"engine": asdict(cost)} if engine_of is None else {}),
-        "max_tokens": tokens,
-        "rate_rps": setup.overhead_rate,
-        "paths": list(PATHS),
-        "ceilings": CEILINGS,
-        "rounds": rows,
-        "median": {p: medians([row[p] for row in rows]) for p in PATHS},
-        "added": {key: added(rows, key) for key in keys},
-        "beyond_bare": {key: beyond_bare(rows, key) for key in keys},
-        "failed": sum(failed.values()),
-        "failed_by_path": failed,
-    }
+    return Overhead(tokens, setup.overhead_rate, rows)
 
 
 def bare_proxy(upstream: str, port: int) -> contextlib.AbstractAsyncContextManager[Server]:
@@ -418,19 +416,65 @@ def bare_proxy(upstream: str, port: int) -> contextlib.AbstractAsyncContextManag
 # -- the run ----------------------------------------------------------------------------------
 
 
-async def run(setup: Setup) -> dict[str, Any]:
-    report: dict[str, Any] = {"machine": machine(), "setup": asdict(setup)}
+@dataclass(frozen=True)
+class Measured:
+    """The parts run, as measured (None for a part left out)."""
+
+    scheduling: Scheduling | None = None
+    overhead: Overhead | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Part 1 with continuous over static at saturation and at each rate; part 2 per path."""
+
+    scheduling: Scheduling | None
+    saturation_ratio: dict[str, Ratio]
+    continuous_over_static: list[dict[str, Ratio]]
+    overhead: OverheadSummary | None
+
+
+async def measure(setup: Setup) -> Measured:
+    found_scheduling = found_overhead = None
     if "scheduling" in setup.parts:
         print(f"Scheduling: demo LLM, {setup.engine.describe()}; max_tokens {setup.max_tokens}")
-        report["scheduling"] = await scheduling(setup)
+        found_scheduling = await scheduling(setup)
     if "overhead" in setup.parts:
         print(
             f"Overhead: {setup.overhead_rate:g} req/s over {', '.join(PATHS)}, "
             f"{setup.overhead_rounds} rounds of {setup.overhead_s:g} s",
             flush=True,
         )
-        report["overhead"] = await overhead(setup)
-    return report
+        found_overhead = await overhead(setup)
+    return Measured(found_scheduling, found_overhead)
+
+
+def summarize_run(setup: Setup, measured: Measured) -> Summary:
+    found = measured.scheduling
+    return Summary(
+        scheduling=found,
+        saturation_ratio=found.saturation_ratio() if found else {},
+        continuous_over_static=[
+            llm_report.ratios(row.runs["continuous"].clients, row.runs["static"].clients)
+            for row in (found.rates if found else [])
+        ],
+        overhead=summarize_overhead(measured.overhead) if measured.overhead else None,
+    )
+
+
+def render(setup: Setup, summary: Summary) -> str:
+    parts: list[str] = []
+    if summary.scheduling is not None:
+        parts.append(
+            llm_report.scheduling_table(summary.scheduling, setup.duration_s, setup.drain_s)
+        )
+    if summary.overhead is not None:
+        parts.append(llm_report.overhead_table(summary.overhead))
+        parts += [
+            f"  For information (no target): {what}: {measured}"
+            for what, measured in llm_report.informational(summary.overhead)
+        ]
+    return "\n".join(parts)
 
 
 def floats(text: str) -> tuple[float, ...]:
@@ -510,12 +554,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{q.saturation_s:g} s at saturation, {q.duration_s:g} s per rate, "
         f"{q.overhead_rounds} overhead rounds of {q.overhead_s:g} s (flags given still apply)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("bench/results/llm.json"),
-        help="where the JSON report goes (%(default)s)",
-    )
 
 
 def setup_from(args: argparse.Namespace) -> Setup:
@@ -528,11 +566,24 @@ def setup_from(args: argparse.Namespace) -> Setup:
     return replace(base, engine=replace(base.engine, **engine), **given(args, FLAGS))
 
 
-def main(args: argparse.Namespace) -> int:
-    setup = setup_from(args)
-    report = asyncio.run(run(setup))
-    llm_report.print_summary(report)
-    report["informational"] = [
-        {"what": what, "measured": measured} for what, measured in llm_report.informational(report)
-    ]
-    finish(report, llm_report.checks(report), args.out)
+def checks(setup: Setup, summary: Summary) -> list[Check]:
+    """The TTFT target of :func:`.llm_report.checks`."""
+    return llm_report.checks(summary.overhead)
+
+
+class LlmSuite(Suite[Setup, Measured, Summary]):
+    name = "llm"
+    help = "chat LLM: continuous vs static scheduling; TTFT the sidecar and gateway add"
+    description = __doc__ or ""
+    setup_type = Setup
+    measured_type = Measured
+
+    add_arguments = staticmethod(add_arguments)
+    setup = staticmethod(setup_from)
+    measure = staticmethod(measure)
+    summarize = staticmethod(summarize_run)
+    render = staticmethod(render)
+    checks = staticmethod(checks)
+
+
+SUITE = LlmSuite()

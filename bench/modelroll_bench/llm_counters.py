@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
@@ -65,23 +64,41 @@ class EngineWork:
     def per_s(self, count: float) -> float | None:
         return count / self.seconds if self.seconds > 0 else None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> EngineSummary:
         def r(x: float | None, digits: int = 1) -> float | None:
             return None if x is None else round(x, digits)
 
-        return {
-            "seconds": round(self.seconds, 2),
-            "output_tps": r(self.per_s(self.tokens)),
-            "requests_per_s": r(self.per_s(self.sequences), 2),
-            "wasted_fraction": r(self.wasted_fraction, 4),
-            "busy_fraction": r(self.per_s(self.busy_s), 3),
-            "mean_batch": r(self.slot_steps / self.iterations if self.iterations else None),
-            "slot_steps_per_s": r(self.per_s(self.slot_steps)),
-            "tokens": self.tokens,
-            "slot_steps": self.slot_steps,
-            "finished": self.sequences,
-            "cancelled": self.cancelled,
-        }
+        return EngineSummary(
+            seconds=round(self.seconds, 2),
+            output_tps=r(self.per_s(self.tokens)),
+            requests_per_s=r(self.per_s(self.sequences), 2),
+            wasted_fraction=r(self.wasted_fraction, 4),
+            busy_fraction=r(self.per_s(self.busy_s), 3),
+            mean_batch=r(self.slot_steps / self.iterations if self.iterations else None),
+            slot_steps_per_s=r(self.per_s(self.slot_steps)),
+            tokens=self.tokens,
+            slot_steps=self.slot_steps,
+            finished=self.sequences,
+            cancelled=self.cancelled,
+        )
+
+
+@dataclass(frozen=True)
+class EngineSummary:
+    """The demo engine's own counters between two reads, per second where it says so."""
+
+    seconds: float
+    output_tps: float | None
+    requests_per_s: float | None
+    wasted_fraction: float | None
+    """Of the sequence slots charged, the share that produced no token."""
+    busy_fraction: float | None
+    mean_batch: float | None
+    slot_steps_per_s: float | None
+    tokens: float
+    slot_steps: float
+    finished: float
+    cancelled: float
 
 
 async def read_stats(http: aiohttp.ClientSession, engine: str) -> Snapshot:

@@ -210,12 +210,8 @@ class StreamRun:
     offered_rps: float | None = None
     window_s: float = 0.0
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "offered_rps": self.offered_rps,
-            **summarize(self.samples, self.elapsed_s, self.window_s),
-        }
+    def summary(self) -> StreamSummary:
+        return summarize(self.samples, self.elapsed_s, self.window_s, self.label, self.offered_rps)
 
 
 async def open_streams(
@@ -338,34 +334,83 @@ def tpot_s(sample: Sample) -> float | None:
     return (sample.e2e_s - sample.ttft_s) / (sample.output_tokens - 1)
 
 
-def summarize(samples: Sequence[Sample], elapsed_s: float, window_s: float = 0.0) -> dict[str, Any]:
-    """Counts; output tokens per second, of the tokens received within the window (none without
-    one); TTFT and end-to-end p50/p95/p99 in ms; and ``at_least``: the figures that are only
-    lower bounds because of cut streams."""
+@dataclass(frozen=True)
+class StreamSummary:
+    """What a run's streams saw: counts; output tokens per second, of the tokens received within
+    the window (None without one); TTFT and end-to-end p50/p95/p99 in ms and the median time per
+    output token; and ``at_least``: the figures (by field name) that are only lower bounds
+    because of cut streams."""
+
+    requests: int
+    ok: int
+    cut: int
+    failed: int
+    errors: dict[str, int]
+    output_tokens: int
+    output_tps: float | None
+    elapsed_s: float
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    ttft_p99_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p95_ms: float | None
+    e2e_p99_ms: float | None
+    tpot_p50_ms: float | None
+    at_least: list[str]
+    label: str = ""
+    offered_rps: float | None = None
+
+    def value(self, key: str) -> float | None:
+        """The figure named ``key`` (a field of this class, such as ``ttft_p99_ms``)."""
+        found = getattr(self, key)
+        return None if found is None else float(found)
+
+    def exact(self, key: str) -> bool:
+        """Whether the figure named ``key`` is exact rather than a lower bound."""
+        return key not in self.at_least
+
+
+def summarize(
+    samples: Sequence[Sample],
+    elapsed_s: float,
+    window_s: float = 0.0,
+    label: str = "",
+    offered_rps: float | None = None,
+) -> StreamSummary:
+    """The figures of ``samples``, a run of ``elapsed_s`` whose tokens counted within a window of
+    ``window_s``."""
     outcomes = Counter(s.outcome for s in samples)
     in_window = sum(s.tokens_in_window for s in samples)
-    row: dict[str, Any] = {
-        "requests": len(samples),
-        "ok": outcomes[OK],
-        "cut": outcomes[CUT],
-        "failed": outcomes[FAILED],
-        "errors": dict(Counter(s.error for s in samples if s.error is not None).most_common(5)),
-        "output_tokens": sum(s.output_tokens for s in samples),
-        "output_tps": round(in_window / window_s, 1) if window_s > 0 else None,
-        "elapsed_s": round(elapsed_s, 2),
-    }
     at_least: list[str] = []
+    figures: dict[str, float | None] = {}
     for name, values in (("ttft", ttft_values(samples)), ("e2e", e2e_values(samples))):
         for tag, q in QUANTILES.items():
             key = f"{name}_{tag}_ms"
             found = percentile_bound(values, q)
-            row[key] = None if found is None else round(found[0] * 1000, 2)
+            figures[key] = None if found is None else round(found[0] * 1000, 2)
             if found is not None and not found[1]:
                 at_least.append(key)
     tpots = [t for s in samples if (t := tpot_s(s)) is not None]
-    row["tpot_p50_ms"] = round(statistics.median(tpots) * 1000, 2) if tpots else None
-    row["at_least"] = at_least
-    return row
+    return StreamSummary(
+        requests=len(samples),
+        ok=outcomes[OK],
+        cut=outcomes[CUT],
+        failed=outcomes[FAILED],
+        errors=dict(Counter(s.error for s in samples if s.error is not None).most_common(5)),
+        output_tokens=sum(s.output_tokens for s in samples),
+        output_tps=round(in_window / window_s, 1) if window_s > 0 else None,
+        elapsed_s=round(elapsed_s, 2),
+        ttft_p50_ms=figures["ttft_p50_ms"],
+        ttft_p95_ms=figures["ttft_p95_ms"],
+        ttft_p99_ms=figures["ttft_p99_ms"],
+        e2e_p50_ms=figures["e2e_p50_ms"],
+        e2e_p95_ms=figures["e2e_p95_ms"],
+        e2e_p99_ms=figures["e2e_p99_ms"],
+        tpot_p50_ms=round(statistics.median(tpots) * 1000, 2) if tpots else None,
+        at_least=at_least,
+        label=label,
+        offered_rps=offered_rps,
+    )
 
 
 def by_path(samples: Sequence[Sample]) -> dict[str, list[Sample]]:

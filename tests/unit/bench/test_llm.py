@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 import pytest
 
+from modelroll_bench import results
 from modelroll_bench.llm import (
     BARE,
     BARE2,
@@ -23,14 +26,18 @@ from modelroll_bench.llm import (
     QUICK,
     SIDECAR,
     EngineSetup,
+    Measured,
     Setup,
     add_arguments,
     added,
     bare_proxy,
     beyond_bare,
     difference,
+    render,
     select_rates,
     setup_from,
+    summarize_overhead,
+    summarize_run,
 )
 from modelroll_bench.llm_counters import EngineWork, Snapshot, batch_started, read_stats
 from modelroll_bench.llm_load import (
@@ -38,6 +45,7 @@ from modelroll_bench.llm_load import (
     FAILED,
     OK,
     Sample,
+    StreamSummary,
     StreamTimer,
     chat_bodies,
     fixed,
@@ -48,12 +56,15 @@ from modelroll_bench.llm_load import (
     summarize,
 )
 from modelroll_bench.llm_report import (
+    Overhead,
+    OverheadRound,
+    OverheadSummary,
+    Ratio,
     bounded_ratio,
     checks,
     figure,
     informational,
     overhead_line,
-    print_summary,
     ratios,
 )
 from modelroll_bench.servers import serve_module
@@ -175,18 +186,18 @@ def test_summary_keeps_cut_streams_as_bounds_and_leaves_failures_out() -> None:
     samples.append(sample(CUT, None, None, 0.9))  # cut after 900 ms without a token
     samples.append(sample(FAILED, 0.001, None, 0.002))  # neither TTFT nor e2e
     row = summarize(samples, elapsed_s=2.0, window_s=4.0)
-    assert (row["requests"], row["ok"], row["cut"], row["failed"]) == (10, 8, 1, 1)
-    assert row["output_tps"] == 10.0  # 10 requests x 4 tokens in the window / 4 s
+    assert (row.requests, row.ok, row.cut, row.failed) == (10, 8, 1, 1)
+    assert row.output_tps == 10.0  # 10 requests x 4 tokens in the window / 4 s
     # 10..80 ms and one >= 900 ms: the median is exact, the tail only a bound
-    assert (row["ttft_p50_ms"], row["ttft_p99_ms"]) == (50.0, 900.0)
-    assert (row["e2e_p50_ms"], row["e2e_p99_ms"]) == (500.0, 900.0)
-    assert row["at_least"] == ["ttft_p95_ms", "ttft_p99_ms", "e2e_p95_ms", "e2e_p99_ms"]
-    assert row["tpot_p50_ms"] == pytest.approx(45.0)  # (0.1i - 0.01i) / 9 tokens, i = 1..8
+    assert (row.ttft_p50_ms, row.ttft_p99_ms) == (50.0, 900.0)
+    assert (row.e2e_p50_ms, row.e2e_p99_ms) == (500.0, 900.0)
+    assert row.at_least == ["ttft_p95_ms", "ttft_p99_ms", "e2e_p95_ms", "e2e_p99_ms"]
+    assert row.tpot_p50_ms == pytest.approx(45.0)  # (0.1i - 0.01i) / 9 tokens, i = 1..8
     assert figure(row, "ttft_p99_ms") == ">=900"
     assert figure(row, "ttft_p50_ms") == "50"
     early_cut = summarize([*samples, sample(CUT, None, None, 0.015)], 2.0)
-    assert "ttft_p50_ms" in early_cut["at_least"]  # a bound below the median: it moves
-    assert summarize([], 1.0)["ttft_p50_ms"] is None
+    assert "ttft_p50_ms" in early_cut.at_least  # a bound below the median: it moves
+    assert summarize([], 1.0).ttft_p50_ms is None
     assert figure(summarize([], 1.0), "ttft_p50_ms") == "-"
 
 
@@ -197,12 +208,15 @@ def test_a_ratio_with_a_lower_bound_on_one_side_is_a_bound() -> None:
     assert bounded_ratio(10.0, False, 40.0, False) == (None, "")
     assert bounded_ratio(10.0, True, 0.0, True) == (None, "")
     assert bounded_ratio(None, True, 1.0, True) == (None, "")
-    a = {"output_tps": 3000.0, "ttft_p99_ms": 50.0, "at_least": []}
-    b = {"output_tps": 1000.0, "ttft_p99_ms": 5000.0, "at_least": ["ttft_p99_ms"]}
+    empty = summarize([], 1.0)
+    a = replace(empty, output_tps=3000.0, ttft_p99_ms=50.0)
+    b = replace(empty, output_tps=1000.0, ttft_p99_ms=5000.0, at_least=["ttft_p99_ms"])
     found = ratios(a, b)
-    assert found["output_tps"] == {"ratio": 3.0, "is": "="}
-    assert found["ttft_p99_ms"] == {"ratio": 0.01, "is": "<="}
-    assert "e2e_p50_ms" not in found
+    assert found["output_tps"] == Ratio(3.0, "=")
+    assert found["ttft_p99_ms"] == Ratio(0.01, "<=")
+    assert found["e2e_p50_ms"] == Ratio(None, "")  # neither has one
+    assert [r.text() for r in found.values()][:2] == ["3.00x", "-"]
+    assert found["ttft_p99_ms"].text() == "<=0.01x"
 
 
 # -- rates, interleaving, counters ------------------------------------------------------------
@@ -237,13 +251,13 @@ def test_the_engine_work_between_two_reads_and_its_wasted_share() -> None:
     work = EngineWork.between(before, after)
     assert work.wasted_fraction == pytest.approx(0.75)  # 1600 tokens for 6400 slots
     summary = work.summary()
-    assert summary["output_tps"] == 800.0
-    assert summary["requests_per_s"] == 10.0
-    assert summary["busy_fraction"] == 1.0
-    assert summary["mean_batch"] == 64.0
+    assert summary.output_tps == 800.0
+    assert summary.requests_per_s == 10.0
+    assert summary.busy_fraction == 1.0
+    assert summary.mean_batch == 64.0
     idle = EngineWork.between(before, before)
     assert idle.wasted_fraction is None
-    assert idle.summary()["output_tps"] is None
+    assert idle.summary().output_tps is None
 
 
 def test_a_static_batch_starts_where_the_running_count_jumps() -> None:
@@ -263,34 +277,35 @@ def median(found: Spread | None) -> float:
 
 
 def overhead_row(
-    direct: float, sidecar: float, both: float, bare: float = 0.0, bare2: float = 0.0
-) -> dict[str, Any]:
-    """One round's TTFT p50 per path (p99: twice that); the bare proxies default to direct's."""
+    direct: float,
+    sidecar: float,
+    both: float,
+    bare: float = 0.0,
+    bare2: float = 0.0,
+    without: Sequence[str] = (),
+) -> OverheadRound:
+    """One round's TTFT p50 per path (p99: twice that); the bare proxies default to direct's;
+    the paths ``without`` got no answer (no figure)."""
+    empty = summarize([], 1.0)
 
-    def figures(p50: float) -> dict[str, Any]:
-        return {"ttft_p50_ms": p50, "ttft_p99_ms": 2 * p50, "failed": 0, "cut": 0}
+    def figures(path: str, p50: float) -> StreamSummary:
+        if path in without:
+            return empty
+        return replace(empty, ttft_p50_ms=p50, ttft_p99_ms=2 * p50)
 
-    return {
-        DIRECT: figures(direct),
-        SIDECAR: figures(sidecar),
-        GATEWAY: figures(both),
-        BARE: figures(bare or direct),
-        BARE2: figures(bare2 or direct),
+    p50s = {
+        DIRECT: direct,
+        SIDECAR: sidecar,
+        GATEWAY: both,
+        BARE: bare or direct,
+        BARE2: bare2 or direct,
     }
+    return OverheadRound({p: figures(p, v) for p, v in p50s.items()}, 0.0)
 
 
-def overhead_report(rows: list[dict[str, Any]], failed: int = 0) -> dict[str, Any]:
-    keys = ("ttft_p50_ms", "ttft_p99_ms")
-    return {
-        "overhead": {
-            "rate_rps": 100,
-            "rounds": rows,
-            "failed": failed,
-            "ceilings": CEILINGS,
-            "added": {k: added(rows, k) for k in keys},
-            "beyond_bare": {k: beyond_bare(rows, k) for k in keys},
-        }
-    }
+def overhead_report(rows: list[OverheadRound], failed: int = 0) -> OverheadSummary:
+    found = summarize_overhead(Overhead(16, 100, rows))
+    return replace(found, failed=failed)
 
 
 def test_the_paths_pair_each_modelroll_path_with_as_many_bare_hops() -> None:
@@ -313,15 +328,14 @@ def test_added_ttft_is_taken_round_by_round_and_judged_on_the_median() -> None:
     rows[0] = overhead_row(3.0, 3.4, 4.2)
     rows[2] = overhead_row(4.0, 4.1, 5.1)
     assert not checks(overhead_report(rows))[0][1]
-    assert checks({}) == []
+    assert checks(None) == []
 
 
 def test_a_path_without_answers_has_no_added_figure_and_misses_the_target() -> None:
-    rows = [overhead_row(3.0, 3.4, 3.9), overhead_row(5.0, 5.2, 7.5)]
-    rows[1][GATEWAY]["ttft_p50_ms"] = None  # every stream of that round failed
+    # every stream of the second round failed on the gateway's path
+    rows = [overhead_row(3.0, 3.4, 3.9), overhead_row(5.0, 5.2, 7.5, without=[GATEWAY])]
     assert added(rows, "ttft_p50_ms")[GATEWAY] == Spread(median=0.9, low=0.9, high=0.9, rounds=1)
-    for row in rows:
-        row[GATEWAY]["ttft_p50_ms"] = None
+    rows = [overhead_row(3.0, 3.4, 3.9, without=[GATEWAY])] * 2
     assert added(rows, "ttft_p50_ms")[GATEWAY] is None
     [(_, met, measured)] = checks(overhead_report(rows, failed=40))
     assert not met
@@ -355,30 +369,29 @@ def test_the_cost_beyond_bare_hops_is_taken_round_by_round_against_as_many_hops(
     assert "two bare aiohttp hops" in what
     assert info.startswith("p50 +0.50 (+0.50..+1.00) ms, p99 +1.00")
     assert info.endswith("one hop (sidecar - bare proxy): +0.50 ms")
-    assert informational({}) == []
+    assert informational(None) == []
 
 
-def test_the_overhead_lines_and_table_show_every_path(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_overhead_lines_and_table_show_every_path() -> None:
     row = overhead_row(3.0, 4.0, 4.5, bare=3.5, bare2=4.0)
     line = overhead_line(1, row, PATHS)
     assert "direct TTFT p50 3.0 ms" in line
     assert "bare proxy +0.50/+1.00, sidecar +1.00/+2.00" in line
     assert "bare proxy x2 +1.00/+2.00, gateway+sidecar +1.50/+3.00" in line
-    report = overhead_report([row, row])
-    found = report["overhead"]
-    found |= {
-        "max_tokens": 16,
-        "median": {p: {"ttft_p50_ms": row[p]["ttft_p50_ms"], "at_least": []} for p in PATHS},
-    }
-    print_summary(report)
-    out = capsys.readouterr().out
+    found = overhead_report([row, row])
+    setup = replace(Setup(), parts=("overhead",))
+    measured = Measured(overhead=Overhead(16, 100, [row, row]))
+    assert results.from_json(Measured, results.to_json(measured)) == measured  # --from
+    summary = summarize_run(setup, measured)
+    assert summary.overhead == found
+    out = render(setup, summary)
     table = {
         cells[0]: cells[1:]
         for line in out.splitlines()
         if (cells := re.split(r"\s{2,}", line.strip()))[0] in PATHS
     }
     assert "beyond bare p50" in out
-    assert table[DIRECT] == ["3.00", "-", "-"]
+    assert table[DIRECT] == ["3.00", "-", "6.00"]  # p95 not given
     assert table[BARE][3:] == ["+0.50 (+0.50..+0.50)", "+1.00 (+1.00..+1.00)"]
     assert table[GATEWAY][3:] == [
         "+1.50 (+1.50..+1.50)",
