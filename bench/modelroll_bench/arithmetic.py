@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .figures import LoadSummary
+from .results import to_json
 from .stats import percentile, rank_index, spread
 
 MAX_ERROR_FRACTION = 0.001
@@ -23,9 +25,11 @@ def error_fraction(row: Mapping[str, Any]) -> float:
     return sum(row.get("errors", {}).values()) / requests if requests else 1.0
 
 
-def meets_slo(row: Mapping[str, Any], slo_p99_ms: float) -> bool:
+def meets_slo(row: Mapping[str, Any] | LoadSummary, slo_p99_ms: float) -> bool:
     """A run meets a p99 SLO when its p99 is within it and (almost) nothing failed; a p99 that
     fell among unanswered requests (None) is not."""
+    if isinstance(row, LoadSummary):
+        return meets_slo(to_json(row), slo_p99_ms)
     return (
         bool(row.get("requests"))
         and row["p99_ms"] is not None

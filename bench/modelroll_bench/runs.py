@@ -166,7 +166,7 @@ class Scenario:
         )
 
 
-def write(report: dict[str, Any], out: Path) -> None:
+def write(report: Any, out: Path) -> None:
     results.write(report, out)
     print(f"Results in {out}")
 

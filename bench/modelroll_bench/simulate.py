@@ -29,7 +29,7 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,16 +152,37 @@ class Result:
     mean_batch: float
     padding_efficiency: float
 
-    def row(self, slo_ms: float | None = None) -> dict[str, Any]:
-        """The load generator's summary, the batching, and with ``slo_ms`` the requests per
-        second answered within it and whether the run meets it."""
-        row = self.run.summary()
-        row["mean_batch"] = round(self.mean_batch, 2)
-        row["padding_efficiency"] = round(self.padding_efficiency, 3)
-        if slo_ms is not None:
-            row["within_slo_rps"] = round(self.run.within_rps(slo_ms / 1000), 1)
-            row["meets_slo"] = arithmetic.meets_slo(row, slo_ms)
-        return row
+    def figures(self, slo_ms: float, name: str = "") -> Figures:
+        """What the load generator would have seen, how the model batched, and the requests per
+        second answered within the p99 SLO ``slo_ms`` and whether the run meets it."""
+        load = self.run.report()
+        return Figures(
+            name=name,
+            throughput_rps=load.throughput_rps,
+            within_slo_rps=round(self.run.within_rps(slo_ms / 1000), 1),
+            meets_slo=arithmetic.meets_slo(load, slo_ms),
+            p50_ms=load.p50_ms,
+            p95_ms=load.p95_ms,
+            p99_ms=load.p99_ms,
+            mean_batch=round(self.mean_batch, 2),
+            padding_efficiency=round(self.padding_efficiency, 3),
+        )
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One configuration's simulated run: throughput, goodput under the SLO and whether the run
+    meets it, p50/p95/p99 in ms, and the batching."""
+
+    name: str
+    throughput_rps: float
+    within_slo_rps: float
+    meets_slo: bool
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    mean_batch: float
+    padding_efficiency: float
 
 
 def simulate(
@@ -273,13 +294,14 @@ class Grid:
         return found
 
 
-Row = tuple[Batching, dict[str, Any]]
+Row = tuple[Batching, Figures]
 
 
 def _run_row(
     config: Batching, surface: Surface, trace: Trace, slo_ms: float, noise: float, seed: int
 ) -> Row:
-    return config, simulate(config, surface, trace, noise=noise, seed=seed).row(slo_ms)
+    found = simulate(config, surface, trace, noise=noise, seed=seed)
+    return config, found.figures(slo_ms, config.name)
 
 
 def run_grid(
@@ -308,16 +330,16 @@ def run_grid(
 def rank_key(row: Row) -> tuple[Any, ...]:
     """How :func:`pick` orders rows, best first, once goodput ties are settled."""
     config, figures = row
-    return (figures["p99_ms"], figures["p50_ms"], config.max_wait_ms, config.max_batch)
+    return (figures.p99_ms, figures.p50_ms, config.max_wait_ms, config.max_batch)
 
 
 def pick(rows: Sequence[Row]) -> Row:
     """The best row: meeting the SLO first, then the most requests answered within it per
     second (within :data:`TIE` of the most counts as tied), then the lowest p99 and p50, the
     shorter max-wait and the smaller batch."""
-    meeting = [row for row in rows if row[1]["meets_slo"]] or list(rows)
-    top = max(row[1]["within_slo_rps"] for row in meeting)
-    tied = [row for row in meeting if row[1]["within_slo_rps"] >= (1 - TIE) * top]
+    meeting = [row for row in rows if row[1].meets_slo] or list(rows)
+    top = max(row[1].within_slo_rps for row in meeting)
+    tied = [row for row in meeting if row[1].within_slo_rps >= (1 - TIE) * top]
     return min(tied, key=rank_key)
 
 
@@ -335,7 +357,7 @@ def best_static(
 ) -> Row:
     """The static configuration of ``grid`` with the best goodput under the p99 SLO at Poisson
     arrivals of ``rate`` (``requests`` of them, lengths cycled from ``lengths``), and its
-    figures (:meth:`Result.row`)."""
+    figures (:meth:`Result.figures`)."""
     trace = Trace.poisson(rate, requests / rate, lengths, seed)
     configs = (grid or Grid()).configs(max(lengths))
     [rows] = run_grid(configs, surface, [trace], slo_ms, noise=noise, seed=seed, jobs=jobs)
@@ -361,14 +383,45 @@ class Search:
     grid: Grid = Grid()
 
 
-def _figures(row: dict[str, Any]) -> dict[str, Any]:
-    keep = ("throughput_rps", "within_slo_rps", "meets_slo", "p50_ms", "p95_ms", "p99_ms")
-    return {k: row[k] for k in (*keep, "mean_batch", "padding_efficiency")}
+@dataclass(frozen=True)
+class Load:
+    """One load of the search: the best configuration and its figures, the next best, no
+    batching's and first in first out's to 32 with a 10 ms wait (None when the grid lacks it),
+    the best's figures at other arrival seeds, and every configuration's."""
+
+    share: float
+    rate_rps: float
+    best_config: Batching
+    best: Figures
+    runner_up: Figures
+    no_batching: Figures
+    fifo_32: Figures | None
+    best_at_other_seeds: list[Figures]
+    rows: list[Figures]
+
+
+@dataclass(frozen=True)
+class Found:
+    no_batching_saturation_rps: float
+    loads: list[Load]
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``modelroll-bench simulate`` writes."""
+
+    surface: Surface
+    surface_path: str
+    lengths: str
+    trace: str | None
+    setup: Search
+    machine: dict[str, Any]
+    found: Found
 
 
 def search(
     surface: Surface, lengths: Sequence[int], setup: Search, recorded: Trace | None = None
-) -> dict[str, Any]:
+) -> Found:
     """At each load: the best configuration of the grid, the next best, no batching's and first
     in first out's to 32 with a 10 ms wait, and the best one's figures again at other arrival seeds.
     ``recorded``: replay this trace, its times scaled to each load, instead of Poisson arrivals
@@ -402,58 +455,62 @@ def search(
             []
             if recorded is not None
             else [
-                simulate(best[0], surface, trace(rate, s), noise=setup.noise, seed=s).row(
-                    setup.slo_ms
+                simulate(best[0], surface, trace(rate, s), noise=setup.noise, seed=s).figures(
+                    setup.slo_ms, best[0].name
                 )
                 for s in NOISE_SEEDS
             ]
         )
         loads.append(
-            {
-                "share": share,
-                "rate_rps": round(rate, 2),
-                "best": {"config": asdict(best[0]), "name": best[0].name, **_figures(best[1])},
-                "runner_up": {"name": runner_up[0].name, **_figures(runner_up[1])},
-                "no_batching": _figures(by_config[alone]),
-                "fifo_32": _figures(by_config[fifo]) if fifo in by_config else None,
-                "best_at_other_seeds": [_figures(row) for row in again],
-                "rows": [{"name": c.name, **_figures(r)} for c, r in rows],
-            }
+            Load(
+                share=share,
+                rate_rps=round(rate, 2),
+                best_config=best[0],
+                best=best[1],
+                runner_up=runner_up[1],
+                no_batching=by_config[alone],
+                fifo_32=by_config.get(fifo),
+                best_at_other_seeds=again,
+                rows=[figures for _, figures in rows],
+            )
         )
-    return {"no_batching_saturation_rps": round(saturation, 2), "loads": loads}
+    return Found(round(saturation, 2), loads)
 
 
-def print_table(found: dict[str, Any], slo_ms: float) -> None:
+def table(found: Found, slo_ms: float) -> str:
     """The best configuration at each load beside no batching and first in first out to 32."""
-    print(
-        f"\nNo batching's simulated saturation: {found['no_batching_saturation_rps']:.1f} req/s. "
+    lines = [
+        f"\nNo batching's simulated saturation: {found.no_batching_saturation_rps:.1f} req/s. "
         f"Goodput = requests/s answered within the p99 SLO of {slo_ms:g} ms (* = the run's p99 "
-        "is over it); p99 ms; the best's p99 at two other arrival seeds in brackets."
-    )
-    print(
+        "is over it); p99 ms; the best's p99 at two other arrival seeds in brackets.",
         f"{'load':>5} {'req/s':>7}  {'best static configuration':<40} {'goodput':>8} "
         f"{'p99':>8} {'other seeds':>16}  {'runner-up':<40} {'no batching':>16} "
-        f"{'FIFO 32, 10 ms':>16}"
-    )
+        f"{'FIFO 32, 10 ms':>16}",
+    ]
 
-    def cell(figures: dict[str, Any] | None) -> str:
+    def cell(figures: Figures | None) -> str:
         if figures is None:
             return "-"
-        mark = "" if figures["meets_slo"] else "*"
-        return f"{figures['within_slo_rps']:.1f}{mark} / {figures['p99_ms']:.0f}"
+        mark = "" if figures.meets_slo else "*"
+        return f"{figures.within_slo_rps:.1f}{mark} / {_p99(figures)}"
 
-    for load in found["loads"]:
-        best = load["best"]
-        others = "/".join(f"{row['p99_ms']:.0f}" for row in load["best_at_other_seeds"])
-        short = best["name"].replace(", lengths from the tokenizer", "")
-        runner = load["runner_up"]["name"].replace(", lengths from the tokenizer", "")
-        mark = "" if best["meets_slo"] else "*"
-        print(
-            f"{load['share']:>5.0%} {load['rate_rps']:>7.1f}  {short:<40} "
-            f"{best['within_slo_rps']:>7.1f}{mark:1} {best['p99_ms']:>8.0f} "
+    for load in found.loads:
+        best = load.best
+        others = "/".join(_p99(row) for row in load.best_at_other_seeds)
+        short = best.name.replace(", lengths from the tokenizer", "")
+        runner = load.runner_up.name.replace(", lengths from the tokenizer", "")
+        mark = "" if best.meets_slo else "*"
+        lines.append(
+            f"{load.share:>5.0%} {load.rate_rps:>7.1f}  {short:<40} "
+            f"{best.within_slo_rps:>7.1f}{mark:1} {_p99(best):>8} "
             f"{'[' + others + ']' if others else '':>16}  {runner:<40} "
-            f"{cell(load['no_batching']):>16} {cell(load['fifo_32']):>16}"
+            f"{cell(load.no_batching):>16} {cell(load.fifo_32):>16}"
         )
+    return "\n".join(lines)
+
+
+def _p99(figures: Figures) -> str:
+    return "-" if figures.p99_ms is None else f"{figures.p99_ms:.0f}"
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -563,8 +620,8 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"modelroll-bench simulate: {exc}") from None
     if args.measure:
-        found = asyncio.run(surface.measure_encoder(args.variant, 1, surface.REPEATS))
-        write(found, args.surface)
+        measured = asyncio.run(surface.measure_encoder(args.variant, 1, surface.REPEATS))
+        write(measured, args.surface)
     try:
         cost = Surface.load(args.surface)
     except ValueError as exc:
@@ -600,15 +657,9 @@ def main(args: argparse.Namespace) -> int:
     )
     started = time.perf_counter()
     found = search(cost, lengths, setup, recorded)
-    print_table(found, setup.slo_ms)
+    print(table(found, setup.slo_ms))
     print(f"({time.perf_counter() - started:.0f} s)")
-    report = {
-        "surface": {"path": str(args.surface), **asdict(cost)},
-        "lengths": described,
-        "trace": str(args.trace) if args.trace else None,
-        "setup": asdict(setup),
-        "machine": machine(),
-        **found,
-    }
+    trace = str(args.trace) if args.trace else None
+    report = Report(cost, str(args.surface), described, trace, setup, machine(), found)
     write(report, args.out or Path("bench/results/simulate.json"))
     return 0

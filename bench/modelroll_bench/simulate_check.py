@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import asdict
+from dataclasses import dataclass
 from typing import Any
 
 from . import simulate as sim
+from .figures import OpenRun
 from .lengths import PRESETS, parse
-from .runs import Workload, batch_of_one_ms, idle, machine, open_run, write
+from .runs import Workload, batch_of_one_ms, idle, machine, open_report, write
 from .surface import Surface, sentence_tokens, tokenizer_of
 from .systems import Batching, System, batcher, encoder_model
 
@@ -53,26 +54,80 @@ def ratio(simulated: float, measured: float) -> float | None:
     return round(simulated / measured, 3) if measured else None
 
 
-def compared(simulated: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Pair:
+    """One figure simulated and measured, and simulated / measured (None without a measure)."""
+
+    simulated: float | None
+    measured: float | None
+    ratio: float | None = None
+
+    @classmethod
+    def of(cls, simulated: float | None, measured: float | None) -> Pair:
+        if simulated is None or measured is None:
+            return cls(simulated, measured)
+        return cls(simulated, measured, ratio(simulated, measured))
+
+    def text(self) -> str:
+        return f"{_number(self.simulated)} / {_number(self.measured)} ({self.ratio or 0:.2f}x)"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One configuration at one load: throughput, p50, p99 and the mean batch, simulated and
+    measured."""
+
+    label: str
+    share: float
+    rate_rps: float
+    throughput_rps: Pair
+    p50_ms: Pair
+    p99_ms: Pair
+    mean_batch: Pair
+
+
+@dataclass(frozen=True)
+class Checked:
+    no_batching_saturation_rps: float
+    rows: list[Compared]
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``modelroll-bench simulate --check`` writes."""
+
+    surface: Surface
+    surface_path: str
+    lengths: str
+    machine: dict[str, Any]
+    duration_s: float
+    found: Checked
+
+
+def compared(
+    label: str, share: float, rate: float, simulated: sim.Figures, measured: OpenRun
+) -> Compared:
     """Simulated and measured throughput, p50, p99 and mean batch, and their ratios."""
-    out: dict[str, Any] = {}
-    for key in ("throughput_rps", "p50_ms", "p99_ms"):
-        out[key] = {
-            "simulated": simulated[key],
-            "measured": measured[key],
-            "ratio": ratio(simulated[key], measured[key]),
-        }
-    batching = measured.get("batching") or {}
-    out["mean_batch"] = {
-        "simulated": simulated["mean_batch"],
-        "measured": batching.get("mean_batch"),
-    }
-    return out
+    load = measured.load
+    batching = measured.batching
+    return Compared(
+        label=label,
+        share=share,
+        rate_rps=rate,
+        throughput_rps=Pair.of(simulated.throughput_rps, load.throughput_rps),
+        p50_ms=Pair.of(simulated.p50_ms, load.p50_ms),
+        p99_ms=Pair.of(simulated.p99_ms, load.p99_ms),
+        mean_batch=Pair(simulated.mean_batch, batching.mean_batch if batching else None),
+    )
 
 
 async def run(
     cost: Surface, spec: str, seed: int, shares: tuple[float, ...], duration_s: float, slo_ms: float
-) -> dict[str, Any]:
+) -> Checked:
     workload = Workload(parse(spec), seed=seed, sentences=True)
     rows = []
     async with encoder_model() as model:
@@ -95,7 +150,7 @@ async def run(
             async with batcher(System(label, "sidecar", config), model, 1) as url:
                 for share in shares:
                     rate = share * saturation
-                    measured = await open_run(
+                    measured = await open_report(
                         url,
                         workload,
                         rate,
@@ -109,24 +164,18 @@ async def run(
                     trace = sim.Trace.poisson(rate, duration_s, lengths, seed)
                     # In a thread: the simulation runs its own (virtual-time) event loop.
                     result = await asyncio.to_thread(sim.simulate, config, cost, trace)
-                    simulated = result.row(slo_ms)
-                    found = compared(simulated, measured)
-                    rows.append({"label": label, "share": share, "rate_rps": rate, **found})
-                    print(_line(label, share, rate, found), flush=True)
-    return {"no_batching_saturation_rps": round(saturation, 2), "rows": rows}
+                    found = compared(label, share, rate, result.figures(slo_ms), measured)
+                    rows.append(found)
+                    print(line(found), flush=True)
+    return Checked(round(saturation, 2), rows)
 
 
-def _line(label: str, share: float, rate: float, found: dict[str, Any]) -> str:
-    def pair(key: str) -> str:
-        f = found[key]
-        return f"{f['simulated']:.1f} / {f['measured']:.1f} ({f['ratio'] or 0:.2f}x)"
-
-    batch = found["mean_batch"]
-    measured = batch["measured"]
+def line(found: Compared) -> str:
+    batch = found.mean_batch
     return (
-        f"{label:<18} {share:>5.0%} {rate:>6.1f}  {pair('throughput_rps'):>22}  "
-        f"{pair('p99_ms'):>22}  {batch['simulated']:>9.1f} / "
-        + (f"{measured:.1f}" if measured is not None else "-")
+        f"{found.label:<18} {found.share:>5.0%} {found.rate_rps:>6.1f}  "
+        f"{found.throughput_rps.text():>22}  {found.p99_ms.text():>22}  "
+        f"{_number(batch.simulated):>9} / {_number(batch.measured)}"
     )
 
 
@@ -135,12 +184,6 @@ def main(args: argparse.Namespace, cost: Surface) -> int:
     found = asyncio.run(
         run(cost, spec, args.seed, args.check_shares, args.check_duration, args.slo_ms)
     )
-    report = {
-        "surface": {"path": str(args.surface), **asdict(cost)},
-        "lengths": spec,
-        "machine": machine(),
-        "duration_s": args.check_duration,
-        **found,
-    }
+    report = Report(cost, str(args.surface), spec, machine(), args.check_duration, found)
     write(report, args.out or sim.DEFAULT_SURFACE.with_name("simulate-check.json"))
     return 0

@@ -9,15 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from modelroll_bench import results
+from modelroll_bench.figures import LoadSummary, OpenRun
 from modelroll_bench.lengths import parse
 from modelroll_bench.simulate import (
+    Figures,
+    Found,
     Grid,
+    Search,
     Trace,
     best_static,
     pick,
     saturation_rps,
+    search,
     simulate,
+    table,
 )
+from modelroll_bench.simulate_check import Pair, compared, line
 from modelroll_bench.surface import Point, Surface, fit
 from modelroll_bench.systems import Batching
 
@@ -58,9 +66,9 @@ def test_a_batch_costs_what_the_surface_says_for_its_size_and_longest_length() -
 def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
     config = Batching(batch_by="length")
 
-    def run(seed: int) -> dict[str, object]:
+    def run(seed: int) -> Figures:
         trace = Trace.poisson(200.0, 2.0, BIMODAL, seed=seed)
-        return simulate(config, PADDED, trace, noise=0.2, seed=seed).row(300.0)
+        return simulate(config, PADDED, trace, noise=0.2, seed=seed).figures(300.0)
 
     assert run(1) == run(1)
     assert run(1) != run(2)
@@ -72,11 +80,11 @@ def test_the_grid_beats_first_in_first_out_to_32_where_padding_costs() -> None:
     rate = 0.7 * saturation_rps(NO_BATCHING, PADDED, BIMODAL, 300)
     config, best = best_static(PADDED, BIMODAL, rate, 300.0, grid=grid, requests=400)
     trace = Trace.poisson(rate, 400 / rate, BIMODAL)
-    theirs = simulate(fifo, PADDED, trace).row(300.0)
+    theirs = simulate(fifo, PADDED, trace).figures(300.0)
     assert config != fifo
-    assert best["meets_slo"]
-    assert not theirs["meets_slo"]
-    assert best["within_slo_rps"] > theirs["within_slo_rps"]
+    assert best.meets_slo
+    assert not theirs.meets_slo
+    assert best.within_slo_rps > theirs.within_slo_rps
 
 
 def test_a_grid_lists_each_distinct_configuration_once() -> None:
@@ -87,8 +95,8 @@ def test_a_grid_lists_each_distinct_configuration_once() -> None:
 
 
 def test_ties_in_goodput_go_to_the_lower_p99() -> None:
-    def row(within: float, p99: float, meets: bool = True) -> dict[str, object]:
-        return {"within_slo_rps": within, "p99_ms": p99, "p50_ms": 1.0, "meets_slo": meets}
+    def row(within: float, p99: float, meets: bool = True) -> Figures:
+        return Figures("", within, within, meets, 1.0, p99, p99, 1.0, 1.0)
 
     rows = [
         (Batching(max_batch=2), row(100.0, 90.0)),
@@ -142,3 +150,27 @@ def test_a_file_without_a_surface_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({"terms": {"call": 0.001}}))
     with pytest.raises(ValueError, match="holds no cost surface"):
         Surface.load(path)
+
+
+def test_a_search_renders_its_table_and_reads_back_from_its_json() -> None:
+    grid = Grid(max_batch=(1, 8), max_wait_ms=(0.0,), max_batch_tokens=(0,))
+    found = search(PADDED, BIMODAL, Search(shares=(0.5,), requests=200, grid=grid))
+    [load] = found.loads
+    assert load.best.name == load.best_config.name
+    assert len(load.best_at_other_seeds) == 2
+    assert load.fifo_32 is None  # not in this grid
+    text = table(found, 300.0)
+    assert load.best.name.replace(", lengths from the tokenizer", "") in text
+    assert text.splitlines()[-1].endswith("-")  # no FIFO 32 figure
+    assert results.from_json(Found, results.to_json(found)) == found
+
+
+def test_the_check_compares_each_figure_and_leaves_out_what_was_not_measured() -> None:
+    simulated = Figures("", 100.0, 90.0, True, 10.0, 20.0, 40.0, 4.0, 1.0)
+    load = LoadSummary("sidecar", 50.0, 80.0, 400, 400, {}, 12.0, 30.0, None)
+    found = compared("sidecar", 0.5, 50.0, simulated, OpenRun(load, None, 90.0, []))
+    assert found.throughput_rps == Pair(100.0, 80.0, 1.25)
+    assert found.p50_ms == Pair(10.0, 12.0, 0.833)
+    assert found.p99_ms == Pair(40.0, None, None)  # fell among unanswered requests
+    assert found.mean_batch == Pair(4.0, None)
+    assert line(found).endswith("4.0 / -")
