@@ -14,6 +14,7 @@ modelroll-bench llm                (make bench-llm)
 modelroll-bench encoder            (make bench-encoder)
 modelroll-bench llama              (make bench-llama)
 modelroll-bench simulate           (make bench-simulate)
+modelroll-bench gpu --device cpu   (bench/gpu/run.sh; make bench-gpu-cpu)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from . import (
     dataplanes,
     encoder,
     gateway,
+    gpu,
     lengths,
     llama,
     llm,
@@ -191,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(func=module.main)
+    on_gpu = sub.add_parser(
+        "gpu",
+        help="the sidecar's defaults on a GPU encoder at equal p95 (bench/gpu/run.sh)",
+        description=gpu.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gpu.add_arguments(on_gpu)
+    on_gpu.set_defaults(func=gpu.cmd)
     for suite in (
         sidecar.SUITE,
         gateway.SUITE,

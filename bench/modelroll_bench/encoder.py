@@ -43,7 +43,7 @@ from modelroll_devcluster.sentences import sentences as seeded_sentences
 from modelroll_models import batch_cost
 
 from . import wrk
-from .figures import Figure
+from .figures import Figure, LoadSummary
 from .loadgen import closed_loop, json_bodies, open_loop
 from .metrics import Watch
 from .runs import (
@@ -304,13 +304,42 @@ async def rate_round(
             await servers.settle()
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """One closed loop of the sweep: its round, its concurrency and what it saw."""
+
+    round: int
+    concurrency: int
+    load: LoadSummary
+
+    @property
+    def label(self) -> str:
+        return self.load.label
+
+
+@dataclass(frozen=True)
+class EqualP95:
+    """At one of no batching's points (its concurrency and median p95): the most a system
+    served at that p95 or lower over the most the systems it is compared with served there,
+    median over rounds and range (None where none of those reached that p95 in any round)."""
+
+    concurrency: int
+    p95_ms: float
+    ratio: float | None
+    range: tuple[float, float] | None
+
+    def text(self) -> str:
+        ratio = "-" if self.ratio is None else f"{self.ratio:.2f}x"
+        return f"{ratio} at p95 {self.p95_ms:g} ms (c={self.concurrency})"
+
+
 async def sweep_round(
     setup: Setup,
     r: int,
     servers: Servers,
     payloads: list[str],
     systems: Sequence[System] | None = None,
-) -> list[Any]:
+) -> list[SweepPoint]:
     """Closed loops of each concurrency against each system (``setup.systems`` unless given):
     throughput and p50/p95/p99."""
     bodies = json_bodies(payloads)
@@ -326,50 +355,60 @@ async def sweep_round(
                 label=system.label,
                 warmup_s=SWEEP_WARMUP_S,
             )
-            row = {"round": r + 1, "concurrency": concurrency, **result.summary()}
-            found.append(row)
+            point = SweepPoint(r + 1, concurrency, result.report())
+            found.append(point)
             print(
                 f"  round {r + 1} concurrency {concurrency:3}  {system.label:<28} "
-                f"{row['throughput_rps']:6.1f} req/s  p50 {row['p50_ms']:7.1f}  p95 "
-                f"{row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms",
+                f"{point.load.throughput_rps:6.1f} req/s  p50 {_ms(point.load.p50_ms)}  p95 "
+                f"{_ms(point.load.p95_ms)}  p99 {_ms(point.load.p99_ms)} ms",
                 flush=True,
             )
             await servers.settle()
     return found
 
 
-def most_within(rows: list[dict[str, Any]], labels: Collection[str], p95_ms: float) -> float:
+def _ms(value: float | None) -> str:
+    return "      -" if value is None else f"{value:7.1f}"
+
+
+def most_within(points: Sequence[SweepPoint], labels: Collection[str], p95_ms: float) -> float:
     """The most any system of ``labels`` served at ``p95_ms`` or lower (0 where none did)."""
-    within = [r["throughput_rps"] for r in rows if r["label"] in labels and r["p95_ms"] <= p95_ms]
+    within = [
+        p.load.throughput_rps
+        for p in points
+        if p.label in labels and p.load.p95_ms is not None and p.load.p95_ms <= p95_ms
+    ]
     return max(within, default=0.0)
 
 
 def at_equal_p95(
-    rows: list[dict[str, Any]], label: str, against: Collection[str] = (BASELINE,)
-) -> list[dict[str, Any]]:
+    points: Sequence[SweepPoint], label: str, against: Collection[str] = (BASELINE,)
+) -> list[EqualP95]:
     """For each point of no batching: the most ``label`` served at that p95 or lower, over the
     most any system of ``against`` served there, in each round; the medians over rounds (ratio
     None where none of ``against`` reached that p95 in any round)."""
     out = []
-    for concurrency in sorted({row["concurrency"] for row in rows if row["label"] == BASELINE}):
+    for concurrency in sorted({p.concurrency for p in points if p.label == BASELINE}):
         ratios, p95s = [], []
-        for r in sorted({row["round"] for row in rows}):
-            mine = [row for row in rows if row["round"] == r]
+        for r in sorted({p.round for p in points}):
+            mine = [p for p in points if p.round == r]
             [budget] = [
-                row["p95_ms"]
-                for row in mine
-                if row["label"] == BASELINE and row["concurrency"] == concurrency
+                p.load.p95_ms for p in mine if p.label == BASELINE and p.concurrency == concurrency
             ]
+            if budget is None:
+                continue
             p95s.append(budget)
             if base := most_within(mine, against, budget):
                 ratios.append(most_within(mine, (label,), budget) / base)
+        if not p95s:
+            continue
         out.append(
-            {
-                "concurrency": concurrency,
-                "p95_ms": round(statistics.median(p95s), 1),
-                "ratio": round(statistics.median(ratios), 2) if ratios else None,
-                "range": [round(min(ratios), 2), round(max(ratios), 2)] if ratios else None,
-            }
+            EqualP95(
+                concurrency=concurrency,
+                p95_ms=round(statistics.median(p95s), 1),
+                ratio=round(statistics.median(ratios), 2) if ratios else None,
+                range=(round(min(ratios), 2), round(max(ratios), 2)) if ratios else None,
+            )
         )
     return out
 
@@ -481,11 +520,8 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
             )
 
 
-def print_equal_p95(label: str, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    cells = ", ".join(
-        f"{e['ratio']:.2f}x at p95 {e['p95_ms']:.0f} ms (c={e['concurrency']})" for e in found
-    )
-    print(f"{label} against {BASELINE} at equal p95: {cells}")
+def print_equal_p95(label: str, found: list[EqualP95]) -> list[EqualP95]:
+    print(f"{label} against {BASELINE} at equal p95: {', '.join(e.text() for e in found)}")
     return found
 
 
