@@ -43,7 +43,7 @@ from modelroll_devcluster.sentences import sentences as seeded_sentences
 from modelroll_models import batch_cost
 
 from . import wrk
-from .figures import Figure, LoadSummary
+from .figures import BatchSummary, Figure, LoadSummary
 from .loadgen import closed_loop, json_bodies, open_loop
 from .metrics import Watch
 from .runs import (
@@ -162,13 +162,82 @@ def rotated(systems: Sequence[System], r: int) -> list[System]:
     return [*systems[shift:], *systems[:shift]]
 
 
+@dataclass(frozen=True)
+class SaturationRow:
+    """One system's wrk run in one round, how the encoder batched meanwhile, and the load."""
+
+    round: int
+    wrk: wrk.WrkResult
+    batching: BatchSummary | None
+    load_average_1m: float
+
+
+@dataclass(frozen=True)
+class RateRun:
+    """One system's Poisson run at one rate in one round."""
+
+    load: LoadSummary
+    batching: BatchSummary | None
+    load_average_1m: float
+
+
+@dataclass(frozen=True)
+class RateEntry:
+    """A Poisson rate (a share of a system's saturation) and, by system, one run per round
+    (None where the system was skipped)."""
+
+    name: str
+    share: float
+    of: str
+    rate_rps: float
+    rounds: dict[str, list[RateRun | None]] = field(default_factory=dict)
+
+
 @dataclass
 class Rows:
-    """Every measurement: at saturation, by system, one row per round; at each Poisson rate, its
-    rate and, by system, one row per round (None where the system was skipped)."""
+    """Every measurement: at saturation, by system, one row per round; and each Poisson rate."""
 
-    saturation: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    rates: list[dict[str, Any]] = field(default_factory=list)
+    saturation: dict[str, list[SaturationRow]] = field(default_factory=dict)
+    rates: list[RateEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SaturationFigures:
+    """One system at saturation over rounds: req/s (and its ratio to no batching's), the mean
+    batch and padding efficiency, and its median against the model's own limit."""
+
+    rps: Figure
+    mean_batch: Spread | None
+    padding_efficiency: Spread | None
+    model_limit_rps: float
+    share_of_limit: float
+
+
+@dataclass(frozen=True)
+class RateFigures:
+    """One system at one rate over rounds, each with its ratio to no batching's."""
+
+    throughput_rps: Figure
+    p50_ms: Figure
+    p95_ms: Figure
+    p99_ms: Figure
+    mean_batch: Spread | None
+    padding_efficiency: Spread | None
+
+
+@dataclass(frozen=True)
+class RateSummary:
+    name: str
+    share: float
+    of: str
+    rate_rps: float
+    systems: dict[str, RateFigures]
+
+
+@dataclass(frozen=True)
+class Summary:
+    saturation: dict[str, SaturationFigures]
+    rates: list[RateSummary]
 
 
 @dataclass(frozen=True)
@@ -250,9 +319,9 @@ async def saturation_round(
             result = await asyncio.to_thread(
                 _wrk, setup, system.label, url, bodies, setup.duration_s
             )
-        batching = watch.delta.summary() if watch.delta else None
+        batching = watch.delta.report() if watch.delta else None
         rows.saturation.setdefault(system.label, []).append(
-            {"round": r + 1, **asdict(result), "batching": batching, "load_average_1m": load}
+            SaturationRow(r + 1, result, batching, load)
         )
         print(
             f"  round {r + 1} saturation  {system.label:<19} {result.rps:7.1f} req/s  "
@@ -269,17 +338,17 @@ async def rate_round(
     r: int,
     servers: Servers,
     payloads: list[str],
-    rates: list[dict[str, Any]],
+    rates: list[RateEntry],
     saturation: dict[str, float],
 ) -> None:
     bodies = json_bodies(payloads)
     for entry in rates:
-        rate = entry["rate_rps"]
+        rate = entry.rate_rps
         for system in rotated(setup.systems, r):
-            rounds = entry["rounds"].setdefault(system.label, [])
+            rounds = entry.rounds.setdefault(system.label, [])
             if rate <= 0 or rate > SKIP_ABOVE * saturation[system.label]:
                 rounds.append(None)
-                print(f"  round {r + 1} {entry['name']:<22} {system.label:<19} skipped")
+                print(f"  round {r + 1} {entry.name:<22} {system.label:<19} skipped")
                 continue
             url = servers.urls[system.label] + "/v1/infer"
             load = load_average()
@@ -292,13 +361,13 @@ async def rate_round(
                     seed=setup.seed + r,
                     label=system.label,
                 )
-            batching = watch.delta.summary() if watch.delta else None
-            row = {**result.summary(), "batching": batching, "load_average_1m": load}
-            rounds.append(row)
+            batching = watch.delta.report() if watch.delta else None
+            run = RateRun(result.report(), batching, load)
+            rounds.append(run)
             print(
-                f"  round {r + 1} {entry['name']:<22} {system.label:<19} p50 {row['p50_ms']:7.1f}"
-                f"  p95 {row['p95_ms']:7.1f}  p99 {row['p99_ms']:7.1f} ms  mean batch "
-                f"{_fig(batching, 'mean_batch', '.1f')}  errors {row['errors'] or 0}",
+                f"  round {r + 1} {entry.name:<22} {system.label:<19} p50 {_ms(run.load.p50_ms)}"
+                f"  p95 {_ms(run.load.p95_ms)}  p99 {_ms(run.load.p99_ms)} ms  mean batch "
+                f"{_fig(batching, 'mean_batch', '.1f')}  errors {run.load.errors or 0}",
                 flush=True,
             )
             await servers.settle()
@@ -413,58 +482,83 @@ def at_equal_p95(
     return out
 
 
-def _fig(batching: dict[str, Any] | None, key: str, fmt: str) -> str:
-    value = None if batching is None else batching.get(key)
+def _fig(batching: BatchSummary | None, key: str, fmt: str) -> str:
+    value = None if batching is None else getattr(batching, key)
     return "-" if value is None else format(value, fmt)
 
 
-def _values(rows: Sequence[dict[str, Any] | None], *path: str) -> list[float | None]:
-    """One figure of every round's row (None for a skipped row or a missing figure)."""
-    out: list[float | None] = []
-    for row in rows:
-        value: Any = row
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        out.append(None if value is None else float(value))
-    return out
+def _paired(mine: Sequence[float | None], base: Sequence[float | None]) -> Figure:
+    return Figure(spread(mine, 2), spread(paired_ratios(mine, base)))
 
 
-def figures(
-    rows: Sequence[dict[str, Any] | None],
-    base: Sequence[dict[str, Any] | None],
-    keys: Sequence[str],
-) -> dict[str, Any]:
-    """Median and range over rounds of each of ``keys`` with its ratio to the baseline's row of
-    the same round, and of the encoder's mean batch and padding efficiency."""
-    out: dict[str, Any] = {}
-    for key in keys:
-        mine = _values(rows, key)
-        out[key] = Figure(spread(mine, 2), spread(paired_ratios(mine, _values(base, key))))
-    for key in ("mean_batch", "padding_efficiency"):
-        out[key] = spread(_values(rows, "batching", key))
-    return out
+def _batching(
+    rows: Sequence[SaturationRow | RateRun | None],
+) -> tuple[Spread | None, Spread | None]:
+    """The median and range of the encoder's mean batch and padding efficiency."""
+    found = [None if row is None else row.batching for row in rows]
+    return (
+        spread([None if b is None else b.mean_batch for b in found]),
+        spread([None if b is None else b.padding_efficiency for b in found]),
+    )
 
 
-def summarize(rows: Rows) -> dict[str, Any]:
+def saturation_figures(
+    rows: Sequence[SaturationRow], base: Sequence[SaturationRow], limit_rps: float
+) -> SaturationFigures:
+    """Req/s over rounds with its ratio to the baseline's row of the same round."""
+    mine = [row.wrk.rps for row in rows]
+    mean_batch, padding_efficiency = _batching(rows)
+    return SaturationFigures(
+        rps=_paired(mine, [row.wrk.rps for row in base]),
+        mean_batch=mean_batch,
+        padding_efficiency=padding_efficiency,
+        model_limit_rps=limit_rps,
+        share_of_limit=round(statistics.median(mine) / limit_rps, 3),
+    )
+
+
+def rate_figures(rows: Sequence[RateRun | None], base: Sequence[RateRun | None]) -> RateFigures:
+    """Throughput and p50/p95/p99 over rounds, each with its ratio to the baseline's row of the
+    same round."""
+
+    def values(found: Sequence[RateRun | None], key: str) -> list[float | None]:
+        return [None if row is None else getattr(row.load, key) for row in found]
+
+    def paired(key: str) -> Figure:
+        return _paired(values(rows, key), values(base, key))
+
+    mean_batch, padding_efficiency = _batching(rows)
+    return RateFigures(
+        throughput_rps=paired("throughput_rps"),
+        p50_ms=paired("p50_ms"),
+        p95_ms=paired("p95_ms"),
+        p99_ms=paired("p99_ms"),
+        mean_batch=mean_batch,
+        padding_efficiency=padding_efficiency,
+    )
+
+
+def summarize(rows: Rows, limits: dict[str, float]) -> Summary:
+    """Every system's figures; ``limits``: the model's own limit each system could reach."""
     base = rows.saturation[BASELINE]
-    saturation = {label: figures(found, base, ("rps",)) for label, found in rows.saturation.items()}
-    rates = []
-    for entry in rows.rates:
-        by_system = entry["rounds"]
-        rates.append(
+    saturation = {
+        label: saturation_figures(found, base, limits[label])
+        for label, found in rows.saturation.items()
+    }
+    rates = [
+        RateSummary(
+            entry.name,
+            entry.share,
+            entry.of,
+            entry.rate_rps,
             {
-                **{k: v for k, v in entry.items() if k != "rounds"},
-                "systems": {
-                    label: figures(
-                        found,
-                        by_system[BASELINE],
-                        ("throughput_rps", "p50_ms", "p95_ms", "p99_ms"),
-                    )
-                    for label, found in by_system.items()
-                },
-            }
+                label: rate_figures(found, entry.rounds[BASELINE])
+                for label, found in entry.rounds.items()
+            },
         )
-    return {"saturation": saturation, "rates": rates}
+        for entry in rows.rates
+    ]
+    return Summary(saturation, rates)
 
 
 def _cell(fig: Spread | None, fmt: str, ratio: bool = False) -> str:
@@ -475,7 +569,7 @@ def _cell(fig: Spread | None, fmt: str, ratio: bool = False) -> str:
     return median if fig.rounds == 1 else f"{median} ({low}-{high})"
 
 
-def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
+def print_tables(setup: Setup, summary: Summary) -> None:
     w = max(len(s.label) for s in setup.systems)
     print(
         f"\n=== Saturation: wrk, {setup.connections} connections, {setup.duration_s} s; medians "
@@ -485,17 +579,17 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
         f"{'system':<{w}} {'req/s':>20} {'x ' + BASELINE:>22} {'mean batch':>18} "
         f"{'padding eff.':>20}"
     )
-    for label, entry in summary["saturation"].items():
+    for label, entry in summary.saturation.items():
         print(
-            f"{label:<{w}} {_cell(entry['rps'].value, '.1f'):>20} "
-            f"{_cell(entry['rps'].ratio_to_baseline, '.2f', ratio=True):>22} "
-            f"{_cell(entry['mean_batch'], '.1f'):>18} "
-            f"{_cell(entry['padding_efficiency'], '.2f'):>20} "
-            f"{entry['share_of_limit']:>9.0%} of {entry['model_limit_rps']:.1f}"
+            f"{label:<{w}} {_cell(entry.rps.value, '.1f'):>20} "
+            f"{_cell(entry.rps.ratio_to_baseline, '.2f', ratio=True):>22} "
+            f"{_cell(entry.mean_batch, '.1f'):>18} "
+            f"{_cell(entry.padding_efficiency, '.2f'):>20} "
+            f"{entry.share_of_limit:>9.0%} of {entry.model_limit_rps:.1f}"
         )
-    for entry in summary["rates"]:
+    for rate in summary.rates:
         print(
-            f"\n=== Poisson {entry['rate_rps']:.1f} req/s ({entry['name']}), "
+            f"\n=== Poisson {rate.rate_rps:.1f} req/s ({rate.name}), "
             f"{setup.rate_duration_s:g} s: p50 / p95 / p99 ms (medians), p99 and p50 as ratios "
             f"to {BASELINE} ==="
         )
@@ -503,15 +597,15 @@ def print_tables(setup: Setup, summary: dict[str, Any]) -> None:
             f"{'system':<{w}} {'p50 / p95 / p99 ms':>24} {'p99 ratio':>22} {'p50 ratio':>22} "
             f"{'mean batch':>11} {'padding eff.':>13}"
         )
-        for label, figs in entry["systems"].items():
-            latency = [figs[k].value for k in ("p50_ms", "p95_ms", "p99_ms")]
-            if None in latency:
+        for label, figs in rate.systems.items():
+            latency = [f.value for f in (figs.p50_ms, figs.p95_ms, figs.p99_ms)]
+            if any(v is None for v in latency):
                 print(f"{label:<{w}} skipped: beyond {SKIP_ABOVE:.0%} of its saturation")
                 continue
-            pct = " / ".join(f"{v.median:.1f}" for v in latency)
-            p99, p50 = figs["p99_ms"].ratio_to_baseline, figs["p50_ms"].ratio_to_baseline
-            mean = figs["mean_batch"]
-            eff = figs["padding_efficiency"]
+            pct = " / ".join(f"{v.median:.1f}" for v in latency if v is not None)
+            p99, p50 = figs.p99_ms.ratio_to_baseline, figs.p50_ms.ratio_to_baseline
+            mean = figs.mean_batch
+            eff = figs.padding_efficiency
             print(
                 f"{label:<{w}} {pct:>24} {_cell(p99, '.2f', ratio=True):>22} "
                 f"{_cell(p50, '.2f', ratio=True):>22} "
@@ -602,7 +696,7 @@ async def run(setup: Setup) -> dict[str, Any]:
         for r in range(setup.rounds):
             await saturation_round(setup, r, servers, bodies, rows)
         saturation = {
-            label: statistics.median(row["rps"] for row in found)
+            label: statistics.median(row.wrk.rps for row in found)
             for label, found in rows.saturation.items()
         }
         for of, shares in (
@@ -610,23 +704,11 @@ async def run(setup: Setup) -> dict[str, Any]:
             ("sidecar", setup.shares_of_sidecar),
         ):
             for share in shares:
-                rows.rates.append(
-                    {
-                        "name": f"{share:.0%} of {of}",
-                        "share": share,
-                        "of": of,
-                        "rate_rps": round(share * saturation[of], 1),
-                        "rounds": {},
-                    }
-                )
+                rate = round(share * saturation[of], 1)
+                rows.rates.append(RateEntry(f"{share:.0%} of {of}", share, of, rate))
         for r in range(setup.rounds):
             await rate_round(setup, r, servers, payloads, rows.rates, saturation)
-    summary = summarize(rows)
-    for system in setup.systems:
-        limit = limit_of(system, limits)
-        entry = summary["saturation"][system.label]
-        entry["model_limit_rps"] = limit
-        entry["share_of_limit"] = round(saturation[system.label] / limit, 3)
+    summary = summarize(rows, {s.label: limit_of(s, limits) for s in setup.systems})
     print_tables(setup, summary)
     return {
         "model": {**model, **costs, "limits_rps": limits},
