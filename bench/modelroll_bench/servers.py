@@ -12,9 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
 
-from . import results
 from .systems import running
 
 Check = tuple[str, bool, str]
@@ -49,15 +47,3 @@ async def serve_module(
         if cpu is not None:
             os.sched_setaffinity(pid, {cpu})
         yield Server(url, pid)
-
-
-def finish(report: dict[str, Any], checks: list[Check], out: Path) -> NoReturn:
-    """Write the report with its targets to ``out``, print the verdicts, and exit 0 only when
-    every target was met."""
-    report["targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in checks]
-    results.write(report, out)
-    print("\nTargets:")
-    for target, ok, measured in checks:
-        print(f"  [{'met' if ok else 'MISSED'}] {target}: {measured}")
-    print(f"Results in {out}")
-    sys.exit(0 if all(ok for _, ok, _ in checks) else 1)
