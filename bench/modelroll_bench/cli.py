@@ -42,7 +42,8 @@ from . import (
     simulate,
     sweep,
 )
-from .runs import Scenario, Workload, bar, closed_run, machine, open_run, saturate
+from .results import to_json
+from .runs import Scenario, Workload, bar, closed_run, machine, open_report, saturate
 from .suite import register
 
 
@@ -65,16 +66,17 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     url = args.url.rstrip("/")
     if args.mode == "wrk":
         print(f"wrk: {args.concurrency} connections for {args.duration:g} s", file=sys.stderr)
-        return await saturate(
+        found = await saturate(
             url, workload, args.concurrency, round(args.duration), stats_url=args.metrics_url
         )
+        return {**to_json(found.result), "batching": to_json(found.batching)}
     with bar(args.duration, f"{args.mode} loop", unit="s") as progress:
 
         def advance(fraction: float) -> None:
             progress.update(max(0.0, min(args.duration, fraction * args.duration) - progress.n))
 
         if args.mode == "open":
-            result = await open_run(
+            opened = await open_report(
                 url,
                 workload,
                 args.rate,
@@ -83,6 +85,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 stats_url=args.metrics_url,
                 progress=advance,
             )
+            result = opened.row()
         else:
             result = await closed_run(
                 url,

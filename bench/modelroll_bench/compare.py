@@ -57,17 +57,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from . import arithmetic, length_switch, plots
-from .figures import Figure
+from .figures import BatchSummary, Figure, OpenRun
 from .lengths import PRESETS, parse, parse_list
 from .lengths import name as lengths_name
 from .metrics import BatchCounters, Watch
 from .runs import (
+    Saturated,
     Scenario,
     bar,
     batch_of_one_ms,
@@ -75,7 +76,7 @@ from .runs import (
     load_average,
     lone_request_ms,
     machine,
-    open_run,
+    open_report,
     saturate,
     write,
 )
@@ -255,6 +256,48 @@ def unavailable(system: System) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ShareRun:
+    """One fixed load of a round: its share, the open-loop run, and the configuration it ran
+    when the system has one of its own for that load."""
+
+    share: float
+    run: OpenRun
+    configuration: str | None = None
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """The highest rate tried that met the SLO: what it served, its rate and p99, its latency
+    by length decile (none where no rate met it), and every rate tried."""
+
+    rps: float
+    offered_rps: float | None
+    p99_ms: float | None
+    by_length_decile: list[dict[str, Any]] | None
+    probes: list[float]
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of one system: a lone request's time, saturation (and its share of the
+    model's limit), the fixed loads by share, the goodput search, and every batch the model ran
+    in the round."""
+
+    round: int
+    load_average_1m: float
+    lone_ms: float
+    saturation: Saturated
+    of_model_limit: float
+    shares: dict[str, ShareRun]
+    goodput: Goodput
+    total: BatchSummary | None
+
+    def at(self, share: float) -> OpenRun | None:
+        found = self.shares.get(str(share))
+        return None if found is None else found.run
+
+
 async def measure(
     system: System,
     model: str,
@@ -264,19 +307,19 @@ async def measure(
     round_no: int,
     progress: Any,
     lone_length: int,
-) -> dict[str, Any]:
+) -> Round:
     """One round for one system: one lone request of ``lone_length`` tokens at a time,
     saturation, the fixed shares, then the goodput search."""
     workload, stats = scenario.workload, model + "/v1/stats"
-    row: dict[str, Any] = {"round": round_no, "load_average_1m": round(load_average(), 2)}
+    load_average_1m = round(load_average(), 2)
     per_share = setup.share_systems(system)
     probes = BatchCounters()  # the batches of one idle() sent, left out of the round's figures
 
     def step(what: str) -> None:
         progress.set_postfix_str(f"round {round_no} {system.label}: {what}")
 
-    async def run_at(url: str, rate: float) -> dict[str, Any]:
-        result = await open_run(
+    async def run_at(url: str, rate: float) -> OpenRun:
+        result = await open_report(
             url,
             workload,
             rate,
@@ -287,7 +330,7 @@ async def measure(
             slo_ms=setup.slo_ms,
             drain_s=setup.drain_s,
         )
-        if result["errors"].get("unanswered"):
+        if result.load.errors.get("unanswered"):
             nonlocal probes
             probes += await idle(stats)  # the backlog the run left, before the next run starts
         return result
@@ -296,7 +339,7 @@ async def measure(
         # First, so no arrival rate from a burst lingers (the adaptive wait's estimate follows
         # about a second); its warm-up calls also train the adaptive wait's cost fit.
         step("lone requests")
-        row["lone_ms"] = round(await lone_request_ms(url, scenario.workload.text(lone_length)), 3)
+        lone_ms = round(await lone_request_ms(url, scenario.workload.text(lone_length)), 3)
         step("saturation")
         sat = await saturate(
             url,
@@ -306,97 +349,113 @@ async def measure(
             label=system.label,
             stats_url=stats,
         )
-        sat["of_model_limit"] = round(sat["rps"] / loads.limit_rps, 3)
-        row["saturation"] = sat
         progress.update()
         probes += await idle(stats)
-        tried: dict[float, dict[str, Any]] = {}
-        row["shares"] = {}
+        tried: dict[float, OpenRun] = {}
+        shares: dict[str, ShareRun] = {}
         for share in setup.shares:
             step(f"{share:.0%} of {loads.name}")
             rate = share * loads.reference_rps
             if share in per_share:
                 async with batcher(per_share[share], model, scenario.parallel) as share_url:
                     result = await run_at(share_url, rate)
-                result["configuration"] = per_share[share].name
+                shares[str(share)] = ShareRun(share, result, per_share[share].name)
             else:
                 result = tried[rate] = await run_at(url, rate)
-            row["shares"][str(share)] = {"share": share, **result}
+                shares[str(share)] = ShareRun(share, result)
             progress.update()
-        passing = [r for r, res in tried.items() if arithmetic.meets_slo(res, setup.slo_ms)]
-        failing = [r for r, res in tried.items() if not arithmetic.meets_slo(res, setup.slo_ms)]
+
+        def meets(found: OpenRun) -> bool:
+            return arithmetic.meets_slo(found.load, setup.slo_ms)
+
+        passing = [r for r, res in tried.items() if meets(res)]
+        failing = [r for r, res in tried.items() if not meets(res)]
         searched = 0
         for _ in range(setup.goodput_probes):
-            probe = arithmetic.next_probe(passing, failing, arithmetic.SATURATED * sat["rps"])
+            ceiling = arithmetic.SATURATED * sat.result.rps
+            probe = arithmetic.next_probe(passing, failing, ceiling)
             if probe is None:
                 break
             step(f"goodput probe at {probe:.0f} req/s")
             result = tried[probe] = await run_at(url, probe)
-            (passing if arithmetic.meets_slo(result, setup.slo_ms) else failing).append(probe)
+            (passing if meets(result) else failing).append(probe)
             progress.update()
             searched += 1
         progress.update(setup.goodput_probes - searched)
         best = max(passing, default=None)
-        row["goodput"] = {
-            "rps": tried[best]["throughput_rps"] if best is not None else 0.0,
-            "offered_rps": round(best, 1) if best is not None else None,
-            "p99_ms": tried[best]["p99_ms"] if best is not None else None,
-            "by_length_decile": tried[best]["by_length_decile"] if best is not None else None,
-            "probes": sorted(round(r, 1) for r in tried),
-        }
+        found = None if best is None else tried[best]
+        goodput = Goodput(
+            rps=found.load.throughput_rps if found is not None else 0.0,
+            offered_rps=round(best, 1) if best is not None else None,
+            p99_ms=found.load.p99_ms if found is not None else None,
+            by_length_decile=found.by_length_decile if found is not None else None,
+            probes=sorted(round(r, 1) for r in tried),
+        )
     # Every batch the model ran for this system in the round: saturation, loads and probes.
-    row["total"] = whole.delta and (whole.delta - probes).summary()
-    return row
+    total = None if whole.delta is None else (whole.delta - probes).report()
+    of_limit = round(sat.result.rps / loads.limit_rps, 3)
+    return Round(round_no, load_average_1m, lone_ms, sat, of_limit, shares, goodput, total)
 
 
-def _figure(row: Any, path: Sequence[str]) -> float | None:
-    value = row
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) else None
+Getter = Callable[[Round], float | None]
+"""One per-round figure of a system's round."""
 
 
-def figure_paths(setup: Setup) -> dict[str, tuple[str, ...]]:
-    """Every per-round figure aggregate() reports, by name, and where a round's row holds it."""
-    paths: dict[str, tuple[str, ...]] = {
-        "saturation_rps": ("saturation", "rps"),
-        "lone_ms": ("lone_ms",),
-        "goodput_rps": ("goodput", "rps"),
-        "mean_batch_at_saturation": ("saturation", "batching", "mean_batch"),
-        "padding_at_saturation": ("saturation", "batching", "padding_efficiency"),
-        "mean_batch_overall": ("total", "mean_batch"),
-        "padding_overall": ("total", "padding_efficiency"),
+def _batching(found: BatchSummary | None, key: str) -> float | None:
+    value = None if found is None else getattr(found, key)
+    return None if value is None else float(value)
+
+
+def _at(share: float, figure: Callable[[OpenRun], float | None]) -> Getter:
+    def get(row: Round) -> float | None:
+        found = row.at(share)
+        return None if found is None else figure(found)
+
+    return get
+
+
+def figure_getters(setup: Setup) -> dict[str, Getter]:
+    """Every per-round figure aggregate() reports, by name, and how to read it from a round."""
+    getters: dict[str, Getter] = {
+        "saturation_rps": lambda r: r.saturation.result.rps,
+        "lone_ms": lambda r: r.lone_ms,
+        "goodput_rps": lambda r: r.goodput.rps,
+        "mean_batch_at_saturation": lambda r: _batching(r.saturation.batching, "mean_batch"),
+        "padding_at_saturation": lambda r: _batching(r.saturation.batching, "padding_efficiency"),
+        "mean_batch_overall": lambda r: _batching(r.total, "mean_batch"),
+        "padding_overall": lambda r: _batching(r.total, "padding_efficiency"),
     }
     for share in setup.shares:
         at = f"{share:.0%}"
-        for q in ("p50_ms", "p95_ms", "p99_ms"):
-            paths[f"{q[:3]}_at_{at}"] = ("shares", str(share), q)
-        paths[f"slo_rps_at_{at}"] = ("shares", str(share), "within_slo_rps")
-        paths[f"mean_batch_at_{at}"] = ("shares", str(share), "batching", "mean_batch")
-        paths[f"padding_at_{at}"] = ("shares", str(share), "batching", "padding_efficiency")
-    return paths
+        getters[f"p50_at_{at}"] = _at(share, lambda o: o.load.p50_ms)
+        getters[f"p95_at_{at}"] = _at(share, lambda o: o.load.p95_ms)
+        getters[f"p99_at_{at}"] = _at(share, lambda o: o.load.p99_ms)
+        getters[f"slo_rps_at_{at}"] = _at(share, lambda o: o.within_slo_rps)
+        getters[f"mean_batch_at_{at}"] = _at(share, lambda o: _batching(o.batching, "mean_batch"))
+        getters[f"padding_at_{at}"] = _at(
+            share, lambda o: _batching(o.batching, "padding_efficiency")
+        )
+    return getters
 
 
-def aggregate(
-    setup: Setup, rounds: dict[str, list[dict[str, Any]]], limit: float
-) -> dict[str, Any]:
+def aggregate(setup: Setup, rounds: dict[str, list[Round]], limit: float) -> dict[str, Any]:
     """Median and range over rounds of every figure, and the same as ratios to the baseline (and
     to the best static configuration, when it ran); and at the decile shares, p99 per length
     decile and the worst decile's excess over the baseline's."""
     out: dict[str, Any] = {}
     base = rounds.get(BASELINE, [])
     best = rounds.get(BEST_STATIC, [])
-    paths = figure_paths(setup)
+    getters = figure_getters(setup)
     for label, rows in rounds.items():
         entry: dict[str, Any] = {}
-        for name, path in paths.items():
-            values = [_figure(row, path) for row in rows]
+        for name, get in getters.items():
+            values = [get(row) for row in rows]
             entry[name] = Figure(
                 spread(values, 3 if "padding" in name else 2),
-                _paired(values, rows, base, path),
-                _paired(values, rows, best, path),
+                _paired(values, rows, base, get),
+                _paired(values, rows, best, get),
             )
-        sat = spread([v for v in (_figure(r, paths["saturation_rps"]) for r in rows) if v])
+        sat = spread([v for v in (getters["saturation_rps"](r) for r in rows) if v])
         entry["saturation_of_limit"] = sat and round(sat.median / limit, 3)
         for share in DECILE_SHARES:
             if share in setup.shares:
@@ -412,13 +471,13 @@ def aggregate(
             if key not in entry:
                 continue
             worst = arithmetic.worst_decile_gap(entry[key], out[BASELINE][key])
-            theirs = {b["round"]: _deciles(b, share) for b in base}
+            theirs = {b.round: _deciles(b, share) for b in base}
             per_round = [
                 gap["gap_ms"]
                 for row in rounds[label]
                 if (
                     gap := arithmetic.worst_decile_gap(
-                        _deciles(row, share), theirs.get(row["round"], [])
+                        _deciles(row, share), theirs.get(row.round, [])
                     )
                 )
                 is not None
@@ -431,21 +490,18 @@ def aggregate(
 
 
 def _paired(
-    values: list[float | None],
-    rows: list[dict[str, Any]],
-    reference: list[dict[str, Any]],
-    path: Sequence[str],
+    values: list[float | None], rows: list[Round], reference: list[Round], get: Getter
 ) -> Spread | None:
     """Median and range of ``values / reference's figure`` from the same round (a round the
     reference has no figure for is left out)."""
-    by_round = {r["round"]: _figure(r, path) for r in reference}
-    same_round = [by_round.get(row["round"]) for row in rows]
+    by_round = {r.round: get(r) for r in reference}
+    same_round = [by_round.get(row.round) for row in rows]
     return spread(paired_ratios(values, same_round))
 
 
-def _deciles(row: dict[str, Any], share: float) -> list[dict[str, Any]]:
-    found = row.get("shares", {}).get(str(share), {}).get("by_length_decile")
-    return list(found) if isinstance(found, list) else []
+def _deciles(row: Round, share: float) -> list[dict[str, Any]]:
+    found = row.at(share)
+    return [] if found is None else list(found.by_length_decile)
 
 
 Check = tuple[str, str, bool, str]
@@ -710,7 +766,7 @@ async def saturation_rps(system: System, model: str, scenario: Scenario, setup: 
             url, scenario.workload, setup.connections, setup.wrk_seconds, label=system.label
         )
         await idle(model + "/v1/stats")
-    return float(sat["rps"])
+    return sat.result.rps
 
 
 async def run(setup: Setup, plots_dir: Path) -> dict[str, Any]:

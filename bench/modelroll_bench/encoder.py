@@ -167,7 +167,7 @@ class SaturationRow:
     """One system's wrk run in one round, how the encoder batched meanwhile, and the load."""
 
     round: int
-    wrk: wrk.WrkResult
+    result: wrk.WrkResult
     batching: BatchSummary | None
     load_average_1m: float
 
@@ -506,10 +506,10 @@ def saturation_figures(
     rows: Sequence[SaturationRow], base: Sequence[SaturationRow], limit_rps: float
 ) -> SaturationFigures:
     """Req/s over rounds with its ratio to the baseline's row of the same round."""
-    mine = [row.wrk.rps for row in rows]
+    mine = [row.result.rps for row in rows]
     mean_batch, padding_efficiency = _batching(rows)
     return SaturationFigures(
-        rps=_paired(mine, [row.wrk.rps for row in base]),
+        rps=_paired(mine, [row.result.rps for row in base]),
         mean_batch=mean_batch,
         padding_efficiency=padding_efficiency,
         model_limit_rps=limit_rps,
@@ -696,7 +696,7 @@ async def run(setup: Setup) -> dict[str, Any]:
         for r in range(setup.rounds):
             await saturation_round(setup, r, servers, bodies, rows)
         saturation = {
-            label: statistics.median(row.wrk.rps for row in found)
+            label: statistics.median(row.result.rps for row in found)
             for label, found in rows.saturation.items()
         }
         for of, shares in (

@@ -80,7 +80,7 @@ class OpenRun:
     by_length_decile: list[dict[str, Any]]
 
     def row(self) -> dict[str, Any]:
-        """As JSON data, flat, for the suites that keep their rows as dicts."""
+        """As JSON data, flat: what ``modelroll-bench run`` prints."""
         found: dict[str, Any] = {**to_json(self.load), "batching": to_json(self.batching)}
         if self.within_slo_rps is not None:
             found["within_slo_rps"] = self.within_slo_rps

@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ from modelroll_devcluster.sentences import sentence
 from modelroll_sidecar.cost_model import MIN_BATCHES
 
 from . import arithmetic, results, wrk
-from .figures import OpenRun
+from .figures import BatchSummary, OpenRun
 from .lengths import CostModel, Lengths, parse
 from .lengths import payload as make_payload
 from .loadgen import HEADERS, Body, Length, LoadResult, closed_loop, json_bodies, open_loop
@@ -178,36 +178,6 @@ async def watched(stats_url: str | None, load: Awaitable[LoadResult]) -> dict[st
     return {**result.summary(), "batching": watch.delta and watch.delta.summary()}
 
 
-async def open_run(
-    url: str,
-    workload: Workload,
-    rate: float,
-    duration_s: float,
-    *,
-    seed: int = 1,
-    label: str = "",
-    stats_url: str | None = None,
-    progress: Progress | None = None,
-    slo_ms: float | None = None,
-    drain_s: float | None = None,
-) -> dict[str, Any]:
-    """:func:`open_report` as a flat dict row."""
-    return (
-        await open_report(
-            url,
-            workload,
-            rate,
-            duration_s,
-            seed=seed,
-            label=label,
-            stats_url=stats_url,
-            progress=progress,
-            slo_ms=slo_ms,
-            drain_s=drain_s,
-        )
-    ).row()
-
-
 async def open_report(
     url: str,
     workload: Workload,
@@ -269,7 +239,7 @@ async def saturate(
     *,
     label: str = "",
     stats_url: str | None = None,
-) -> dict[str, Any]:
+) -> Saturated:
     """wrk with ``connections`` keep-alive connections cycling through the workload's bodies."""
     bodies = workload.json_bodies()
     async with Watch(stats_url) as watch:
@@ -282,7 +252,16 @@ async def saturate(
             duration_s=duration_s,
             timeout_s=WRK_TIMEOUT_S,
         )
-    return {**asdict(result), "batching": watch.delta and watch.delta.summary()}
+    return Saturated(result, watch.delta.report() if watch.delta else None)
+
+
+@dataclass(frozen=True)
+class Saturated:
+    """One wrk run at saturation, and how the server batched meanwhile (None where its
+    counters were not read)."""
+
+    result: wrk.WrkResult
+    batching: BatchSummary | None
 
 
 async def idle(stats_url: str, quiet_s: float = 0.3, timeout_s: float = 60.0) -> BatchCounters:

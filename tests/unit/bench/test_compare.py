@@ -5,38 +5,56 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from modelroll_bench import compare
+from modelroll_bench import compare, results
 from modelroll_bench.compare import (
     BASELINE,
     BEST_STATIC,
     DEFAULTS,
     TEI,
+    Goodput,
+    Round,
     Setup,
+    ShareRun,
     _best_static,
     aggregate,
     checks,
     unavailable,
 )
+from modelroll_bench.figures import LoadSummary, OpenRun
+from modelroll_bench.runs import Saturated
 from modelroll_bench.stats import Spread
 from modelroll_bench.systems import Batching
+from modelroll_bench.wrk import WrkResult
 
 
-def row(round_no: int, rps: float, p99_at_30: float | None) -> dict[str, Any]:
-    shares: dict[str, Any] = {"0.3": {"share": 0.3, "p50_ms": 1.0, "p95_ms": 2.0}}
-    if p99_at_30 is None:
-        shares["0.3"] = {"share": 0.3, "skipped": "beyond saturation"}
-    else:
-        shares["0.3"]["p99_ms"] = p99_at_30
-    return {
-        "round": round_no,
-        "saturation": {"rps": rps},
-        "goodput": {"rps": rps / 2},
-        "shares": shares,
-    }
+def load(
+    p50: float | None = None, p95: float | None = None, p99: float | None = None
+) -> LoadSummary:
+    return LoadSummary("", None, 1.0, 100, 100, {}, p50, p95, p99)
+
+
+def a_round(
+    round_no: int,
+    rps: float,
+    goodput: float,
+    shares: dict[float, OpenRun],
+) -> Round:
+    """A round with the figures given; every other figure empty."""
+    saturated = Saturated(WrkResult("", rps, 1000, 0, 0, 1.0, 2.0), None)
+    found = {str(s): ShareRun(s, run) for s, run in shares.items()}
+    return Round(
+        round_no, 0.0, 1.0, saturated, 1.0, found, Goodput(goodput, None, None, None, []), None
+    )
+
+
+def row(round_no: int, rps: float, p99_at_30: float | None) -> Round:
+    """Saturation ``rps``, goodput half of it, and at 30% load p99 ``p99_at_30`` (None: that
+    load was not run)."""
+    shares = {} if p99_at_30 is None else {0.3: OpenRun(load(1.0, 2.0, p99_at_30), None, None, [])}
+    return a_round(round_no, rps, rps / 2, shares)
 
 
 SETUP = Setup(shares=(0.3,))
@@ -54,6 +72,7 @@ def test_ratios_are_taken_round_by_round_then_the_median() -> None:
     p99 = summary["other"]["p99_at_30%"].ratio_to_baseline
     assert p99 == Spread(median=2.0, low=1.0, high=3.0, rounds=3)
     assert summary[BASELINE]["saturation_of_limit"] == 1.0
+    assert results.from_json(Round, results.to_json(rounds["other"][0])) == rounds["other"][0]
 
 
 def test_a_round_missing_from_the_baseline_is_left_out_of_the_ratios() -> None:
@@ -72,10 +91,10 @@ def test_without_the_baseline_there_are_no_ratios_and_skipped_rates_have_no_valu
     assert summary["other"]["p99_at_30%"].value is None
 
 
-def slo_row(round_no: int, within: float) -> dict[str, Any]:
+def slo_row(round_no: int, within: float) -> Round:
     """A round with only goodput figures: within-SLO req/s at 10% load and under the SLO."""
-    share = {"share": 0.1, "p50_ms": within / 10, "within_slo_rps": within}
-    return {"round": round_no, "goodput": {"rps": within}, "shares": {"0.1": share}}
+    at_low = OpenRun(load(p50=within / 10), None, within, [])
+    return a_round(round_no, 0.0, within, {0.1: at_low})
 
 
 LOW = Setup(shares=(0.1,))
