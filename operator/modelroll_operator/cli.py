@@ -17,7 +17,13 @@ from modelroll_common.kube import KubeConfigError, connect
 
 from . import handlers  # importing it registers the kopf handlers
 from .analysis.access import parse_url
-from .config import DEFAULT_SIDECAR_IMAGE, SIDECAR_RESOURCES, OperatorConfig, served_namespaces
+from .config import (
+    AUTOSCALERS,
+    DEFAULT_SIDECAR_IMAGE,
+    SIDECAR_RESOURCES,
+    OperatorConfig,
+    served_namespaces,
+)
 from .pod_security import DEFAULT_LEVEL, LEVELS
 from .spec import SpecError, parse_resources
 
@@ -193,6 +199,34 @@ def build_parser(environ: Mapping[str, str] | None = None) -> EnvArgumentParser:
         "refuses none of it",
     )
     p.add_argument(
+        "--scale-before-shift",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give a managed version whose share of its model's traffic rises the ready "
+        "replicas that share needs before its new weight goes into the route, and keep a "
+        "version whose share fell at its replicas for its spec.scaleDownDelaySeconds; "
+        "--no-scale-before-shift moves weights at once and leaves replicas to spec.replicas",
+    )
+    p.add_argument(
+        "--autoscaler",
+        choices=AUTOSCALERS,
+        default="none",
+        help="what turns spec.scaling into a HorizontalPodAutoscaler: keda (the operator writes "
+        "a KEDA ScaledObject per version, whose Prometheus trigger queries --prometheus-url); "
+        "none: a version with spec.scaling says in its Autoscaling condition that nothing "
+        "scales it",
+    )
+    show_default(
+        p.add_argument(
+            "--prometheus-url",
+            type=url_prefix,
+            metavar="URL",
+            help="the Prometheus that scrapes the sidecars, which the autoscalers' triggers "
+            "query (with --autoscaler keda)",
+        ),
+        "none",
+    )
+    p.add_argument(
         "--workers",
         type=positive_int,
         default=4,
@@ -234,6 +268,9 @@ def parse_config(args: argparse.Namespace) -> OperatorConfig:
         pod_security=args.pod_security,
         analysis_url_prefixes=tuple(args.analysis_url_prefix),
         analysis_gateway_namespaces=tuple(args.analysis_gateway_namespace),
+        scale_before_shift=args.scale_before_shift,
+        autoscaler=args.autoscaler,
+        prometheus_url=args.prometheus_url,
     )
 
 
@@ -241,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     config = parse_config(args)
+    if config.autoscaler != "none" and config.prometheus_url is None:
+        parser.error(f"--autoscaler {config.autoscaler} needs --prometheus-url")
     if config.kubeconfig is not None:
         # kopf's own login reads $KUBECONFIG: both clients then use the same credentials.
         os.environ["KUBECONFIG"] = str(config.kubeconfig)

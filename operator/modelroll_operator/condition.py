@@ -26,7 +26,8 @@ class Condition:
 
     type: str = api(
         "The condition's type: Ready, Routed, for a model routed by an HTTPRoute "
-        "HTTPRouteAccepted, and for a canary Progressing, AnalysisHealthy, Promoted, RolledBack.",
+        "HTTPRouteAccepted, for a managed version Capacity, with spec.scaling Autoscaling, and "
+        "for a canary Progressing, AnalysisHealthy, Promoted, RolledBack.",
         pattern=CONDITION_TYPE,
         max_length=316,
     )

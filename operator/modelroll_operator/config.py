@@ -11,6 +11,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import kopf
 from kopf._cogs.structs.references import Insights, NamespaceName, select_specific_namespaces
@@ -21,6 +22,9 @@ from .httproute import GATEWAY_GROUP, GATEWAY_VERSION, HTTPROUTES
 from .pod_security import DEFAULT_LEVEL, PodSecurity
 from .spec import FINALIZER, LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY, PREFIX, Resources
 
+Autoscaler = Literal["none", "keda"]
+AUTOSCALERS: tuple[Autoscaler, ...] = ("none", "keda")
+"""What may turn spec.scaling into a HorizontalPodAutoscaler (--autoscaler)."""
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/modelroll/modelroll-sidecar:0.1.0"
 """The sidecar image of the same release as the operator: its flags are the ones the operator
 passes."""
@@ -103,6 +107,19 @@ class OperatorConfig:
     """Namespaces besides its own whose gateway pods a canary analysis may read
     (--analysis-gateway-namespace, repeatable). Default none: the chart's gateway serves the
     models of its own namespace, so their versions find it there."""
+    scale_before_shift: bool = True
+    """Whether a managed version whose share of its model's traffic rises first gets the ready
+    replicas that share needs, and one whose share fell stays warm (--scale-before-shift;
+    capacity.py). Default True: a promotion never sends a model's traffic to a version sized for
+    a tenth of it. False moves weights at once."""
+    autoscaler: Autoscaler = "none"
+    """What turns spec.scaling into a HorizontalPodAutoscaler (--autoscaler): "keda" (a KEDA
+    ScaledObject per version, autoscaling.py) or "none". Default "none": KEDA is installed by
+    choice (the chart's autoscaling values), and without it nothing serves the metrics."""
+    prometheus_url: str | None = None
+    """The Prometheus that scrapes the sidecars (--prometheus-url), which the autoscaler's
+    triggers query: a platform setting, never a namespace's choice. Default None (needed with an
+    autoscaler)."""
     priority: int = 0
     """The peering priority (--priority): the replica with the highest is active. Default 0
     (standalone, unused); with --peering and no --priority, cli.py draws a random one, because

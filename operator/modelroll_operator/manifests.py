@@ -352,8 +352,12 @@ def _finish(manifest: dict[str, Any], version: VersionInfo) -> dict[str, Any]:
     return manifest
 
 
-def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[str, Any]:
-    """The version's Deployment: the model container and the batching sidecar."""
+def deployment_manifest(
+    version: VersionInfo, config: OperatorConfig, floor: int = 0
+) -> dict[str, Any]:
+    """The version's Deployment: the model container and the batching sidecar; its replicas
+    spec.replicas, or ``floor`` when that is more (what its share of the traffic needs:
+    capacity.py)."""
     spec = version.spec
     assert spec is not None
     assert spec.server is not None
@@ -363,7 +367,7 @@ def deployment_manifest(version: VersionInfo, config: OperatorConfig) -> dict[st
         "kind": "Deployment",
         "metadata": {"name": version.name, "labels": dict(labels)},
         "spec": {
-            "replicas": spec.replicas,
+            "replicas": max(spec.replicas, floor),
             "selector": {"matchLabels": selector_labels(spec.model, version.name)},
             "template": {
                 "metadata": pod_metadata(spec.server, labels),

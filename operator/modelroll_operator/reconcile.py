@@ -2,8 +2,10 @@
 
 A pass decides, then applies, each step in turn: each version's workload (``workloads.plan``,
 then :class:`~.workloads.Workloads`), the model's data plane (planes/, chosen once per pass)
-and its route there (:func:`plan_route`, then the plane's write), and each version's status
-(``status.desired_status``, then a merge patch when it differs).
+and its route there (:func:`plan_route`; with scale before shift, capacity.py decides whether
+its new weights go in force yet, and a version whose share rises gets its replicas first;
+then the plane's write), and each version's status (``status.desired_status``, then a merge
+patch when it differs).
 
 kopf's handlers only say *which* model may have changed (a ModelVersion, a managed Deployment or
 Service, or the routes ConfigMap moved). The models go into a work queue (queue.py) whose workers
@@ -19,13 +21,14 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import kopf
 
 from modelroll_common.routes import ModelRoute, RoutesError, validate_model_name
 
 from .api import UNREACHABLE, Api, KubeApiError, mv_path
+from .capacity import CapacityStatus, Decision, Floor, Member, Verdict, decide
 from .config import OperatorConfig
 from .httproute import HTTPRouteInfo, HTTPRoutes, RouteChanged
 from .planes import DataPlane, PlaneKind, Planes
@@ -34,9 +37,10 @@ from .planes.httproute import HTTPRouteKind, indexed
 from .queue import Backoff, WorkQueue
 from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
+from .schema import decode
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
-from .status import Readiness, desired_status, now_rfc3339, status_patch
-from .workloads import Workloads, plan
+from .status import CAPACITY, Readiness, desired_status, now_rfc3339, status_patch
+from .workloads import Managed, Workloads, plan
 
 log = logging.getLogger("modelroll_operator")
 
@@ -91,6 +95,57 @@ def plan_route(
     return readiness, compute_route(model, candidates)
 
 
+def stored_floor(version: VersionInfo) -> Floor | None:
+    """The version's floor as its status holds it (status.capacity), if it holds a valid one."""
+    raw = version.status.get("capacity")
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return Floor.from_status(decode(CapacityStatus, raw, "status.capacity"))
+    except ValueError:  # edited by hand: no floor, as if none was kept
+        return None
+
+
+def in_force(versions: Iterable[VersionInfo]) -> dict[str, int]:
+    """The weights the model's route in force gives its versions, as their statuses say."""
+    weights = {}
+    for v in versions:
+        weight = v.status.get("routedWeight")
+        if isinstance(weight, int) and not isinstance(weight, bool):
+            weights[v.name] = weight
+    return weights
+
+
+def member(version: VersionInfo, readiness: Readiness, live: WorkloadInfo | None) -> Member:
+    """A managed version as capacity.py decides about it."""
+    spec = version.spec
+    assert spec is not None
+    return Member(
+        name=version.name,
+        replicas=spec.replicas,
+        ready=readiness.ready_replicas or 0,
+        floor=stored_floor(version),
+        delay_s=spec.scale_down_delay_seconds,
+        max_replicas=spec.scaling.max_replicas if spec.scaling else None,
+        failure=live.failure if live else None,
+    )
+
+
+def held(route: ModelRoute, weights: Mapping[str, int]) -> ModelRoute:
+    """``route`` with the weights in force kept: what it routes to, and how, changes; how much
+    each version gets waits (a version new to the route gets weight 0 meanwhile)."""
+    versions = tuple(replace(v, weight=weights.get(v.name, 0)) for v in route.versions)
+    return replace(route, versions=versions)
+
+
+def _capacity_reason(version: VersionInfo) -> str | None:
+    """The reason of the version's Capacity condition as stored."""
+    for c in version.status.get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == CAPACITY:
+            return str(c.get("reason"))
+    return None
+
+
 class Reconciler:
     """Reconciles models: a pass over one model, and the work queue that schedules the passes."""
 
@@ -122,6 +177,8 @@ class Reconciler:
         self.passes = 0
         """Passes started since the operator started (the liveness probe shows it)."""
         self._warned: dict[VersionKey, tuple[str, float]] = {}
+        self._timers: dict[ModelKey, tuple[float, asyncio.TimerHandle]] = {}
+        """Per model, when its next floor ends and the pass then queued."""
         self._locks: defaultdict[ModelKey, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._queue = WorkQueue(
             self._process,
@@ -138,6 +195,9 @@ class Reconciler:
         self._queue.start()
 
     async def stop(self) -> None:
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
         await self._queue.stop()
 
     def enqueue(self, key: ModelKey) -> None:
@@ -211,11 +271,33 @@ class Reconciler:
         live = [v for v in versions if not v.deleting]
         self.workloads.keep_rejections(key, {v.name for v in live})
         problems: list[str] = []
+        floors = {v.name: f.replicas if (f := stored_floor(v)) else 0 for v in live}
+        plans = {v.name: plan(v, self.config, floors[v.name]) for v in live}
         readiness = {
-            v.name: await self.workloads.reconcile(v, plan(v, self.config), problems) for v in live
+            v.name: await self.workloads.reconcile(v, plans[v.name], problems) for v in live
         }
         plane = await self.planes.choose(key, self.planes.backends(live))
         readiness, route = plan_route(model, live, readiness, plane)
+        decision = None
+        if self.config.scale_before_shift and route is not None:
+            managed = [v for v in live if isinstance(plans[v.name], Managed)]
+            members = [
+                member(v, readiness[v.name], next(iter(self.deployments.get(v.key) or ()), None))
+                for v in managed
+            ]
+            wanted = {v.name: v.weight for v in route.versions}
+            weights = in_force(live)
+            decision = decide(model, members, wanted, weights, time.time())
+            if not decision.shift:
+                route = held(route, weights)
+                log.info(
+                    "Model %s/%s waits for replicas: %s",
+                    namespace,
+                    model,
+                    "; ".join(decision.waiting),
+                )
+            await self._apply_floors(managed, floors, decision, problems)
+            self._wake_at(key, decision.next_change())
         endpoints = {n: r.endpoint for n, r in readiness.items() if r.endpoint}
         problems.extend(await self.planes.release_others(plane, key))
         written = await plane.write(route, endpoints)
@@ -224,8 +306,9 @@ class Reconciler:
         await self._post_route_events(model, written.before, written.in_force, versions)
         now = now_rfc3339()
         for v in live:
+            verdict = decision.verdicts.get(v.name) if decision else None
             try:
-                await self._write_status(v, readiness[v.name], written, now)
+                await self._write_status(v, readiness[v.name], written, now, verdict)
             except KubeApiError as exc:
                 problems.append(f"status of {v.name}: {exc}")
         log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
@@ -275,10 +358,61 @@ class Reconciler:
         except TRANSIENT as exc:
             log.debug("Could not post an event for %s: %s", version.name, exc)
 
+    # -- capacity -------------------------------------------------------------------------
+
+    async def _apply_floors(
+        self,
+        managed: list[VersionInfo],
+        floors: Mapping[str, int],
+        decision: Decision,
+        problems: list[str],
+    ) -> None:
+        """Apply again the workload of each version whose floor moved, and say on each version
+        that starts to wait for replicas what for (an event, once)."""
+        for v in managed:
+            verdict = decision.verdicts[v.name]
+            floor = verdict.floor.replicas if verdict.floor else 0
+            if floor != floors[v.name]:
+                await self.workloads.reconcile(v, plan(v, self.config, floor), problems)
+            if not verdict.ready and _capacity_reason(v) != verdict.reason:
+                await self._post(v, verdict)
+
+    async def _post(self, version: VersionInfo, verdict: Verdict) -> None:
+        kind = "Warning" if verdict.reason == "ReplicasUnavailable" else "Normal"
+        try:
+            await self.api.post_event(
+                version.owner_body(), verdict.reason, verdict.message, kind=kind
+            )
+        except TRANSIENT as exc:  # events help but must not fail the pass
+            log.debug("Could not post an event for %s: %s", version.name, exc)
+
+    def _wake_at(self, key: ModelKey, at: float | None) -> None:
+        """Reconcile the model again when its next floor ends (the last such call wins)."""
+        current = self._timers.get(key)
+        if current is not None and current[0] == at:
+            return
+        if current is not None:
+            current[1].cancel()
+            del self._timers[key]
+        if at is None:
+            return
+        delay = max(0.0, at - time.time()) + 1.0  # a second late: the floor has surely ended
+        handle = asyncio.get_running_loop().call_later(delay, self._woken, key)
+        self._timers[key] = (at, handle)
+
+    def _woken(self, key: ModelKey) -> None:
+        self._timers.pop(key, None)
+        self.enqueue(key)
+
     # -- status ---------------------------------------------------------------------------
 
     async def _write_status(
-        self, version: VersionInfo, readiness: Readiness, written: RouteWrite, now: str
+        self,
+        version: VersionInfo,
+        readiness: Readiness,
+        written: RouteWrite,
+        now: str,
+        capacity: Verdict | None = None,
     ) -> None:
         desired = desired_status(
             name=version.name,
@@ -291,6 +425,7 @@ class Reconciler:
             route_problem=written.problem,
             httproute=written.httproute,
             acceptance=written.acceptance,
+            capacity=capacity,
         )
         patch = status_patch(version.status, desired)
         if patch is None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .analysis import spec as analysis_spec
 from .analysis import state as analysis_state
+from .capacity import CapacityStatus
 from .condition import Condition
 from .schema import Json, Rule, api, schema_of
 from .spec import GROUP, KIND, PLURAL, VERSION, ModelVersionSpec
@@ -43,15 +44,21 @@ class VersionStatus:
     ready_replicas: int | None = api(
         "Managed mode, ready pods of the version's Deployment.", default=None
     )
+    capacity: CapacityStatus | None = api(
+        "Managed mode: the replicas the operator keeps the version at, at least, for its share "
+        "of the model's traffic (the Capacity condition says why). Absent: spec.replicas.",
+        default=None,
+    )
     selector: str | None = api(
         "Managed mode, the label selector of the version's pods (for the scale subresource and "
         "autoscalers).",
         default=None,
     )
     conditions: tuple[Condition, ...] = api(
-        "Ready says whether the version can serve; Routed whether the gateway sends it traffic. "
-        "A canary (spec.analysis) also has Progressing, AnalysisHealthy, Promoted and "
-        "RolledBack.",
+        "Ready says whether the version can serve; Routed whether the gateway sends it traffic; "
+        "Capacity (managed mode) whether it has the replicas its share of the model's traffic "
+        "needs, and Autoscaling (spec.scaling) whether its autoscaler is in place. A canary "
+        "(spec.analysis) also has Progressing, AnalysisHealthy, Promoted and RolledBack.",
         default=(),
         extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
@@ -112,6 +119,12 @@ PRINTER_COLUMNS = [
         "A canary's analysis phase (spec.analysis).",
     ),
     _column("Step", "integer", ".status.analysis.step", "A canary's current step (1-based)."),
+    _column(
+        "Capacity",
+        "string",
+        '.status.conditions[?(@.type=="Capacity")].reason',
+        "Whether the version has the replicas its share needs (managed mode).",
+    ),
     _column("Age", "date", ".metadata.creationTimestamp"),
     _column(
         "Replicas",

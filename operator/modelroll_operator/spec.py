@@ -679,6 +679,96 @@ class Shadow:
     )
 
 
+TARGETS = ("inFlight", "queueWaitP95Ms", "timeToFirstTokenP95Ms", "tokensPerSecond")
+"""The targets of spec.scaling, by their field names; a version names exactly one."""
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """spec.scaling: autoscale the version on a serving signal of its sidecar, between
+    minReplicas and maxReplicas, through a HorizontalPodAutoscaler on the ModelVersion's scale
+    subresource (autoscaling.py writes it, as a KEDA ScaledObject)."""
+
+    RULES = (
+        Rule(
+            "self.minReplicas <= self.maxReplicas",
+            "{path}.minReplicas must not exceed {path}.maxReplicas",
+        ),
+        Rule(
+            "[" + ", ".join(f"has(self.{t})" for t in TARGETS) + "].filter(x, x).size() == 1",
+            "{path} needs exactly one target: " + ", ".join(TARGETS[:-1]) + " or " + TARGETS[-1],
+        ),
+    )
+
+    max_replicas: int = api(
+        "The most replicas the autoscaler gives the version.", minimum=1, maximum=1000
+    )
+    min_replicas: int = api(
+        "The fewest replicas the autoscaler leaves the version. 0 lets a version that takes no "
+        "traffic scale to zero once its metric is 0: a request pinned to it is answered 503 "
+        "with Retry-After until a replica is Ready. While the version's share of its model's "
+        "traffic moves, the operator raises this minimum to the replicas the share needs.",
+        default=1,
+        defaulted=True,
+        minimum=0,
+        maximum=1000,
+    )
+    in_flight: int | None = api(
+        "Target: requests in flight per replica, accepted by the sidecar and not yet answered "
+        "(modelroll_requests_in_flight; chat versions: modelroll_llm_requests_in_flight).",
+        default=None,
+        minimum=1,
+        maximum=100000,
+    )
+    queue_wait_p95_ms: int | None = api(
+        "Target: the 95th percentile of the time requests wait in the sidecar's queue over the "
+        "last minute, in milliseconds (modelroll_queue_wait_seconds). Batch protocol only.",
+        default=None,
+        minimum=1,
+        maximum=3600000,
+    )
+    time_to_first_token_p95_ms: int | None = api(
+        "Target: the 95th percentile of the time to the first generated token over the last "
+        "minute, in milliseconds (modelroll_llm_time_to_first_token_seconds). OpenAI protocol "
+        "only.",
+        default=None,
+        minimum=1,
+        maximum=3600000,
+    )
+    tokens_per_second: int | None = api(
+        "Target: generated tokens per second per replica over the last minute "
+        "(modelroll_llm_output_tokens_total). OpenAI protocol only.",
+        default=None,
+        minimum=1,
+        maximum=1000000,
+    )
+    scale_down_stabilization_seconds: int = api(
+        "How long the autoscaler looks back before it scales down: it takes the highest "
+        "recommendation of that window (the HorizontalPodAutoscaler's "
+        "behavior.scaleDown.stabilizationWindowSeconds).",
+        default=300,
+        defaulted=True,
+        minimum=0,
+        maximum=3600,
+    )
+
+    def validate(self) -> None:
+        if self.min_replicas > self.max_replicas:
+            raise SpecError("spec.scaling.minReplicas must not exceed spec.scaling.maxReplicas")
+        if len(self.targets()) != 1:
+            raise SpecError(f"spec.scaling needs exactly one target: {', '.join(TARGETS)}")
+
+    def targets(self) -> dict[str, int]:
+        """The targets given, by field name."""
+        given = {
+            "inFlight": self.in_flight,
+            "queueWaitP95Ms": self.queue_wait_p95_ms,
+            "timeToFirstTokenP95Ms": self.time_to_first_token_p95_ms,
+            "tokensPerSecond": self.tokens_per_second,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
+
 def _endpoint(raw: object, where: str) -> str:
     if not isinstance(raw, str):
         raise SpecError(f"{where} must be a string")
@@ -711,6 +801,23 @@ class ModelVersionSpec:
             "!has(self.server) || !has(self.backendRef)",
             "spec.backendRef is for external versions: a managed version's backend is its own "
             "Service",
+        ),
+        Rule(
+            "!has(self.scaling) || has(self.server)",
+            "spec.scaling is for managed versions (spec.server): the operator cannot scale an "
+            "external version's pods",
+        ),
+        Rule(
+            "!has(self.scaling) || !(has(self.protocol) && self.protocol == 'OpenAI') || "
+            "!has(self.scaling.queueWaitP95Ms)",
+            "spec.scaling.queueWaitP95Ms needs spec.protocol Batch: an OpenAI version's sidecar "
+            "queues nothing; use timeToFirstTokenP95Ms, tokensPerSecond or inFlight",
+        ),
+        Rule(
+            "!has(self.scaling) || (has(self.protocol) && self.protocol == 'OpenAI') || "
+            "!(has(self.scaling.timeToFirstTokenP95Ms) || has(self.scaling.tokensPerSecond))",
+            "spec.scaling.timeToFirstTokenP95Ms and tokensPerSecond need spec.protocol OpenAI "
+            "(a chat version); use inFlight or queueWaitP95Ms",
         ),
         Rule(
             "!(has(self.protocol) && self.protocol == 'OpenAI' && has(self.batching) && "
@@ -811,12 +918,32 @@ class ModelVersionSpec:
     )
     protocol: str = choice(PROTOCOL)
     replicas: int = api(
-        "Managed mode: pods of the version's Deployment. Also set by kubectl scale (the scale "
-        "subresource). Ignored in external mode.",
+        "Managed mode: pods of the version's Deployment. Also set by kubectl scale and by the "
+        "autoscaler of spec.scaling (the scale subresource). The Deployment runs more while "
+        "the version's share of its model's traffic needs more (status.capacity). Ignored in "
+        "external mode.",
         default=1,
         defaulted=True,
         minimum=0,
         maximum=1000,
+    )
+    scaling: Scaling | None = api(
+        "Managed mode: autoscale the version on a serving signal (a target per replica) "
+        "between minReplicas and maxReplicas. The operator owns a HorizontalPodAutoscaler on "
+        "the version's scale subresource, which sets spec.replicas. Needs the operator's "
+        "--autoscaler (the chart's autoscaling values); without it the Autoscaling condition "
+        "says so and spec.replicas stays as written.",
+        default=None,
+    )
+    scale_down_delay_seconds: int = api(
+        "Managed mode: how long a version keeps its replicas after its share of the model's "
+        "traffic falls (a canary rolled back, the stable after a promotion), so that moving the "
+        "traffic back within this time is as instant as moving it away. Then it returns to "
+        "spec.replicas (with spec.scaling, to the autoscaler's minimum).",
+        default=600,
+        defaulted=True,
+        minimum=0,
+        maximum=86400,
     )
     batching: Batching = api(
         "Managed mode: how the sidecar groups requests into batches. A batch closes when it "
@@ -842,6 +969,8 @@ class ModelVersionSpec:
             raise SpecError("exactly one of spec.server and spec.endpoint must be set")
         if self.server is not None and self.backend_ref is not None:
             raise SpecError("spec.backendRef is for external versions, not with spec.server")
+        if self.scaling is not None and self.server is None:
+            raise SpecError("spec.scaling is for managed versions (spec.server)")
 
     @property
     def managed(self) -> bool:

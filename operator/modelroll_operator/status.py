@@ -23,6 +23,7 @@ from typing import Any, Literal
 from modelroll_common.routes import ModelRoute
 
 from .analysis.phases import FINISHED, Phase, Reason
+from .capacity import Verdict
 from .condition import MESSAGE_MAX, REASON_MAX, REASON_PATTERN, Condition
 from .resource import VersionStatus
 from .routing import Acceptance, placement
@@ -35,10 +36,14 @@ ANALYSIS_HEALTHY = "AnalysisHealthy"
 PROMOTED = "Promoted"
 ROLLED_BACK = "RolledBack"
 HTTPROUTE_ACCEPTED = "HTTPRouteAccepted"
+CAPACITY = "Capacity"
+AUTOSCALING = "Autoscaling"
 CONDITION_TYPES = (
     READY,
     ROUTED,
     HTTPROUTE_ACCEPTED,
+    CAPACITY,
+    AUTOSCALING,
     PROGRESSING,
     ANALYSIS_HEALTHY,
     PROMOTED,
@@ -61,6 +66,8 @@ ReadyReason = Literal[
 """Every reason of the Ready condition (docs/design.md says when each is given)."""
 RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
 """Every reason of the Routed condition."""
+AutoscalingReason = Literal["ScaledObjectApplied", "AutoscalerMissing", "ScaledObjectRefused"]
+"""Every reason of the Autoscaling condition (the Capacity condition's: capacity.py)."""
 UNKNOWN_REASON = "Unknown"
 """A canary condition's reason when status.analysis holds no valid one (edited by hand)."""
 ANALYSIS_REASONS = (*Phase, *Reason, UNKNOWN_REASON)
@@ -90,6 +97,16 @@ class Readiness:
     selector: str | None = None
 
 
+@dataclass(frozen=True)
+class Autoscaling:
+    """Whether a version's autoscaler (spec.scaling) is in place, and why."""
+
+    ready: bool
+    """Whether the version's autoscaler is in place."""
+    reason: AutoscalingReason
+    message: str
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -105,6 +122,16 @@ def ready_condition(readiness: Readiness) -> dict[str, str]:
         "status": "True" if readiness.ready else "False",
         "reason": readiness.reason,
         "message": readiness.message,
+    }
+
+
+def _held(kind: str, held: bool, reason: str, message: str) -> dict[str, str]:
+    """A condition that holds (True) or not (False)."""
+    return {
+        "type": kind,
+        "status": "True" if held else "False",
+        "reason": reason,
+        "message": message,
     }
 
 
@@ -213,10 +240,14 @@ def desired_status(
     route_problem: str | None = None,
     httproute: str | None = None,
     acceptance: Acceptance | None = None,
+    capacity: Verdict | None = None,
+    autoscaling: Autoscaling | None = None,
 ) -> dict[str, Any]:
     """The complete status for a version, keeping transition times of unchanged conditions.
     `route` is the route in force (the data plane's), never one the operator failed to write;
-    `httproute` the HTTPRoute that holds it, whose parents' verdict is `acceptance`."""
+    `httproute` the HTTPRoute that holds it, whose parents' verdict is `acceptance`;
+    `capacity` the version's replicas for its share (managed mode, scale before shift on) and
+    `autoscaling` its autoscaler's state (spec.scaling)."""
     previous = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
     conditions = []
     routed = routed_condition(name, model, readiness, route, route_problem)
@@ -234,7 +265,12 @@ def desired_status(
         if acceptance is not None
         else []
     )
-    for cond in (ready_condition(readiness), routed, *accepted, *canary):
+    scaled = [
+        _held(kind, facts.ready, facts.reason, facts.message)
+        for kind, facts in ((CAPACITY, capacity), (AUTOSCALING, autoscaling))
+        if facts is not None
+    ]
+    for cond in (ready_condition(readiness), routed, *accepted, *scaled, *canary):
         old = previous.get(cond["type"])
         same = old is not None and old.get("status") == cond["status"]
         transition = old.get("lastTransitionTime") if same and old else None
@@ -260,6 +296,7 @@ def desired_status(
             replicas=readiness.replicas,
             ready_replicas=(readiness.ready_replicas or 0) if managed else None,
             selector=readiness.selector or None,
+            capacity=capacity.floor.to_status() if capacity and capacity.floor else None,
         )
     )
     if analysis is not None:

@@ -110,8 +110,9 @@ class Managed:
 WorkloadPlan = Unparsed | External | Refused | Managed
 
 
-def plan(version: VersionInfo, config: OperatorConfig) -> WorkloadPlan:
-    """What the version's workload should be, from its spec alone."""
+def plan(version: VersionInfo, config: OperatorConfig, floor: int = 0) -> WorkloadPlan:
+    """What the version's workload should be, from its spec and ``floor``, the replicas its
+    share of the model's traffic needs at least (capacity.py)."""
     spec = version.spec
     if spec is None:
         return Unparsed(version.spec_error or "invalid spec")
@@ -139,7 +140,7 @@ def plan(version: VersionInfo, config: OperatorConfig) -> WorkloadPlan:
         return Refused(clash, endpoint, selector)
     return Managed(
         spec,
-        deployment_manifest(version, config),
+        deployment_manifest(version, config, floor),
         service_manifest(version, config),
         endpoint,
         selector,

@@ -173,6 +173,9 @@ DEFAULTS = {
     "--priority": "a random number when peering, else 0",
     "--gateway-api": "off",
     "--pod-security": "baseline",
+    "--scale-before-shift": "on",
+    "--autoscaler": "none",
+    "--prometheus-url": "none",
     "--analysis-url-prefix": "none: Services of the version's namespace only "
     "(<service>.<namespace>.svc)",
     "--analysis-gateway-namespace": "none: the version's own namespace only",
@@ -185,7 +188,7 @@ DEFAULTS = {
 def test_help_shows_every_flags_default_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "1000")
     entries = help_entries(build_parser({"MODELROLL_WORKERS": "8"}).format_help())
-    assert set(entries) == {*DEFAULTS, "--liveness-endpoint", "--help"}
+    assert set(entries) == {*DEFAULTS, "--liveness-endpoint", "--no-scale-before-shift", "--help"}
     for flag, default in DEFAULTS.items():
         variable = "MODELROLL_" + flag[2:].replace("-", "_").upper()
         assert f"(default: {default}; env {variable})" in entries[flag]

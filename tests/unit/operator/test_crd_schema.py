@@ -85,7 +85,7 @@ def test_printer_columns_are_the_documented_ones_with_extras_for_wide() -> None:
     columns = version["additionalPrinterColumns"]
     default = [c["name"] for c in columns if not c.get("priority")]
     wide = [c["name"] for c in columns if c.get("priority") == 1]
-    assert default == ["Model", "Weight", "Ready", "Routed", "Analysis", "Step", "Age"]
+    assert default == ["Model", "Weight", "Ready", "Routed", "Analysis", "Step", "Capacity", "Age"]
     assert wide == ["Replicas", "Endpoint", "Message"]
     # `kubectl get mv -o wide` says why a version is not Ready (as cert-manager's Certificates do).
     (message,) = [c for c in columns if c["name"] == "Message"]

@@ -1,0 +1,162 @@
+"""Scale before shift, against the real API server and kube-controller-manager: a version whose
+share rises gets its replicas before its weight goes into the route, one that cannot get them
+holds the move with the reason, and one that lost its traffic stays warm for its delay.
+
+No kubelet runs here: pods are reported Ready through their status (``mark_pods_ready``), and the
+real ReplicaSet and Deployment controllers carry that into the Deployments the operator watches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from modelroll_devcluster import Cluster
+from tests.support.apiserver import (
+    Routes,
+    StartOperator,
+    condition,
+    eventually,
+    get,
+    mark_pods_ready,
+    model_version,
+    patch_mv,
+)
+from tests.support.specs import SERVER
+
+pytestmark = pytest.mark.integration
+
+
+def ready_pods(cluster: Cluster, namespace: str, version: str, count: int) -> bool:
+    """Report every pod of ``version`` Ready; True once there are ``count`` of them."""
+    return mark_pods_ready(cluster, namespace, f"modelroll.io/version={version}") >= count
+
+
+def replicas(cluster: Cluster, namespace: str, version: str) -> int:
+    return int(get(cluster, namespace, "deploy", version)["spec"]["replicas"])
+
+
+def capacity(cluster: Cluster, namespace: str, version: str) -> dict[str, Any]:
+    body = get(cluster, namespace, "mv", version)
+    for c in body["status"].get("conditions") or []:
+        if c["type"] == "Capacity":
+            return {**c, "floor": (body["status"].get("capacity") or {}).get("floor")}
+    return {}
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str]]:
+    selector = f"involvedObject.kind=ModelVersion,involvedObject.name={name}"
+    listed = cluster.kubectl_json(
+        "get", "events", f"--field-selector={selector}", namespace=namespace
+    )
+    return [(e["reason"], e["message"]) for e in listed["items"]]
+
+
+def serving(cluster: Cluster, namespace: str, routes: Routes) -> None:
+    """stable at weight 100 with 3 Ready replicas, canary at weight 0 with 1."""
+    stable = model_version("stable", "sentiment", weight=100, replicas=3, server=SERVER)
+    canary = model_version("canary", "sentiment", weight=0, server=SERVER, scaleDownDelaySeconds=3)
+    for body in (stable, canary):
+        cluster.apply(body, namespace)
+    eventually(lambda: ready_pods(cluster, namespace, "stable", 3), "3 stable pods")
+    eventually(lambda: ready_pods(cluster, namespace, "canary", 1), "a canary pod")
+    eventually(lambda: routes.weights("sentiment") == {"stable": 100, "canary": 0}, "both routed")
+
+
+@pytest.mark.usefixtures("garbage_collector")
+def test_a_promotion_waits_for_the_canarys_replicas_and_a_rollback_after_it_is_instant(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
+) -> None:
+    start_operator()
+    serving(cluster, namespace, routes)
+
+    patch_mv(cluster, namespace, "canary", {"spec": {"weight": 100}})
+    patch_mv(cluster, namespace, "stable", {"spec": {"weight": 0}})
+    # The canary's Deployment is raised to the stable's 3 replicas; the weights wait for them.
+    eventually(lambda: replicas(cluster, namespace, "canary") == 3, "canary raised to 3")
+    waiting = eventually(
+        lambda: (
+            (c := capacity(cluster, namespace, "canary")).get("reason") == "WaitingForReplicas"
+            and c
+        ),
+        "canary waiting for replicas",
+    )
+    assert waiting["status"] == "False"
+    assert (
+        "3 ready replicas before it takes 100.0% of model sentiment's traffic"
+        in (waiting["message"])
+    )
+    assert any(r == "WaitingForReplicas" for r, _ in events(cluster, namespace, "canary"))
+    assert routes.weights("sentiment") == {"stable": 100, "canary": 0}
+    printed = cluster.kubectl("get", "mv", "canary", namespace=namespace).stdout
+    assert "WaitingForReplicas" in printed  # kubectl get mv shows what it waits for
+
+    eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods")
+    eventually(lambda: routes.weights("sentiment") == {"stable": 0, "canary": 100}, "promoted")
+    promoted = eventually(
+        lambda: (c := capacity(cluster, namespace, "canary")).get("status") == "True" and c,
+        "canary has its replicas",
+    )
+    assert (promoted["reason"], promoted["floor"]) == ("ReplicasForShare", 3)
+    warm = eventually(
+        lambda: (c := capacity(cluster, namespace, "stable")).get("reason") == "KeptWarm" and c,
+        "stable kept warm",
+    )
+    assert warm["floor"] == 3
+    assert replicas(cluster, namespace, "stable") == 3
+
+    # Rolling back right after: the stable still runs its replicas, so the weights move back
+    # at once; the canary keeps its 3 for its 3 s delay, then returns to spec.replicas.
+    patch_mv(cluster, namespace, "stable", {"spec": {"weight": 100}})
+    patch_mv(cluster, namespace, "canary", {"spec": {"weight": 0}})
+    eventually(lambda: routes.weights("sentiment") == {"stable": 100, "canary": 0}, "rolled back")
+    assert capacity(cluster, namespace, "stable")["status"] == "True"
+    eventually(lambda: replicas(cluster, namespace, "canary") == 1, "canary back to 1 replica")
+    assert capacity(cluster, namespace, "canary")["floor"] is None
+
+
+@pytest.mark.usefixtures("garbage_collector")
+def test_a_version_that_cannot_get_its_replicas_holds_the_move_with_the_reason(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
+) -> None:
+    start_operator()
+    serving(cluster, namespace, routes)
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": "4"}},
+    }
+    cluster.apply(quota, namespace)
+    eventually(
+        lambda: get(cluster, namespace, "resourcequota", "pods").get("status", {}).get("used"),
+        "the quota counted",
+    )
+    patch_mv(cluster, namespace, "canary", {"spec": {"weight": 100}})
+    patch_mv(cluster, namespace, "stable", {"spec": {"weight": 0}})
+    held = eventually(
+        lambda: (
+            (c := capacity(cluster, namespace, "canary")).get("reason") == "ReplicasUnavailable"
+            and c
+        ),
+        "canary reports it cannot get replicas",
+        within=60,
+    )
+    assert "exceeded quota" in held["message"]
+    assert routes.weights("sentiment") == {"stable": 100, "canary": 0}
+    assert condition(get(cluster, namespace, "mv", "stable"), "Routed") == ("True", "Routed")
+
+    # The quota raised, the pods come, and only then does the traffic move.
+    cluster.kubectl(
+        "patch",
+        "resourcequota",
+        "pods",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"hard": {"pods": "10"}}}),
+        namespace=namespace,
+    )
+    eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods", within=60)
+    eventually(lambda: routes.weights("sentiment") == {"stable": 0, "canary": 100}, "promoted")
