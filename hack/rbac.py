@@ -28,6 +28,7 @@ CONDITIONS = {
     Feature.GATEWAY_API: ".Values.operator.gatewayAPI",
     Feature.PEERING: ".Values.operator.peering",
     Feature.CLUSTER_PEERING: "and .Values.operator.peering (not .Values.operator.watchNamespaces)",
+    Feature.AUTOSCALER: ".Values.autoscaling.keda.enabled",
 }
 """The Helm values that turn on the operator's option each feature needs."""
 

@@ -767,6 +767,43 @@ MONITORING = Group(
     ),
 )
 
+SCALED_OBJECTS = next(p for p in PERMISSIONS if p.feature is Feature.AUTOSCALER)
+"""The operator's rights on KEDA's ScaledObjects, with autoscaling.keda."""
+
+AUTOSCALING = Group(
+    "autoscaling",
+    (
+        Group(
+            "keda",
+            (
+                Value(
+                    "enabled",
+                    False,
+                    "Autoscale the ModelVersions with `spec.scaling` through KEDA "
+                    "(`--autoscaler keda`): the operator writes a ScaledObject per such version, "
+                    f"which KEDA turns into a HorizontalPodAutoscaler ("
+                    f"{rights(SCALED_OBJECTS.verbs, SCALED_OBJECTS)} where its other rules are "
+                    "granted). Needs KEDA in the cluster and `autoscaling.prometheusUrl`. Off, "
+                    "a version with `spec.scaling` says in its Autoscaling condition that "
+                    "nothing scales it, and keeps `spec.replicas`.",
+                    boolean(),
+                ),
+            ),
+        ),
+        Value(
+            "prometheusUrl",
+            "",
+            "The Prometheus that scrapes the sidecars (`monitoring.podMonitor`), which the "
+            "autoscalers' queries read (`--prometheus-url`), e.g. "
+            "`http://prometheus-operated.monitoring.svc:9090`. A platform setting: no "
+            "namespace's ModelVersion chooses it.",
+            string(),
+        ),
+    ),
+    description="Autoscaling of ModelVersions on their serving signals (`spec.scaling`).",
+)
+
+
 VALUES: tuple[Node, ...] = (
     Value(
         "global",
@@ -820,6 +857,7 @@ VALUES: tuple[Node, ...] = (
     OPERATOR,
     GATEWAY,
     SIDECAR,
+    AUTOSCALING,
     NETWORK_POLICY,
     MONITORING,
 )

@@ -75,6 +75,8 @@ class Feature(enum.Enum):
     """--peering: replicas elect their active one through a kopf peering object."""
     CLUSTER_PEERING = "clusterPeering"
     """--peering while serving every namespace: kopf's peering object is cluster-wide."""
+    AUTOSCALER = "autoscaler"
+    """--autoscaler keda: the operator writes a KEDA ScaledObject per autoscaled version."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class Permission:
 
 KOPF = "kopf.dev"
 GATEWAY_API = "gateway.networking.k8s.io"
+KEDA = "keda.sh"
 
 PERMISSIONS: tuple[Permission, ...] = (
     Permission(
@@ -215,6 +218,14 @@ PERMISSIONS: tuple[Permission, ...] = (
             "the model then falls back to the routes ConfigMap, from which the version is "
             "removed.",
         ),
+    ),
+    Permission(
+        KEDA,
+        "scaledobjects",
+        (CREATE, PATCH, DELETE),
+        "The ScaledObjects of versions with spec.scaling: server-side applied (which creates "
+        "one that is missing), deleted when spec.scaling goes; never read or watched.",
+        feature=Feature.AUTOSCALER,
     ),
     Permission(
         KOPF,

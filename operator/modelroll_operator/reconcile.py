@@ -28,6 +28,7 @@ import kopf
 from modelroll_common.routes import ModelRoute, RoutesError, validate_model_name
 
 from .api import UNREACHABLE, Api, KubeApiError, mv_path
+from .autoscaling import Autoscalers
 from .capacity import CapacityStatus, Decision, Floor, Member, Verdict, decide
 from .config import OperatorConfig
 from .httproute import HTTPRouteInfo, HTTPRoutes, RouteChanged
@@ -39,7 +40,14 @@ from .routes_configmap import RoutesConfigMap
 from .routing import Candidate, RouteWrite, compute_route, route_changes
 from .schema import decode
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
-from .status import CAPACITY, Readiness, desired_status, now_rfc3339, status_patch
+from .status import (
+    CAPACITY,
+    Autoscaling,
+    Readiness,
+    desired_status,
+    now_rfc3339,
+    status_patch,
+)
 from .workloads import Managed, Workloads, plan
 
 log = logging.getLogger("modelroll_operator")
@@ -190,6 +198,7 @@ class Reconciler:
             name="modelroll-reconciler",
         )
         self.workloads = Workloads(api, deployments, services, self._warn)
+        self.autoscalers = Autoscalers(api, config)
 
     def start(self) -> None:
         self._queue.start()
@@ -206,6 +215,7 @@ class Reconciler:
 
     def _resync(self) -> list[ModelKey]:
         self.workloads.forget_applied()  # every managed object is applied once more
+        self.autoscalers.forget_applied()
         return list(self.versions)
 
     def routes_changed(self, namespace: str, data: Mapping[str, str] | None) -> None:
@@ -279,8 +289,8 @@ class Reconciler:
         plane = await self.planes.choose(key, self.planes.backends(live))
         readiness, route = plan_route(model, live, readiness, plane)
         decision = None
+        managed = [v for v in live if isinstance(plans[v.name], Managed)]
         if self.config.scale_before_shift and route is not None:
-            managed = [v for v in live if isinstance(plans[v.name], Managed)]
             members = [
                 member(v, readiness[v.name], next(iter(self.deployments.get(v.key) or ()), None))
                 for v in managed
@@ -298,6 +308,15 @@ class Reconciler:
                 )
             await self._apply_floors(managed, floors, decision, problems)
             self._wake_at(key, decision.next_change())
+        autoscaling: dict[str, Autoscaling | None] = {}
+        for v in live:
+            verdict = decision.verdicts.get(v.name) if decision else None
+            floor = verdict.floor.replicas if verdict and verdict.floor else 0
+            try:
+                autoscaling[v.name] = await self.autoscalers.reconcile(v, floor)
+            except KubeApiError as exc:
+                problems.append(f"autoscaler of {v.name}: {exc}")
+                autoscaling[v.name] = None
         endpoints = {n: r.endpoint for n, r in readiness.items() if r.endpoint}
         problems.extend(await self.planes.release_others(plane, key))
         written = await plane.write(route, endpoints)
@@ -308,7 +327,9 @@ class Reconciler:
         for v in live:
             verdict = decision.verdicts.get(v.name) if decision else None
             try:
-                await self._write_status(v, readiness[v.name], written, now, verdict)
+                await self._write_status(
+                    v, readiness[v.name], written, now, verdict, autoscaling.get(v.name)
+                )
             except KubeApiError as exc:
                 problems.append(f"status of {v.name}: {exc}")
         log.debug("Reconciled model %s/%s (%d versions)", namespace, model, len(versions))
@@ -413,6 +434,7 @@ class Reconciler:
         written: RouteWrite,
         now: str,
         capacity: Verdict | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> None:
         desired = desired_status(
             name=version.name,
@@ -426,6 +448,7 @@ class Reconciler:
             httproute=written.httproute,
             acceptance=written.acceptance,
             capacity=capacity,
+            autoscaling=autoscaling,
         )
         patch = status_patch(version.status, desired)
         if patch is None:

@@ -58,6 +58,13 @@ The operator's permissions in each namespace it serves, as its code uses them.
   resources: [httproutes]
   verbs: [get, list, watch, patch]
 {{- end }}
+{{- if .Values.autoscaling.keda.enabled }}
+# The ScaledObjects of versions with spec.scaling: server-side applied (which creates one that
+# is missing), deleted when spec.scaling goes; never read or watched.
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [create, patch, delete]
+{{- end }}
 {{- if .Values.operator.peering }}
 # kopf's peering in each served namespace: replicas announce themselves in it.
 - apiGroups: [kopf.dev]
