@@ -9,6 +9,11 @@ real ReplicaSet and Deployment controllers carry that into the Deployments the o
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,6 +59,38 @@ def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str]]
     return [(e["reason"], e["message"]) for e in listed["items"]]
 
 
+class Plugin:
+    """``kubectl modelroll -n <namespace> <args>``, as a person runs it, in the background; its
+    output lines as they come."""
+
+    def __init__(self, cluster: Cluster, namespace: str, *args: str) -> None:
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        argv = [str(Path(sys.executable).parent / "kubectl-modelroll"), "-n", namespace, *args]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def finish(self) -> str:
+        """Its whole output, once it exited 0."""
+        self.proc.wait(timeout=90)
+        self._reader.join(timeout=10)
+        out = "".join(self.lines)
+        assert self.proc.returncode == 0, out
+        return out
+
+
 def serving(cluster: Cluster, namespace: str, routes: Routes) -> None:
     """stable at weight 100 with 3 Ready replicas, canary at weight 0 with 1."""
     stable = model_version("stable", "sentiment", weight=100, replicas=3, server=SERVER)
@@ -72,8 +109,7 @@ def test_a_promotion_waits_for_the_canarys_replicas_and_a_rollback_after_it_is_i
     start_operator()
     serving(cluster, namespace, routes)
 
-    patch_mv(cluster, namespace, "canary", {"spec": {"weight": 100}})
-    patch_mv(cluster, namespace, "stable", {"spec": {"weight": 0}})
+    promote = Plugin(cluster, namespace, "promote", "canary", "--wait", "60")
     # The canary's Deployment is raised to the stable's 3 replicas; the weights wait for them.
     eventually(lambda: replicas(cluster, namespace, "canary") == 3, "canary raised to 3")
     waiting = eventually(
@@ -92,9 +128,14 @@ def test_a_promotion_waits_for_the_canarys_replicas_and_a_rollback_after_it_is_i
     assert routes.weights("sentiment") == {"stable": 100, "canary": 0}
     printed = cluster.kubectl("get", "mv", "canary", namespace=namespace).stdout
     assert "WaitingForReplicas" in printed  # kubectl get mv shows what it waits for
+    # The plugin says what the promotion waits for (held there: no canary pod is Ready yet).
+    waits = "waiting: canary: Waiting for 3 ready replicas before it takes 100.0%"
+    eventually(lambda: promote.said(waits), "the plugin saying what it waits for")
 
     eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods")
     eventually(lambda: routes.weights("sentiment") == {"stable": 0, "canary": 100}, "promoted")
+    out = promote.finish()  # it returns once the weights are in force, and shows them
+    assert "note: the new weights go in force" not in out
     promoted = eventually(
         lambda: (c := capacity(cluster, namespace, "canary")).get("status") == "True" and c,
         "canary has its replicas",
@@ -109,9 +150,9 @@ def test_a_promotion_waits_for_the_canarys_replicas_and_a_rollback_after_it_is_i
 
     # Rolling back right after: the stable still runs its replicas, so the weights move back
     # at once; the canary keeps its 3 for its 3 s delay, then returns to spec.replicas.
-    patch_mv(cluster, namespace, "stable", {"spec": {"weight": 100}})
-    patch_mv(cluster, namespace, "canary", {"spec": {"weight": 0}})
-    eventually(lambda: routes.weights("sentiment") == {"stable": 100, "canary": 0}, "rolled back")
+    out = Plugin(cluster, namespace, "rollback", "canary").finish()
+    assert "waiting:" not in out
+    assert routes.weights("sentiment") == {"stable": 100, "canary": 0}
     assert capacity(cluster, namespace, "stable")["status"] == "True"
     eventually(lambda: replicas(cluster, namespace, "canary") == 1, "canary back to 1 replica")
     assert capacity(cluster, namespace, "canary")["floor"] is None

@@ -38,7 +38,9 @@ refuses a version that is not Ready, rollback one whose model has no other Ready
 weight, and ``set-weight V 0`` the only Ready, weighted version.
 
 By default mutating commands wait until the operator has reconciled the change (every patched
-version's status.observedGeneration caught up) and then print the model.
+version's status.observedGeneration caught up) and, while a version's new share waits for its
+replicas (scale before shift), say what it waits for until the weights are in force or the
+wait is over; then they print the model.
 """
 
 from __future__ import annotations
@@ -168,8 +170,32 @@ class Plugin:
             generations[change.version] = int(body["metadata"].get("generation") or 0)
             self.out.write(change.describe() + "\n")
         if wait > 0:
+            deadline = time.monotonic() + wait
             self.wait_reconciled(generations, wait)
+            self.wait_in_force(plan.model, deadline)
             self.status(plan.model, all_namespaces=False)
+
+    def wait_in_force(self, model: str, deadline: float) -> None:
+        """Until the model's new weights are in force, or ``deadline``: say what they wait for
+        (the replicas a version's new share needs), each time that changes."""
+        said: dict[str, str] = {}
+        while True:
+            versions = [v for v in self.versions(self.namespace) if v.model == model]
+            waiting = {v.name: v.waiting_for for v in versions if v.waiting_for is not None}
+            if not waiting:
+                return
+            for name, what in sorted(waiting.items()):
+                if said.get(name) != what:
+                    self.out.write(f"waiting: {name}: {what}\n")
+                    self.out.flush()
+            said = {n: str(w) for n, w in waiting.items()}
+            if time.monotonic() > deadline:
+                self.out.write(
+                    "note: the new weights go in force once those replicas are ready; "
+                    f"`kubectl get mv -n {self.namespace} -w` shows when\n"
+                )
+                return
+            time.sleep(0.5)
 
     def wait_reconciled(self, generations: Mapping[str, int], within: float) -> None:
         deadline = time.monotonic() + within

@@ -100,6 +100,8 @@ class Version:
     """The HTTPRoute that routes its model, when one claims it."""
     acceptance: str = ""
     """That route's HTTPRouteAccepted condition: its status and message."""
+    waiting_for: str | None = None
+    """What its new weight waits for (a False Capacity condition's message), if it waits."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Version:
@@ -111,6 +113,7 @@ class Version:
         ready = conditions.get("Ready") or {}
         routed = conditions.get("Routed") or {}
         accepted = conditions.get("HTTPRouteAccepted") or {}
+        capacity = conditions.get("Capacity") or {}
         annotations = meta.get("annotations") or {}
         memory, memory_error = None, None
         remembered = annotations.get(ANNOTATION_BEFORE_PROMOTE)
@@ -137,6 +140,11 @@ class Version:
             httproute=str(status["httpRoute"]) if status.get("httpRoute") else None,
             acceptance=(
                 f"{accepted.get('status')}: {accepted.get('message')}" if accepted else "Unknown"
+            ),
+            waiting_for=(
+                str(capacity.get("message") or capacity.get("reason"))
+                if capacity.get("status") == "False"
+                else None
             ),
         )
 
@@ -190,7 +198,8 @@ def _weights(weights: Mapping[str, int]) -> str:
 
 def render_notes(versions: Sequence[Version], all_namespaces: bool = False) -> list[str]:
     """What the table cannot show: the HTTPRoute routing a model and whether its Gateways
-    accepted it, remembered weights, and unusable annotations."""
+    accepted it, what a model's new weights wait for, remembered weights, and unusable
+    annotations."""
     notes = []
     claimed = {(v.namespace, v.model): v for v in versions if v.httproute}
     for (namespace, model), v in sorted(claimed.items()):
@@ -201,6 +210,8 @@ def render_notes(versions: Sequence[Version], all_namespaces: bool = False) -> l
         )
     for v in sorted(versions, key=lambda v: (v.namespace, v.model, v.name)):
         who = f"{v.namespace}/{v.name}" if all_namespaces else v.name
+        if v.waiting_for is not None:
+            notes.append(f"{who}: the weights of model {v.model} wait: {v.waiting_for}")
         rollback = f"kubectl modelroll -n {v.namespace} rollback {v.name}"
         if v.memory is not None:
             when = f" at {v.memory.at}" if v.memory.at else ""

@@ -417,3 +417,20 @@ def test_status_says_which_httproute_routes_a_model_and_whether_its_gateways_acc
         "Model sentiment is routed by HTTPRoute models; accepted by its Gateways: False: "
         "Gateway edge refuses HTTPRoute models: NotAllowedByListeners: no"
     ]
+
+
+def test_status_notes_say_what_a_models_new_weights_wait_for() -> None:
+    waiting = body("canary", 100, True, {})
+    waiting["status"]["conditions"].append(
+        {
+            "type": "Capacity",
+            "status": "False",
+            "reason": "WaitingForReplicas",
+            "message": "Waiting for 3 ready replicas before it takes 100.0% of model "
+            "sentiment's traffic: 1 ready",
+        }
+    )
+    assert render_notes([mv("stable", 0), Version.from_body(waiting)]) == [
+        "canary: the weights of model sentiment wait: Waiting for 3 ready replicas before it "
+        "takes 100.0% of model sentiment's traffic: 1 ready"
+    ]
