@@ -31,6 +31,7 @@ from ..api import UNREACHABLE, Api, KubeApiError, mv_path
 from ..planes import DataPlane, Planes
 from ..snapshots import ModelKey, VersionInfo, VersionKey
 from ..spec import PREFIX, SpecError
+from ..status import CAPACITY
 from . import machine
 from .exporter import AnalysisMetrics
 from .machine import Decision
@@ -220,7 +221,7 @@ class Canaries:
             log.exception("Reading the metrics of %s/%s failed", info.namespace, info.name)
             error = "the operator failed to read them: an internal error, in its log"
         else:
-            return machine.evaluate(spec, state, snapshot, now)
+            return _waits_for_replicas(machine.evaluate(spec, state, snapshot, now), body)
         self.metrics.source_error(info.namespace, info.model, info.name)
         return machine.evaluate(spec, state, None, now, error)
 
@@ -357,6 +358,23 @@ class Canaries:
             )
         except (KubeApiError, *UNREACHABLE) as exc:
             log.debug("Could not post an event for %s: %s", info.name, exc)
+
+
+def _waits_for_replicas(decision: Decision, body: Mapping[str, Any]) -> Decision:
+    """A hold for weights not in force, told why when it is the canary's replicas: its new
+    share waits for them (scale before shift), and the step's time stands still meanwhile."""
+    state = decision.state
+    if state.reason != Reason.WEIGHTS_NOT_APPLIED:
+        return decision
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == CAPACITY and c.get("status") == "False":
+            message = (
+                f"Holding: the step's weights {state.canary_weight}/"
+                f"{state.baseline_step_weight} wait for the canary's replicas: {c.get('message')}"
+            )
+            event = message if decision.event is not None else None
+            return replace(decision, state=replace(state, message=message), event=event)
+    return decision
 
 
 def _decision_kind(before: AnalysisState | None, decision: Decision) -> str | None:

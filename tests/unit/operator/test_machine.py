@@ -12,6 +12,7 @@ import pytest
 
 from modelroll_operator.analysis import machine
 from modelroll_operator.analysis.counts import SOURCE_TTL_S, Snapshot, Split, VersionCounts
+from modelroll_operator.analysis.daemon import _waits_for_replicas
 from modelroll_operator.analysis.phases import Phase, Reason
 from modelroll_operator.analysis.spec import (
     PROMOTE,
@@ -569,3 +570,21 @@ def test_a_stored_state_with_an_unknown_phase_or_reason_is_no_state(field: str) 
     state this code can go on from."""
     written = Story(spec()).state.to_dict()
     assert AnalysisState.from_dict({**written, field: "Exploded"}) is None
+
+
+def test_a_step_held_for_the_canarys_replicas_says_so() -> None:
+    """Scale before shift keeps a step's weights out of force until the canary's replicas are
+    Ready: the hold (its clock standing still) names what the canary waits for."""
+    story = Story(spec())
+    held = story.tick(edit=splits(a=(0, 100)))
+    assert held.state.reason == Reason.WEIGHTS_NOT_APPLIED
+    waiting = "Waiting for 2 ready replicas before it takes 10.0% of model m's traffic: 1 ready"
+    capacity = {"type": "Capacity", "status": "False", "message": waiting}
+    told = _waits_for_replicas(held, {"status": {"conditions": [capacity]}})
+    assert (
+        told.state.message
+        == f"Holding: the step's weights 10/90 wait for the canary's replicas: {waiting}"
+    )
+    assert told.state.step_seconds == 0
+    assert told.event == told.state.message
+    assert _waits_for_replicas(held, {"status": {"conditions": []}}) == held
