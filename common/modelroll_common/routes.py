@@ -9,7 +9,9 @@ strict (unknown fields are errors) because both sides ship from this one module.
 
 ``cohortHeader`` is optional: with it, a request that carries that header goes to the version
 its value hashes to (sticky cohorts, weighted by the same weights). A version's ``shadow`` is
-optional too: the percentage of the model's requests the gateway copies to it (shadow traffic).
+optional too: the percentage of the model's requests the gateway copies to it (shadow traffic);
+and so is its ``standby``: it has no Ready replica (scaled to zero), so the gateway answers a
+request pinned to it 503 with Retry-After, and routes it nothing else.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ _ROUTE_FIELDS = frozenset({"model", "versions", "cohortHeader"})
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 """An HTTP header name (RFC 9110's token), at most 64 characters."""
 _VERSION_FIELDS = frozenset({"name", "weight", "endpoint"})
-_OPTIONAL_VERSION_FIELDS = frozenset({"shadow"})
+_OPTIONAL_VERSION_FIELDS = frozenset({"shadow", "standby"})
 
 
 class RoutesError(ValueError):
@@ -117,6 +119,9 @@ class VersionRoute:
     endpoint: str
     shadow: int = 0
     """The percentage of the model's requests copied to this version (0: none)."""
+    standby: bool = False
+    """No replica is Ready (scaled to zero): a request pinned to it is answered 503 with
+    Retry-After, and it gets no other traffic (its weight and shadow are 0)."""
 
     def __post_init__(self) -> None:
         where = f"version {self.name!r}"
@@ -126,6 +131,10 @@ class VersionRoute:
         shadow = self.shadow
         if isinstance(shadow, bool) or not isinstance(shadow, int) or not 0 <= shadow <= 100:
             raise RoutesError(f"{where}: shadow must be an integer percentage, got {shadow!r}")
+        if not isinstance(self.standby, bool):
+            raise RoutesError(f"{where}: standby must be true or false, got {self.standby!r}")
+        if self.standby and (self.weight or shadow):
+            raise RoutesError(f"{where}: a version on standby has weight 0 and no shadow")
 
     @property
     def infer_url(self) -> str:
@@ -136,6 +145,8 @@ class VersionRoute:
         doc: dict[str, Any] = {"name": self.name, "weight": self.weight, "endpoint": self.endpoint}
         if self.shadow:
             doc["shadow"] = self.shadow
+        if self.standby:
+            doc["standby"] = True
         return doc
 
 
@@ -207,6 +218,7 @@ def _parse_version(raw: object, model: str, index: int) -> VersionRoute:
             weight=raw["weight"],
             endpoint=raw["endpoint"],
             shadow=raw.get("shadow", 0),
+            standby=raw.get("standby", False),
         )
     except RoutesError as exc:
         raise RoutesError(f"{where}: {exc}") from None

@@ -55,15 +55,23 @@ _WARN_EVERY = 10.0  # seconds between two warnings about the same failing versio
 _INFER_PATH = re.compile(r"/v1/models/[^/]+/infer")
 
 
+STANDBY_RETRY_AFTER_S = 10
+"""Retry-After of a request pinned to a version scaled to zero: a replica takes a while."""
+
+
 class Refused(Exception):
     """The gateway answers this request itself with an error (`close`: and closes the
     connection, whose client may still be sending)."""
 
-    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+    def __init__(
+        self, status: int, message: str, *, close: bool = False, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.close = close
+        self.retry_after = retry_after
+        """Seconds for the Retry-After header, if the answer has one."""
 
 
 def _refusal(
@@ -71,6 +79,8 @@ def _refusal(
 ) -> web.Response:
     """`exc` as the answer: in OpenAI's error shape on its paths, which its clients parse into
     their exceptions, else the gateway's own `{"error": ...}`."""
+    if exc.retry_after is not None:
+        headers = {**(headers or {}), "Retry-After": str(exc.retry_after)}
     response = error_answer(exc.status, exc.message, openai=openai, headers=headers)
     if exc.close:
         response.force_close()
@@ -207,6 +217,14 @@ class Proxy:
             if target is None:
                 table.unrouted_counter(model, 404).inc()
                 raise Refused(404, f"unknown version {pinned!r} of model {model!r}")
+            if target.route.standby:
+                table.unrouted_counter(model, 503).inc()
+                raise Refused(
+                    503,
+                    f"version {pinned!r} of model {model!r} is scaled to zero: no replica is "
+                    "Ready yet",
+                    retry_after=STANDBY_RETRY_AFTER_S,
+                )
             return target
         if not entry.picker:
             table.unrouted_counter(model, 503).inc()

@@ -42,6 +42,7 @@ from .schema import decode
 from .snapshots import ModelKey, VersionInfo, VersionKey, WorkloadInfo
 from .status import (
     CAPACITY,
+    ROUTED,
     Autoscaling,
     Readiness,
     desired_status,
@@ -99,7 +100,13 @@ def plan_route(
         header = spec.cohort_header if spec and plane.sticky_cohorts else None
         shadow = spec.shadow_percent if spec and plane.shadow_copies else 0
         weight = spec.weight if spec else 0
-        candidates.append(Candidate(v.name, weight, r.endpoint, r.ready, header, shadow))
+        # Scaled to zero, or woken from it and no replica Ready yet: on standby.
+        standby = plane.pinning and (
+            r.reason == "ScaledToZero" or (not r.ready and _reason(v, ROUTED) == "ScaledToZero")
+        )
+        candidates.append(
+            Candidate(v.name, weight, r.endpoint, r.ready, header, shadow, standby=standby)
+        )
     return readiness, compute_route(model, candidates)
 
 
@@ -141,15 +148,18 @@ def member(version: VersionInfo, readiness: Readiness, live: WorkloadInfo | None
 
 def held(route: ModelRoute, weights: Mapping[str, int]) -> ModelRoute:
     """``route`` with the weights in force kept: what it routes to, and how, changes; how much
-    each version gets waits (a version new to the route gets weight 0 meanwhile)."""
-    versions = tuple(replace(v, weight=weights.get(v.name, 0)) for v in route.versions)
+    each version gets waits (a version new to the route gets weight 0 meanwhile; one on
+    standby keeps 0)."""
+    versions = tuple(
+        v if v.standby else replace(v, weight=weights.get(v.name, 0)) for v in route.versions
+    )
     return replace(route, versions=versions)
 
 
-def _capacity_reason(version: VersionInfo) -> str | None:
-    """The reason of the version's Capacity condition as stored."""
+def _reason(version: VersionInfo, kind: str) -> str | None:
+    """The reason of the version's ``kind`` condition as stored."""
     for c in version.status.get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == CAPACITY:
+        if isinstance(c, Mapping) and c.get("type") == kind:
             return str(c.get("reason"))
     return None
 
@@ -295,7 +305,12 @@ class Reconciler:
                 member(v, readiness[v.name], next(iter(self.deployments.get(v.key) or ()), None))
                 for v in managed
             ]
-            wanted = {v.name: v.weight for v in route.versions}
+            # A version on standby is routed at weight 0 while its spec's weight waits for a
+            # replica: the decision sees that weight, so that raising it wakes the version.
+            weights_of = {v.name: v.spec.weight for v in live if v.spec is not None}
+            wanted = {
+                v.name: weights_of.get(v.name, 0) if v.standby else v.weight for v in route.versions
+            }
             weights = in_force(live)
             decision = decide(model, members, wanted, weights, time.time())
             if not decision.shift:
@@ -395,7 +410,7 @@ class Reconciler:
             floor = verdict.floor.replicas if verdict.floor else 0
             if floor != floors[v.name]:
                 await self.workloads.reconcile(v, plan(v, self.config, floor), problems)
-            if not verdict.ready and _capacity_reason(v) != verdict.reason:
+            if not verdict.ready and _reason(v, CAPACITY) != verdict.reason:
                 await self._post(v, verdict)
 
     async def _post(self, version: VersionInfo, verdict: Verdict) -> None:

@@ -24,10 +24,14 @@ class Candidate:
     cohort_header: str | None = None
     shadow: int = 0
     """The percentage of the model's requests copied to it (spec.shadow.percent)."""
+    standby: bool = False
+    """Scaled to zero: in the route, with weight 0, so that a request pinned to it is answered
+    503 with Retry-After rather than 404."""
 
 
 def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | None:
-    """The model's route from its versions: Ready ones only, ordered by name; its cohort
+    """The model's route from its versions: Ready ones, and those on standby (scaled to zero,
+    weight 0), ordered by name; its cohort
     header, the one named by the highest-weight routed version that names one (ties: the
     first by name), so that a canary that leaves it out changes nothing while it is smaller.
 
@@ -38,7 +42,11 @@ def compute_route(model: str, candidates: Iterable[Candidate]) -> ModelRoute | N
         return None
     ready = [c for c in versions if c.ready and c.endpoint]
     routed = tuple(
-        VersionRoute(c.name, c.weight, c.endpoint, c.shadow) for c in ready if c.endpoint
+        VersionRoute(c.name, c.weight, c.endpoint, c.shadow)
+        if c.ready
+        else VersionRoute(c.name, 0, c.endpoint, standby=True)
+        for c in versions
+        if c.endpoint and (c.ready or c.standby)
     )
     keyed = [c for c in ready if c.cohort_header]
     header = max(keyed, key=lambda c: c.weight).cohort_header if keyed else None

@@ -64,7 +64,7 @@ ReadyReason = Literal[
     "NoBackendRef",
 ]
 """Every reason of the Ready condition (docs/design.md says when each is given)."""
-RoutedReason = Literal["Routed", "WeightZero", "NotReady", "RoutesNotWritten"]
+RoutedReason = Literal["Routed", "WeightZero", "ScaledToZero", "NotReady", "RoutesNotWritten"]
 """Every reason of the Routed condition."""
 AutoscalingReason = Literal["ScaledObjectApplied", "AutoscalerMissing", "ScaledObjectRefused"]
 """Every reason of the Autoscaling condition (the Capacity condition's: capacity.py)."""
@@ -165,6 +165,13 @@ def routed_condition(
             "False",
             "NotReady",
             f"Not in the routes of model {model}: the version is not Ready ({readiness.reason})",
+        )
+    if route is not None and (entry := route.version(name)) is not None and entry.standby:
+        return _routed(
+            "False",
+            "ScaledToZero",
+            f"In the routes of model {model} on standby: no replica runs, and a request that "
+            "pins it with the X-Modelroll-Version header is answered 503 with Retry-After",
         )
     if where.weight == 0:
         return _routed(

@@ -160,11 +160,12 @@ def serving(
         "replicas": replicas,
         "ready_replicas": ready,
     }
-    if managed.spec.replicas == 0:
+    planned = int(managed.deployment["spec"]["replicas"])
+    if planned == 0:
         return Readiness(
             False, "ScaledToZero", "spec.replicas is 0: no pod runs the model", **figures
         ), None
-    message = f"{ready} of {managed.spec.replicas} replicas of Deployment {version} are ready"
+    message = f"{ready} of {planned} replicas of Deployment {version} are ready"
     failure = live.failure if live else None
     if failure is not None:
         message = f"{message}; the ReplicaSet cannot create pods: {failure}"

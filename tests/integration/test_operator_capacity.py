@@ -201,3 +201,35 @@ def test_a_version_that_cannot_get_its_replicas_holds_the_move_with_the_reason(
     )
     eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods", within=60)
     eventually(lambda: routes.weights("sentiment") == {"stable": 0, "canary": 100}, "promoted")
+
+
+def standby(routes: Routes, model: str) -> dict[str, bool]:
+    """{version: on standby} of the model's route."""
+    text = routes.data().get(model)
+    versions = json.loads(text)["versions"] if text else []
+    return {v["name"]: bool(v.get("standby")) for v in versions}
+
+
+@pytest.mark.usefixtures("garbage_collector")
+def test_a_version_scaled_to_zero_waits_on_standby_and_a_weight_wakes_it(
+    cluster: Cluster, namespace: str, start_operator: StartOperator, routes: Routes
+) -> None:
+    start_operator()
+    cluster.apply(model_version("stable", "sentiment", weight=100, server=SERVER), namespace)
+    cluster.apply(
+        model_version("dark", "sentiment", weight=0, replicas=0, server=SERVER), namespace
+    )
+    eventually(lambda: ready_pods(cluster, namespace, "stable", 1), "a stable pod")
+    # Scaled to zero, it is in the route on standby: pinning it answers 503, not 404.
+    eventually(
+        lambda: standby(routes, "sentiment") == {"dark": True, "stable": False}, "dark on standby"
+    )
+    assert condition(get(cluster, namespace, "mv", "dark"), "Routed") == ("False", "ScaledToZero")
+
+    # A weight wakes it: it gets a replica first, then its share.
+    patch_mv(cluster, namespace, "dark", {"spec": {"weight": 100}})
+    eventually(lambda: replicas(cluster, namespace, "dark") == 1, "dark raised to 1 replica")
+    assert routes.weights("sentiment") == {"dark": 0, "stable": 100}
+    eventually(lambda: ready_pods(cluster, namespace, "dark", 1), "a dark pod")
+    eventually(lambda: routes.weights("sentiment") == {"dark": 100, "stable": 100}, "dark routed")
+    assert standby(routes, "sentiment") == {"dark": False, "stable": False}

@@ -66,6 +66,19 @@ def test_a_cohort_header_round_trips_and_a_route_without_one_writes_none() -> No
     assert "cohortHeader" not in json.loads(dump_model_route(plain))
 
 
+def test_a_standby_version_round_trips_and_others_write_no_standby() -> None:
+    standby = {"name": "c", "weight": 0, "endpoint": "http://c", "standby": True}
+    doc = {**GOOD, "versions": [*GOOD["versions"], standby]}
+    route = parse_model_route("sentiment", doc)
+    assert route.version("c") == VersionRoute("c", 0, "http://c", standby=True)
+    written = json.loads(dump_model_route(route))["versions"]
+    assert [(v["name"], v.get("standby")) for v in written] == [
+        ("c", True),
+        ("canary-v2", None),
+        ("stable-v1", None),
+    ]
+
+
 def test_shares_follow_the_weights() -> None:
     route = parse_model_route("sentiment", GOOD)
     assert route.shares() == {"stable-v1": 0.9, "canary-v2": 0.1}
@@ -95,6 +108,8 @@ def test_shares_follow_the_weights() -> None:
         (_one({"name": "a", "weight": 1, "endpoint": "http://u:p@a"}), "must not carry"),
         (_one({"name": "a", "weight": 0, "endpoint": "http://a", "shadow": 101}), "percentage"),
         (_one({"name": "a", "weight": 0, "endpoint": "http://a", "shadow": "10"}), "percentage"),
+        (_one({"name": "a", "weight": 0, "endpoint": "http://a", "standby": 1}), "true or false"),
+        (_one({"name": "a", "weight": 2, "endpoint": "http://a", "standby": True}), "weight 0"),
         (json.dumps({**GOOD, "cohortHeader": "X User"}), "is not an HTTP header name"),
         (json.dumps({**GOOD, "cohortHeader": ""}), "is not an HTTP header name"),
         (json.dumps({**GOOD, "cohortHeader": 7}), "is not an HTTP header name"),

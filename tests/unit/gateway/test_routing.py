@@ -75,6 +75,31 @@ async def test_the_version_header_pins_a_version_even_a_dark_one(
     assert (stable.received, dark.received) == (1, 5)
 
 
+async def test_a_version_scaled_to_zero_answers_pins_503_with_retry_after(
+    start_gateway: StartGateway, start_standin: StartStandIn, routes_file: RoutesFile
+) -> None:
+    stable = await start_standin("stable-v1")
+    doc = route("sentiment", ("stable-v1", 1, stable.url), ("canary-v2", 0, "http://nowhere:1"))
+    doc["versions"][1]["standby"] = True
+    routes_file.write({"sentiment": doc})
+    gw = await start_gateway()
+    async with gw.session.post(
+        gw.url("/v1/models/sentiment/infer"),
+        json={"payload": 1},
+        headers={"X-Modelroll-Version": "canary-v2"},
+    ) as resp:
+        assert resp.status == 503
+        assert resp.headers["Retry-After"] == "10"
+        body = await resp.json()
+    assert body == {
+        "error": "version 'canary-v2' of model 'sentiment' is scaled to zero: no replica is "
+        "Ready yet"
+    }
+    for _ in range(3):  # it takes nothing by weight
+        assert (await gw.infer("sentiment"))[:2] == (200, "stable-v1")
+    assert stable.received == 3
+
+
 async def test_unknown_model_and_unknown_version_answer_404(
     start_gateway: StartGateway, start_standin: StartStandIn, routes_file: RoutesFile
 ) -> None:

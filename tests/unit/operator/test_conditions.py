@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from functools import cache
-from itertools import product
+from itertools import cycle, product
 from pathlib import Path
 from typing import Any, get_args
 
@@ -21,11 +21,14 @@ import yaml
 
 from modelroll_operator import status
 from modelroll_operator.analysis.phases import Phase, Reason
+from modelroll_operator.capacity import CapacityReason, Floor, Verdict
 from modelroll_operator.condition import MESSAGE_MAX
 from modelroll_operator.routing import Candidate, compute_route
 from modelroll_operator.status import (
     ANALYSIS_REASONS,
     CONDITION_TYPES,
+    Autoscaling,
+    AutoscalingReason,
     Readiness,
     ReadyReason,
     RoutedReason,
@@ -115,7 +118,13 @@ def statuses() -> Iterator[dict[str, Any]]:
         route = compute_route(
             "sentiment",
             [
-                Candidate("a", weight, "http://a:8000", readiness.ready),
+                Candidate(
+                    "a",
+                    weight,
+                    "http://a:8000",
+                    readiness.ready,
+                    standby=readiness.reason == "ScaledToZero",
+                ),
                 Candidate("b", 3, "http://b:8000", ready=True),
             ],
         )
@@ -137,6 +146,23 @@ def statuses() -> Iterator[dict[str, Any]]:
     for phase, reason, applied in product(Phase, (*Reason, ""), BOOLS):
         analysis = {"phase": phase, "reason": reason, "message": "m", "applied": applied}
         yield of(serving, 2, None, {"analysis": analysis})
+    for capacity, autoscaling in zip(
+        get_args(CapacityReason), cycle(get_args(AutoscalingReason)), strict=False
+    ):
+        held = capacity in ("ReplicasForShare", "KeptWarm")
+        verdict = Verdict(Floor(3, 0.5, 1e9), held, capacity, f"{capacity}.")
+        scaled = Autoscaling(autoscaling == "ScaledObjectApplied", autoscaling, f"{autoscaling}.")
+        yield desired_status(
+            name="a",
+            model="sentiment",
+            generation=4,
+            readiness=serving,
+            route=None,
+            current={},
+            now=now,
+            capacity=verdict,
+            autoscaling=scaled,
+        )
 
 
 def test_the_crd_validates_conditions_as_metav1_condition_does() -> None:
@@ -177,7 +203,12 @@ def test_every_reason_the_operator_can_write_matches_the_crd(reason: str) -> Non
 
 def test_every_condition_the_operator_builds_is_one_the_api_server_takes() -> None:
     """Each type and reason is also a declared one, so the tests above cover it."""
-    declared = {status.READY: get_args(ReadyReason), status.ROUTED: get_args(RoutedReason)}
+    declared = {
+        status.READY: get_args(ReadyReason),
+        status.ROUTED: get_args(RoutedReason),
+        status.CAPACITY: get_args(CapacityReason),
+        status.AUTOSCALING: get_args(AutoscalingReason),
+    }
     seen: set[tuple[str, str]] = set()
     for doc in statuses():
         conditions = doc["conditions"]
