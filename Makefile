@@ -27,6 +27,7 @@ include hack/e2e.mk
 include hack/llm.mk
 include hack/node.mk
 include hack/traefik.mk
+include hack/keda.mk
 include hack/bench.mk
 
 .PHONY: help
