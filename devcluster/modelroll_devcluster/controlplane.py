@@ -22,16 +22,17 @@ from typing import Any, Self
 
 import yaml
 
-from .pki import Pki, create_pki
+from .pki import FRONT_PROXY_CLIENT, Pki, create_pki
 from .processes import STOP_TIMEOUT, ClusterError, Component, PortTaken, free_port
 
 #: The binaries `make cluster-bins` builds into ``.bin/``.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 #: kube-controller-manager's controllers that a cluster without nodes needs: namespace deletion,
 #: garbage collection through ownerReferences, Deployments and ReplicaSets, service accounts,
-#: ResourceQuota usage (without it the API server refuses nothing a quota limits), and the
+#: ResourceQuota usage (without it the API server refuses nothing a quota limits), the
 #: type-checking of ValidatingAdmissionPolicies' expressions against the schemas they read (the
-#: chart's, against the CRD's).
+#: chart's, against the CRD's), and HorizontalPodAutoscalers (over a ModelVersion's scale
+#: subresource, fed by KEDA's metrics adapter: modelroll_devcluster.keda).
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -41,6 +42,7 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "resourcequota-controller",
     "validatingadmissionpolicy-status-controller",
+    "horizontal-pod-autoscaler-controller",
 )
 #: What a cluster with a node (modelroll_devcluster.node) needs on top: Services get endpoints,
 #: every namespace gets the CA that pods' service-account volumes carry, finished pods go, and a
@@ -53,6 +55,8 @@ NODE_CONTROLLERS = (
     "pod-garbage-collector-controller",
 )
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+HPA_SYNC_PERIOD = "2s"
+"""How often kube-controller-manager's HPA controller reads the metrics and sets the replicas."""
 
 
 class MissingBinaryError(ClusterError):
@@ -371,11 +375,28 @@ class ControlPlane:
             f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}/",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
+            *self._aggregation_args(),
             # Close open watches (kube-controller-manager's, an operator's) on SIGTERM instead of
             # waiting up to --request-timeout for them, so a stop or restart takes about a second.
             "--shutdown-watch-termination-grace-period=2s",
             "--profiling=false",
             *self.extra_apiserver_args,
+        ]
+
+    def _aggregation_args(self) -> list[str]:
+        """The aggregation layer: the API server proxies an APIService's group to an extension
+        API server (KEDA's metrics adapter) as ``front-proxy-client``, naming the user in request
+        headers the extension server trusts through the front-proxy CA (kubeadm's layout)."""
+        pki = self.pki
+        return [
+            f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-uid-headers=X-Remote-Uid",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+            f"--proxy-client-key-file={pki.front_proxy_client_key}",
         ]
 
     def _kcm_argv(self, binary: Path) -> list[str]:
@@ -392,6 +413,9 @@ class ControlPlane:
             f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if self.node_ip else ()))}",
             f"--root-ca-file={self.pki.ca_cert}",
             f"--service-account-private-key-file={self.pki.sa_key}",
+            # The HPA controller's period (15 s by default) is how long a change of load takes
+            # to reach a scale target's replicas; a shorter one keeps the autoscaling tests short.
+            f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
             "--kube-api-qps=200",
             "--kube-api-burst=400",
             "--profiling=false",
