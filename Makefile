@@ -79,14 +79,14 @@ test-component: venv ## Component tests: modelroll's commands as real processes 
 	$(call timed,component,$(PY) -m pytest -n 2 tests/component $(PYTEST_ARGS))
 
 .PHONY: test-integration
-test-integration: venv cluster-bins traefik-bins $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm).
+test-integration: venv cluster-bins traefik-bins keda-bins $(PROMETHEUS_BINS) $(HELM) ## Tests against a real kube-apiserver + etcd + kube-controller-manager (and the chart, rendered by helm; KEDA and Prometheus for autoscaling).
 	$(call timed,integration,$(PY) -m pytest tests/integration $(PYTEST_ARGS))
 
 .PHONY: check
 check: lint test-unit ## The fast loop: lint, type check and the unit tests (no process, no cluster).
 
 .PHONY: test-prereqs
-test-prereqs: venv cluster-bins $(HELM) $(PROMETHEUS_BINS) monitoring-crds llama-server llm-model \
+test-prereqs: venv cluster-bins keda-bins $(HELM) $(PROMETHEUS_BINS) monitoring-crds llama-server llm-model \
 	node-prereqs ## Every build and download the tiers need (before they start side by side).
 
 # The tiers share nothing (each starts its own control plane on free ports), so they run as two

@@ -3,6 +3,9 @@ tests/support/apiserver.py).
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
 - ``gateway_api`` (session): the Gateway API CRDs (``make traefik-bins``) applied and Established;
+- ``autoscaling`` (session): KEDA's operator and metrics adapter (``make keda-bins``) serving
+  ScaledObjects and the external metrics API, a real Prometheus (``make prometheus``) and a
+  series the test sets (``tests.support.autoscaling``);
 - ``garbage_collector`` (session): waits until kube-controller-manager collects the children
   of deleted ModelVersions (up to ~30 s after the CRD is new; only tests that rely on it);
 - ``routes`` (function): the test namespace's routes ConfigMap (``testing.Routes``);
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from modelroll_devcluster.processes import free_port
+from modelroll_devcluster.processes import ClusterError, free_port
 from modelroll_devcluster.traefik import install_gateway_api_crds
 from tests.support.apiserver import (
     OperatorProcess,
@@ -32,6 +35,7 @@ from tests.support.apiserver import (
     apply_crd,
     wait_for_garbage_collection,
 )
+from tests.support.autoscaling import Autoscaling, running_autoscaling
 
 if TYPE_CHECKING:
     from modelroll_devcluster import Cluster
@@ -46,6 +50,17 @@ def crd(cluster: Cluster) -> None:
 @pytest.fixture(scope="session")
 def gateway_api(cluster: Cluster) -> None:
     install_gateway_api_crds(cluster)
+
+
+@pytest.fixture(scope="session")
+def autoscaling(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Autoscaling]:
+    try:
+        with running_autoscaling(cluster, tmp_path_factory.mktemp("autoscaling")) as running:
+            yield running
+    except ClusterError as err:  # a missing build fails the tests that use it, naming the fix
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="session")
