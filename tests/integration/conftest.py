@@ -3,6 +3,8 @@ tests/support/apiserver.py).
 
 - ``crd`` (session): the ModelVersion CRD from crds/ applied and Established;
 - ``gateway_api`` (session): the Gateway API CRDs (``make traefik-bins``) applied and Established;
+- ``keda_crds`` (session): KEDA's CRDs (``make keda-bins``) applied and Established, no KEDA
+  running (for what the operator writes);
 - ``autoscaling`` (session): KEDA's operator and metrics adapter (``make keda-bins``) serving
   ScaledObjects and the external metrics API, a real Prometheus (``make prometheus``) and a
   series the test sets (``tests.support.autoscaling``);
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from modelroll_devcluster.keda import install_keda_crds
 from modelroll_devcluster.processes import ClusterError, free_port
 from modelroll_devcluster.traefik import install_gateway_api_crds
 from tests.support.apiserver import (
@@ -50,6 +53,11 @@ def crd(cluster: Cluster) -> None:
 @pytest.fixture(scope="session")
 def gateway_api(cluster: Cluster) -> None:
     install_gateway_api_crds(cluster)
+
+
+@pytest.fixture(scope="session")
+def keda_crds(cluster: Cluster) -> None:
+    install_keda_crds(cluster)
 
 
 @pytest.fixture(scope="session")
