@@ -225,6 +225,40 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             "spec.analysis.falseRollbackBudget must be above 0 and below 0.5",
             id="analysis-budget-too-large",
         ),
+        pytest.param(
+            model_version(
+                "v1",
+                "m",
+                server=SERVER,
+                scaling={"minReplicas": 5, "maxReplicas": 2, "inFlight": 4},
+            ),
+            "spec.scaling.minReplicas must not exceed spec.scaling.maxReplicas",
+            id="scaling-min-above-max",
+        ),
+        pytest.param(
+            model_version("v1", "m", server=SERVER, scaling={"maxReplicas": 2, "inFlight": 0}),
+            "spec.scaling.inFlight in body should be greater than or equal to 1",
+            id="scaling-target-zero",
+        ),
+        pytest.param(
+            model_version("v1", "m", server=SERVER, scaling={"maxReplicas": 2}),
+            "spec.scaling needs exactly one target",
+            id="scaling-no-target",
+        ),
+        pytest.param(
+            model_version(
+                "v1", "m", endpoint="http://s:8000", scaling={"maxReplicas": 2, "inFlight": 4}
+            ),
+            "spec.scaling is for managed versions (spec.server)",
+            id="scaling-external",
+        ),
+        pytest.param(
+            model_version(
+                "v1", "m", server=SERVER, scaling={"maxReplicas": 2, "tokensPerSecond": 100}
+            ),
+            "spec.scaling.timeToFirstTokenP95Ms and tokensPerSecond need spec.protocol OpenAI",
+            id="scaling-chat-target-on-batch",
+        ),
     ],
 )
 def test_an_invalid_model_version_is_rejected_with_a_message_naming_the_problem(
@@ -351,7 +385,7 @@ def test_kubectl_explain_describes_every_batching_field(cluster: Cluster) -> Non
     assert "Relative routing weight, 0 to 1000" in " ".join(spec.split())
 
 
-COLUMNS = ["NAME", "MODEL", "WEIGHT", "READY", "ROUTED", "ANALYSIS", "STEP", "AGE"]
+COLUMNS = ["NAME", "MODEL", "WEIGHT", "READY", "ROUTED", "ANALYSIS", "STEP", "CAPACITY", "AGE"]
 """What ``kubectl get mv`` prints; ``-o wide`` adds more after them."""
 
 

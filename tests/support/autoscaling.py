@@ -17,12 +17,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from modelroll_common import metric_names as names
 from modelroll_devcluster import Cluster
 from modelroll_devcluster.keda import Keda
 from modelroll_devcluster.processes import free_port
 from modelroll_devcluster.prometheus import Prometheus, static_job
 
-IN_FLIGHT = "modelroll_requests_in_flight"
+IN_FLIGHT = names.REQUESTS_IN_FLIGHT
 """Requests a version's replica is working on, one series per pod."""
 SERIES_LABELS = ("namespace", "pod", "model", "version")
 """A sidecar's series carry ``model`` and ``version``; the PodMonitor adds ``namespace`` and
