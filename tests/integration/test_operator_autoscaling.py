@@ -21,10 +21,10 @@ from tests.support.apiserver import (
     condition,
     eventually,
     get,
-    mark_pods_ready,
     maybe,
     model_version,
     patch_mv,
+    version_pods_ready,
 )
 from tests.support.autoscaling import Autoscaling
 from tests.support.specs import SERVER
@@ -57,10 +57,6 @@ def settled(cluster: Cluster, namespace: str, name: str, replicas: int) -> bool:
     return active and status.get("desiredReplicas") == version == deployment == replicas
 
 
-def ready_pods(cluster: Cluster, namespace: str, version: str, count: int) -> bool:
-    return mark_pods_ready(cluster, namespace, f"modelroll.io/version={version}") >= count
-
-
 @pytest.mark.usefixtures("garbage_collector")
 def test_a_version_follows_its_load_through_the_real_hpa(
     cluster: Cluster,
@@ -74,7 +70,7 @@ def test_a_version_follows_its_load_through_the_real_hpa(
         model_version("scaled", "sentiment", weight=100, server=SERVER, scaling=SCALING),
         namespace,
     )
-    eventually(lambda: ready_pods(cluster, namespace, "scaled", 1), "a pod")
+    eventually(lambda: version_pods_ready(cluster, namespace, "scaled", 1), "a pod")
     eventually(lambda: routes.weights("sentiment") == {"scaled": 100}, "routed")
     applied = eventually(
         lambda: (
@@ -122,8 +118,8 @@ def test_while_a_share_moves_the_hpas_minimum_is_the_versions_floor(
         ),
         namespace,
     )
-    eventually(lambda: ready_pods(cluster, namespace, "stable", 3), "3 stable pods")
-    eventually(lambda: ready_pods(cluster, namespace, "canary", 1), "a canary pod")
+    eventually(lambda: version_pods_ready(cluster, namespace, "stable", 3), "3 stable pods")
+    eventually(lambda: version_pods_ready(cluster, namespace, "canary", 1), "a canary pod")
     eventually(lambda: routes.weights("sentiment") == {"canary": 0, "stable": 100}, "routed")
     eventually(lambda: hpa(cluster, namespace, "canary"), "KEDA's HPA")
 
@@ -135,7 +131,9 @@ def test_while_a_share_moves_the_hpas_minimum_is_the_versions_floor(
         "the HPA's minimum raised to 3",
     )
     assert routes.weights("sentiment") == {"canary": 0, "stable": 100}
-    eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods", within=60)
+    eventually(
+        lambda: version_pods_ready(cluster, namespace, "canary", 3), "3 canary pods", within=60
+    )
     eventually(lambda: routes.weights("sentiment") == {"canary": 100, "stable": 0}, "promoted")
     # 3 s after the move the autoscaler owns the canary's replicas again, from its minimum.
     eventually(
@@ -152,7 +150,7 @@ def test_without_an_autoscaler_a_scaled_version_says_so_and_serves(
         model_version("scaled", "sentiment", weight=100, server=SERVER, scaling=SCALING),
         namespace,
     )
-    eventually(lambda: ready_pods(cluster, namespace, "scaled", 1), "a pod")
+    eventually(lambda: version_pods_ready(cluster, namespace, "scaled", 1), "a pod")
     eventually(lambda: routes.weights("sentiment") == {"scaled": 100}, "routed")
 
     def missing() -> dict[str, Any] | None:

@@ -25,18 +25,13 @@ from tests.support.apiserver import (
     condition,
     eventually,
     get,
-    mark_pods_ready,
     model_version,
     patch_mv,
+    version_pods_ready,
 )
 from tests.support.specs import SERVER
 
 pytestmark = pytest.mark.integration
-
-
-def ready_pods(cluster: Cluster, namespace: str, version: str, count: int) -> bool:
-    """Report every pod of ``version`` Ready; True once there are ``count`` of them."""
-    return mark_pods_ready(cluster, namespace, f"modelroll.io/version={version}") >= count
 
 
 def replicas(cluster: Cluster, namespace: str, version: str) -> int:
@@ -97,8 +92,8 @@ def serving(cluster: Cluster, namespace: str, routes: Routes) -> None:
     canary = model_version("canary", "sentiment", weight=0, server=SERVER, scaleDownDelaySeconds=3)
     for body in (stable, canary):
         cluster.apply(body, namespace)
-    eventually(lambda: ready_pods(cluster, namespace, "stable", 3), "3 stable pods")
-    eventually(lambda: ready_pods(cluster, namespace, "canary", 1), "a canary pod")
+    eventually(lambda: version_pods_ready(cluster, namespace, "stable", 3), "3 stable pods")
+    eventually(lambda: version_pods_ready(cluster, namespace, "canary", 1), "a canary pod")
     eventually(lambda: routes.weights("sentiment") == {"stable": 100, "canary": 0}, "both routed")
 
 
@@ -132,7 +127,7 @@ def test_a_promotion_waits_for_the_canarys_replicas_and_a_rollback_after_it_is_i
     waits = "waiting: canary: Waiting for 3 ready replicas before it takes 100.0%"
     eventually(lambda: promote.said(waits), "the plugin saying what it waits for")
 
-    eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods")
+    eventually(lambda: version_pods_ready(cluster, namespace, "canary", 3), "3 canary pods")
     eventually(lambda: routes.weights("sentiment") == {"stable": 0, "canary": 100}, "promoted")
     out = promote.finish()  # it returns once the weights are in force, and shows them
     assert "note: the new weights go in force" not in out
@@ -199,7 +194,9 @@ def test_a_version_that_cannot_get_its_replicas_holds_the_move_with_the_reason(
         json.dumps({"spec": {"hard": {"pods": "10"}}}),
         namespace=namespace,
     )
-    eventually(lambda: ready_pods(cluster, namespace, "canary", 3), "3 canary pods", within=60)
+    eventually(
+        lambda: version_pods_ready(cluster, namespace, "canary", 3), "3 canary pods", within=60
+    )
     eventually(lambda: routes.weights("sentiment") == {"stable": 0, "canary": 100}, "promoted")
 
 
@@ -219,7 +216,7 @@ def test_a_version_scaled_to_zero_waits_on_standby_and_a_weight_wakes_it(
     cluster.apply(
         model_version("dark", "sentiment", weight=0, replicas=0, server=SERVER), namespace
     )
-    eventually(lambda: ready_pods(cluster, namespace, "stable", 1), "a stable pod")
+    eventually(lambda: version_pods_ready(cluster, namespace, "stable", 1), "a stable pod")
     # Scaled to zero, it is in the route on standby: pinning it answers 503, not 404.
     eventually(
         lambda: standby(routes, "sentiment") == {"dark": True, "stable": False}, "dark on standby"
@@ -230,6 +227,6 @@ def test_a_version_scaled_to_zero_waits_on_standby_and_a_weight_wakes_it(
     patch_mv(cluster, namespace, "dark", {"spec": {"weight": 100}})
     eventually(lambda: replicas(cluster, namespace, "dark") == 1, "dark raised to 1 replica")
     assert routes.weights("sentiment") == {"dark": 0, "stable": 100}
-    eventually(lambda: ready_pods(cluster, namespace, "dark", 1), "a dark pod")
+    eventually(lambda: version_pods_ready(cluster, namespace, "dark", 1), "a dark pod")
     eventually(lambda: routes.weights("sentiment") == {"dark": 100, "stable": 100}, "dark routed")
     assert standby(routes, "sentiment") == {"dark": False, "stable": False}

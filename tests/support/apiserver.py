@@ -139,6 +139,11 @@ def mark_pods_ready(cluster: Cluster, namespace: str, selector: str) -> int:
     return len(names)
 
 
+def version_pods_ready(cluster: Cluster, namespace: str, version: str, count: int) -> bool:
+    """Report every pod of a managed ``version`` Ready; True once there are ``count`` of them."""
+    return mark_pods_ready(cluster, namespace, f"modelroll.io/version={version}") >= count
+
+
 class OperatorProcess:
     """A running ``modelroll-operator`` and what it wrote to its JSON log."""
 
