@@ -8,12 +8,13 @@ go into its route. Until then the route keeps the weights in force, for every ve
 model at once, and the version's Capacity condition says what it waits for. A version whose pods
 cannot be created (a ResourceQuota, an admission webhook) holds the move with that reason.
 
-**How many.** In proportion to the replicas that carry the model's traffic now: the managed
-version with the largest share in force runs ``r`` replicas for share ``s``, so the whole
-model's traffic takes ``R = r / s``; a version taking share ``s'`` needs ``ceil(s' x R)`` ready
-replicas, at least 1, and with spec.scaling at most its maxReplicas. (A canary taking 50% of a
-model whose stable runs 8 replicas for all of it needs 4.) A version that was kept warm takes
-back, at once, up to the share it left.
+**How many.** In proportion to the replicas that carry the model's traffic now: the version
+with the largest share in force runs ``r`` replicas for share ``s``, so the whole model's
+traffic takes ``R = r / s`` (when that version is external, its replicas are unknown, and a
+share needs 1 ready replica); a version taking share ``s'`` needs ``ceil(s' x R x 0.9)`` ready
+replicas (the HPA's 10% tolerance), at least 1, and with spec.scaling at most its
+maxReplicas. (A canary taking 50% of a model whose stable runs 8 replicas for all of it needs
+4.) A version that was kept warm takes back, at once, up to the share it left.
 
 **Floors.** What a share needs is the version's floor (status.capacity): its Deployment runs
 ``max(spec.replicas, floor)``, and with spec.scaling the autoscaler's minimum is at least the
@@ -46,6 +47,11 @@ CapacityReason = Literal[
 """Every reason of the Capacity condition."""
 EPSILON = 1e-9
 """Shares closer than this are equal (weights are integers, shares their ratios)."""
+TOLERANCE = 0.1
+"""A share needs replicas for all of its traffic but this fraction, the HorizontalPodAutoscaler's
+own default tolerance: a replica may carry up to 1 / (1 - TOLERANCE), about 11%, more than the
+replicas that carry the model now do (the last version of a 90/10 split takes all of it on as
+many replicas as the 90 had)."""
 STORED_SHARE = 0.0005
 """How far a share read back from status.capacity (to a tenth of a percent) may be off."""
 
@@ -155,23 +161,29 @@ def shares(weights: Mapping[str, int]) -> dict[str, float]:
 
 
 def model_replicas(members: Iterable[Member], in_force: Mapping[str, float]) -> float:
-    """R: the replicas the whole model's traffic takes, from the managed version with the
-    largest share in force (ties: the most replicas); 0 when no managed version has traffic."""
-    carrying = [m for m in members if in_force.get(m.name, 0.0) > EPSILON]
+    """R: the replicas the whole model's traffic takes, from the version with the largest share
+    in force (ties: a managed one, then the most replicas); 0 when that is an external version
+    (whose replicas the operator does not know) or no version has traffic."""
+    by_name = {m.name: m for m in members}
+    carrying = [n for n, share in in_force.items() if share > EPSILON]
     if not carrying:
         return 0.0
-    ref = max(carrying, key=lambda m: (in_force[m.name], m.running))
-    return ref.running / in_force[ref.name]
+
+    def rank(name: str) -> tuple[float, bool, int]:
+        member = by_name.get(name)
+        return (in_force[name], member is not None, member.running if member else 0)
+
+    ref = by_name.get(max(carrying, key=rank))
+    return ref.running / in_force[ref.name] if ref is not None else 0.0
 
 
 def needed(member: Member, share: float, whole: float) -> int:
     """The ready replicas ``member`` needs to take ``share`` of a model whose traffic takes
-    ``whole`` replicas: ``ceil(share x whole)``, at least 1, at most its maxReplicas; a version
-    kept warm needs no more than it kept, up to the share it left."""
+    ``whole`` replicas: ``ceil(share x whole x (1 - TOLERANCE))``, at least 1, at most its
+    maxReplicas; a version kept warm needs no more than it kept, up to the share it left."""
+    need = max(1, math.ceil(share * whole * (1 - TOLERANCE) - EPSILON))
     if member.floor is not None and share <= member.floor.share + STORED_SHARE:
-        kept = member.floor.replicas
-        return max(1, min(kept, math.ceil(share * whole - EPSILON)))
-    need = max(1, math.ceil(share * whole - EPSILON))
+        return min(member.floor.replicas, need)
     return min(need, member.max_replicas) if member.max_replicas is not None else need
 
 

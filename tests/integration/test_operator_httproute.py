@@ -120,12 +120,18 @@ def test_weights_go_into_the_claiming_rule_and_nothing_else_changes(
     pending = condition(cluster, namespace, "stable", "HTTPRouteAccepted")
     assert (pending["status"], pending["reason"]) == ("Unknown", "Pending")
 
-    # A promotion is a weight patch: the rule follows exactly.
+    # A promotion is a weight patch: the rule follows exactly, once the canary has the
+    # replicas its new share needs (scale before shift: its one replica carried half of the
+    # traffic between the two patches, so 90% needs two).
     cluster.kubectl(
         "patch", "mv", "canary", "--type=merge", "-p", '{"spec":{"weight":90}}', namespace=namespace
     )
     cluster.kubectl(
         "patch", "mv", "stable", "--type=merge", "-p", '{"spec":{"weight":10}}', namespace=namespace
+    )
+    eventually(
+        lambda: mark_pods_ready(cluster, namespace, "modelroll.io/version=canary") >= 2,
+        "the canary's second pod",
     )
     eventually(
         lambda: (

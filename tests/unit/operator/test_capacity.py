@@ -154,3 +154,28 @@ def test_a_rollback_patched_one_version_at_a_time_still_needs_no_new_replica() -
         "m", members, {"stable": 100, "canary": 0}, {"stable": 100, "canary": 100}, NOW + 1
     )
     assert done.shift
+
+
+def test_beside_an_external_stable_a_canary_is_not_sized_from_its_own_small_share() -> None:
+    """The operator does not know an external version's replicas: a managed canary at a tenth,
+    with 1 replica, is no measure of the model's traffic."""
+    decision = decide(
+        "m", [canary()], {"stable": 10, "canary": 90}, {"stable": 90, "canary": 10}, NOW
+    )
+    assert decision.shift
+    assert decision.verdicts["canary"].floor == Floor(1, 0.9)
+
+
+def test_the_last_version_of_a_90_10_split_takes_all_of_it_on_as_many_replicas() -> None:
+    """Within the HPA's 10% tolerance: no extra replica for the tenth the stable did not carry,
+    so promoting and rolling back again and again never grows the model."""
+    one = Member("stable", 1, 1, None, DELAY)
+    decision = decide(
+        "m", [one, canary()], {"stable": 0, "canary": 100}, {"stable": 90, "canary": 10}, NOW
+    )
+    assert decision.shift
+    eight = stable()
+    decision = decide(
+        "m", [eight, canary()], {"stable": 0, "canary": 100}, {"stable": 100, "canary": 10}, NOW
+    )
+    assert decision.verdicts["canary"].floor == Floor(8, 1.0)
