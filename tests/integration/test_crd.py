@@ -273,6 +273,7 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
         "model": "sentiment",
         "weight": 0,
         "replicas": 1,
+        "scaleDownDelaySeconds": 600,
         "protocol": "Batch",
         "server": {"image": "ghcr.io/acme/sentiment:1.4", "port": 8080},
         "batching": {

@@ -125,10 +125,16 @@ def test_while_a_share_moves_the_hpas_minimum_is_the_versions_floor(
 
     patch_mv(cluster, namespace, "canary", {"spec": {"weight": 100}})
     patch_mv(cluster, namespace, "stable", {"spec": {"weight": 0}})
-    # The canary needs the stable's 3 replicas for all of the traffic: the HPA's minimum too.
+    # The canary needs the stable's 3 replicas for all of the traffic: the operator raises its
+    # ScaledObject's minimum, and KEDA the HPA's.
+    eventually(
+        lambda: get(cluster, namespace, "scaledobject", "canary")["spec"]["minReplicaCount"] == 3,
+        "the ScaledObject's minimum raised to 3",
+    )
     eventually(
         lambda: (hpa(cluster, namespace, "canary") or {}).get("spec", {}).get("minReplicas") == 3,
         "the HPA's minimum raised to 3",
+        within=90,
     )
     assert routes.weights("sentiment") == {"canary": 0, "stable": 100}
     eventually(
@@ -139,6 +145,7 @@ def test_while_a_share_moves_the_hpas_minimum_is_the_versions_floor(
     eventually(
         lambda: (hpa(cluster, namespace, "canary") or {}).get("spec", {}).get("minReplicas") == 1,
         "the HPA's minimum back to 1",
+        within=90,
     )
 
 
