@@ -162,8 +162,9 @@ def shares(weights: Mapping[str, int]) -> dict[str, float]:
 
 def model_replicas(members: Iterable[Member], in_force: Mapping[str, float]) -> float:
     """R: the replicas the whole model's traffic takes, from the version with the largest share
-    in force (ties: a managed one, then the most replicas); 0 when that is an external version
-    (whose replicas the operator does not know) or no version has traffic."""
+    in force (ties: a managed one, then the most replicas): its replicas over its share, or over
+    the share it left while it is kept warm; 0 when that is an external version (whose replicas
+    the operator does not know) or no version has traffic."""
     by_name = {m.name: m for m in members}
     carrying = [n for n, share in in_force.items() if share > EPSILON]
     if not carrying:
@@ -174,7 +175,11 @@ def model_replicas(members: Iterable[Member], in_force: Mapping[str, float]) -> 
         return (in_force[name], member is not None, member.running if member else 0)
 
     ref = by_name.get(max(carrying, key=rank))
-    return ref.running / in_force[ref.name] if ref is not None else 0.0
+    if ref is None:
+        return 0.0
+    # A version kept warm runs the replicas of the share it left: a measure of that share.
+    sized_for = max(in_force[ref.name], ref.floor.share if ref.floor else 0.0)
+    return ref.running / sized_for
 
 
 def needed(member: Member, share: float, whole: float) -> int:
@@ -198,9 +203,9 @@ def decide(
     versions only), ``in_force`` the weights its data plane routes by now."""
     members = list(members)
     old, new = shares(in_force), shares(wanted)
-    whole = model_replicas(members, old)
     floors = {m.name: _kept(m, old.get(m.name, 0.0), now) for m in members}
     members = [replace(m, floor=floors[m.name]) for m in members]
+    whole = model_replicas(members, old)
     rising = {
         m.name: needed(m, new[m.name], whole)
         for m in members

@@ -179,3 +179,19 @@ def test_the_last_version_of_a_90_10_split_takes_all_of_it_on_as_many_replicas()
         "m", [eight, canary()], {"stable": 0, "canary": 100}, {"stable": 100, "canary": 10}, NOW
     )
     assert decision.verdicts["canary"].floor == Floor(8, 1.0)
+
+
+def test_a_promote_patched_in_two_steps_needs_the_stables_replicas_not_more() -> None:
+    """`kubectl modelroll promote` patches the canary up first, then the stable down: the model
+    is at 50/50 in between. The stable, kept warm for all of the traffic, still measures it."""
+    two = Member("stable", 2, 2, None, DELAY)
+    first = decide(
+        "m", [two, canary()], {"stable": 100, "canary": 100}, {"stable": 100, "canary": 0}, NOW
+    )
+    assert first.shift  # a half needs ceil(0.9 x 0.5 x 2) = 1 replica
+    floors = {n: v.floor for n, v in first.verdicts.items()}
+    members = [replace(m, floor=floors[m.name]) for m in (two, canary(ready=1))]
+    second = decide(
+        "m", members, {"stable": 0, "canary": 100}, {"stable": 100, "canary": 100}, NOW + 1
+    )
+    assert second.verdicts["canary"].floor == Floor(2, 1.0)
