@@ -292,6 +292,17 @@ OPERATOR = Group(
             "`networkPolicy.extraIngress`. Off, it has no access to HTTPRoutes at all.",
             boolean(),
         ),
+        Value(
+            "scaleBeforeShift",
+            True,
+            "Raise a version's ready replicas to what its new share of the model's traffic needs "
+            "before that share is written into its route (an analysis step, a promotion, "
+            "`kubectl modelroll promote` / `set-weight`), and keep the version the traffic left "
+            "at its replicas for its `spec.scaleDownDelaySeconds`. Off "
+            "(`--no-scale-before-shift`): weights move at once, whatever replicas the version "
+            "has.",
+            boolean(),
+        ),
         Group(
             "podSecurity",
             (

@@ -74,6 +74,12 @@ def test_the_operator_gets_gateway_api_only_with_the_switch(
     assert operator_cli.parse_config(operator_cli.build_parser({}).parse_args(args)).gateway_api
 
 
+def test_the_operator_scales_before_shifting_unless_values_turn_it_off(helm: Helm) -> None:
+    assert "--no-scale-before-shift" not in operator_args(helm.template())
+    args = operator_args(helm.template("--set", "operator.scaleBeforeShift=false"))
+    assert args.count("--no-scale-before-shift") == 1
+
+
 def test_analyses_read_their_own_namespace_unless_values_allow_more(helm: Helm) -> None:
     """By default the operator reads no URL outside a version's namespace's Services and no
     other namespace's gateway pods; each value relaxes that with its flag."""
