@@ -112,3 +112,7 @@ bench-encoder: venv wrk kserve-batcher ## The sidecar and KServe's batcher in fr
 .PHONY: bench-simulate
 bench-simulate: venv ## The sidecar's batcher simulated on the encoder's cost surface: the best static configuration at each load (ARGS=--measure: measure the surface first; ARGS=--check: against the real encoder; bench/results/simulate.json).
 	$(BENCH) simulate $(ARGS)
+
+.PHONY: bench-promote
+bench-promote: venv node-bins images $(HELM) ## A canary promoted under load on the local node, with and without scale before shift (root; bench/results/promote.json).
+	$(BENCH) promote $(ARGS)

@@ -37,6 +37,7 @@ from . import (
     lengths,
     llama,
     llm,
+    promote,
     rollback,
     sidecar,
     simulate,
@@ -211,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         analysis.SUITE,
         llm.SUITE,
         llama.SUITE,
+        promote.SUITE,
     ):
         register(sub, suite)
     return parser
