@@ -107,6 +107,8 @@ class Arm:
     """From ``promote`` to the canary's weight in force."""
     ready_at_force: list[int]
     """The canary's ready replicas then, per round."""
+    endpoints_at_force: list[int]
+    """The canary's ready endpoints (its Service's) then, per round."""
     rollback_to_force_s: Spread | None
     timeline: list[Window]
     """The first round's requests in windows around the promote, named by their start."""
@@ -168,6 +170,7 @@ def summarize(setup: Setup, measured: Measured) -> Summary:
                 phases_of(runs),
                 spread([r.promote.to_force_s for r in runs], 2),
                 [r.promote.ready_at_force for r in runs],
+                [r.promote.endpoints_at_force for r in runs],
                 spread([r.rollback.to_force_s for r in runs], 2),
                 timeline(runs[0]) if runs else [],
             )
@@ -223,12 +226,19 @@ def render(setup: Setup, summary: Summary) -> str:
     ]
     phases = markdown(["arm", "phase", "requests", "failed", "p50 ms", "p95 ms", "p99 ms"], rows)
     shifts = markdown(
-        ["arm", "promote -> in force", "canary ready then", "rollback -> in force"],
+        [
+            "arm",
+            "promote -> in force",
+            "canary ready / endpoints then",
+            "rollback -> in force",
+        ],
         [
             [
                 a.arm,
                 _spread(a.to_force_s, " s"),
-                ", ".join(map(str, a.ready_at_force)),
+                ", ".join(
+                    f"{r}/{e}" for r, e in zip(a.ready_at_force, a.endpoints_at_force, strict=True)
+                ),
                 _spread(a.rollback_to_force_s, " s"),
             ]
             for a in summary.arms

@@ -198,10 +198,12 @@ def failure_kind(status: int) -> str | None:
 @dataclass(frozen=True)
 class Sample:
     """What the sampler read at ``at`` (seconds from the load's start): each version's ready
-    replicas (its Deployment's status), then the weights the gateway routes by."""
+    replicas (its Deployment's status) and ready endpoints (its Service's EndpointSlices), then
+    the weights the gateway routes by."""
 
     at: float
     ready: dict[str, int]
+    endpoints: dict[str, int]
     weights: dict[str, int]
 
 
@@ -217,6 +219,8 @@ class Shift:
     """The first sample whose gateway weights were the command's."""
     ready_at_force: int
     """The rising version's ready replicas in that sample."""
+    endpoints_at_force: int
+    """The rising version's ready endpoints in that sample."""
     waited_for_capacity: bool
     """Whether the rising version's Capacity condition said WaitingForReplicas meanwhile."""
     output: str
@@ -260,11 +264,25 @@ class ApiReads:
         api = k8s_config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         self.apps = k8s.AppsV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
+        self.discovery = k8s.DiscoveryV1Api(api)
         self.namespace = namespace
 
     def ready(self, name: str) -> int:
         status = self.apps.read_namespaced_deployment_status(name, self.namespace).status
         return int((status.ready_replicas if status else None) or 0)
+
+    def endpoints(self, name: str) -> int:
+        """Ready addresses in the EndpointSlices of the version's Service: the pods kube-proxy
+        spreads new connections over once it has synced."""
+        slices = self.discovery.list_namespaced_endpoint_slice(
+            self.namespace, label_selector=f"kubernetes.io/service-name={name}"
+        )
+        return sum(
+            1
+            for piece in slices.items
+            for e in piece.endpoints or []
+            if e.conditions is not None and e.conditions.ready
+        )
 
     def capacity_reason(self, name: str) -> str:
         mv: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
@@ -326,9 +344,9 @@ def wait_until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(SAMPLE_S)
 
 
-def deploy(target: Target, plan: Plan) -> None:
-    """Apply both versions and wait until they are Ready with every replica, and routed
-    100/0."""
+def deploy(target: Target, api: ApiReads, plan: Plan) -> None:
+    """Apply both versions and wait until they are Ready with every replica, each replica an
+    endpoint of its Service, and routed 100/0."""
     target.cluster.kubectl("apply", "-f", "-", namespace=target.namespace, input=manifests(plan))
     target.cluster.kubectl(
         "wait",
@@ -345,6 +363,12 @@ def deploy(target: Target, plan: Plan) -> None:
             f"--timeout={SETTLE_TIMEOUT_S:g}s",
             namespace=target.namespace,
         )
+    wanted = {STABLE: plan.stable_replicas, CANARY: 1}
+    wait_until(
+        f"ready endpoints {wanted}",
+        lambda: all(api.endpoints(v) == n for v, n in wanted.items()),
+        60,
+    )
     wait_until(
         "the gateway routing promote-stable alone",
         lambda: routed_by(gateway_weights(target.admin_url), {STABLE: FULL, CANARY: 0}),
@@ -398,8 +422,10 @@ def shift(
                 f"last sample {samples[-1] if samples else None}"
             )
         ready = {v: api.ready(v) for v in VERSIONS}
+        endpoints = {v: api.endpoints(v) for v in VERSIONS}
         waited = waited or api.capacity_reason(rising) == "WaitingForReplicas"
-        sample = Sample(time.monotonic() - start, ready, gateway_weights(target.admin_url))
+        at = time.monotonic() - start
+        sample = Sample(at, ready, endpoints, gateway_weights(target.admin_url))
         samples.append(sample)
         if routed_by(sample.weights, wanted):
             in_force = sample
@@ -414,6 +440,7 @@ def shift(
         round(issued - start, 3),
         round(in_force.at, 3),
         in_force.ready[rising],
+        in_force.endpoints[rising],
         waited,
         output,
     )
@@ -423,7 +450,7 @@ def promote_and_roll_back(target: Target, plan: Plan, label: str) -> PromotionRu
     """The whole scenario on freshly deployed versions (removed again afterwards)."""
     api = ApiReads(target.cluster.kubeconfig, target.namespace)
     remove(target)
-    deploy(target, plan)
+    deploy(target, api, plan)
     samples: list[Sample] = []
     try:
         with OpenLoad(target.gateway_url, MODEL, plan.rate, seed=plan.seed) as load:

@@ -61,7 +61,8 @@ def test_a_promotion_under_load_waits_for_replicas_and_loses_nothing(
     for s in (run.promote, run.rollback):
         figures.add(
             f"node: {s.command} -> in force",
-            f"{s.to_force_s:.1f} s; {s.rising} had {s.ready_at_force} ready replicas then"
+            f"{s.to_force_s:.1f} s; {s.rising} had {s.ready_at_force} ready replicas and "
+            f"{s.endpoints_at_force} ready endpoints then"
             + (
                 " (its Capacity condition said WaitingForReplicas meanwhile)"
                 if s.waited_for_capacity
