@@ -78,6 +78,9 @@ def test_the_operator_scales_before_shifting_unless_values_turn_it_off(helm: Hel
     assert "--no-scale-before-shift" not in operator_args(helm.template())
     args = operator_args(helm.template("--set", "operator.scaleBeforeShift=false"))
     assert args.count("--no-scale-before-shift") == 1
+    assert not operator_cli.parse_config(
+        operator_cli.build_parser({}).parse_args(args)
+    ).scale_before_shift
 
 
 def test_analyses_read_their_own_namespace_unless_values_allow_more(helm: Helm) -> None:
