@@ -46,7 +46,11 @@ VERSIONS = (STABLE, CANARY)
 FULL = 100
 """The stable's weight before the promotion; the promotion gives it all to the canary."""
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "managed" / "sentiment-stable.yaml"
-SAMPLE_S = 0.1
+SAMPLE_S = 0.2
+KUBE_PROXY_SYNC_S = 2.0
+"""How long kube-proxy may take to apply an EndpointSlice change to its rules: its
+minSyncPeriod (1 s by default) and the time to write them. Connections the gateway opens before
+that all go to the endpoints it had, and it keeps them (--upstream-connection-max-age)."""
 SETTLE_TIMEOUT_S = 240.0
 """The longest a shift may take to come into force: pods started on a small node."""
 PHASES = ("before", "promoting", "promoted", "rolling back", "rolled back")
@@ -198,8 +202,8 @@ def failure_kind(status: int) -> str | None:
 @dataclass(frozen=True)
 class Sample:
     """What the sampler read at ``at`` (seconds from the load's start): each version's ready
-    replicas (its Deployment's status) and ready endpoints (its Service's EndpointSlices), then
-    the weights the gateway routes by."""
+    replicas (its Deployment's status), the rising version's ready endpoints (its Service's
+    EndpointSlices), then the weights the gateway routes by."""
 
     at: float
     ready: dict[str, int]
@@ -221,6 +225,8 @@ class Shift:
     """The rising version's ready replicas in that sample."""
     endpoints_at_force: int
     """The rising version's ready endpoints in that sample."""
+    others_min_ready: int
+    """The fewest ready replicas the other version had in any sample until then."""
     waited_for_capacity: bool
     """Whether the rising version's Capacity condition said WaitingForReplicas meanwhile."""
     output: str
@@ -369,6 +375,7 @@ def deploy(target: Target, api: ApiReads, plan: Plan) -> None:
         lambda: all(api.endpoints(v) == n for v, n in wanted.items()),
         60,
     )
+    time.sleep(KUBE_PROXY_SYNC_S)
     wait_until(
         "the gateway routing promote-stable alone",
         lambda: routed_by(gateway_weights(target.admin_url), {STABLE: FULL, CANARY: 0}),
@@ -413,6 +420,7 @@ def shift(
     process = target.plugin(command, CANARY, "--wait=120")
     waited = False
     in_force: Sample | None = None
+    first = len(samples)
     deadline = issued + SETTLE_TIMEOUT_S
     while in_force is None:
         if time.monotonic() > deadline:
@@ -422,7 +430,7 @@ def shift(
                 f"last sample {samples[-1] if samples else None}"
             )
         ready = {v: api.ready(v) for v in VERSIONS}
-        endpoints = {v: api.endpoints(v) for v in VERSIONS}
+        endpoints = {rising: api.endpoints(rising)}
         waited = waited or api.capacity_reason(rising) == "WaitingForReplicas"
         at = time.monotonic() - start
         sample = Sample(at, ready, endpoints, gateway_weights(target.admin_url))
@@ -441,6 +449,7 @@ def shift(
         round(in_force.at, 3),
         in_force.ready[rising],
         in_force.endpoints[rising],
+        min(x.ready[v] for x in samples[first:] for v in VERSIONS if v != rising),
         waited,
         output,
     )
@@ -492,6 +501,8 @@ class Window:
     requests: int
     failures: dict[str, int]
     answered_by: dict[str, int]
+    failed_by: dict[str, int]
+    """Failures by the version that answered them ('-': none did)."""
     p50_ms: float | None
     p95_ms: float | None
     p99_ms: float | None
@@ -503,9 +514,11 @@ class Window:
 
 def window(phase: str, answers: Sequence[Answer]) -> Window:
     kinds: Counter[str] = Counter()
+    failed_by: Counter[str] = Counter()
     for a in answers:
         if (kind := failure_kind(a.status)) is not None:
             kinds[kind] += 1
+            failed_by[a.version or "-"] += 1
     ok = [a.latency_s for a in answers if failure_kind(a.status) is None]
     p50, p95, p99 = (percentile(ok, q) for q in (0.50, 0.95, 0.99))
     return Window(
@@ -513,6 +526,7 @@ def window(phase: str, answers: Sequence[Answer]) -> Window:
         len(answers),
         {k: kinds[k] for k in FAILURE_KINDS if kinds[k]},
         dict(sorted(Counter(a.version or "-" for a in answers).items())),
+        dict(sorted(failed_by.items())),
         *(None if p is None else round(p * 1000, 1) for p in (p50, p95, p99)),
     )
 

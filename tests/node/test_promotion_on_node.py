@@ -40,6 +40,8 @@ PLAN = Plan()
 
 def shown(w: Window) -> str:
     failures = ", ".join(f"{n} {k}" for k, n in w.failures.items()) or "none"
+    if w.failed_by:
+        failures += f" (from {w.failed_by})"
     return (
         f"{w.requests} requests, failed: {failures}; p50/p95/p99 {w.p50_ms}/{w.p95_ms}/"
         f"{w.p99_ms} ms; answered by {w.answered_by}"
@@ -62,7 +64,8 @@ def test_a_promotion_under_load_waits_for_replicas_and_loses_nothing(
         figures.add(
             f"node: {s.command} -> in force",
             f"{s.to_force_s:.1f} s; {s.rising} had {s.ready_at_force} ready replicas and "
-            f"{s.endpoints_at_force} ready endpoints then"
+            f"{s.endpoints_at_force} ready endpoints then, the other version at least "
+            f"{s.others_min_ready} ready replicas meanwhile"
             + (
                 " (its Capacity condition said WaitingForReplicas meanwhile)"
                 if s.waited_for_capacity

@@ -1,5 +1,5 @@
-"""The promotion benchmark's arithmetic over runs made up here (nothing here is timed): the stand-in's
-capacity, the phases' failures by kind and percentiles, and the verdicts."""
+"""The promotion benchmark's arithmetic over runs made up here (nothing here is timed): the
+stand-in's capacity, the phases' failures by kind and percentiles, and the verdicts."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def run(label: str, *, failing: bool, p99_s: float, ready: int) -> PromotionRun:
         bad = failing and canary and i % 2 == 0
         latency = p99_s if i % 50 == 1 else 0.2
         answers.append(Answer(sent, latency, 429 if bad else 200, CANARY if canary else STABLE))
-    promote = Shift("promote", CANARY, 10.0, 11.0, ready, ready, not failing, "")
-    rollback = Shift("rollback", STABLE, 25.0, 25.5, 3, 3, False, "")
+    promote = Shift("promote", CANARY, 10.0, 11.0, ready, ready, 3, not failing, "")
+    rollback = Shift("rollback", STABLE, 25.0, 25.5, 3, 3, 1, False, "")
     phases = {
         "before": (2.0, 10.0),
         "promoting": (10.0, 13.0),
