@@ -61,6 +61,7 @@ from modelroll_common.metric_names import (
     REJECTED,
     REQUEST_DURATION,
     REQUESTS,
+    REQUESTS_IN_FLIGHT,
 )
 from modelroll_common.server import PHASES as CUT_OFF_PHASES
 from modelroll_gateway.metrics import UPSTREAM_ERROR_REASONS
@@ -633,11 +634,14 @@ def saturation() -> list[Panel]:
     return [
         graph(
             16,
-            "Queue depth by version",
-            "Requests waiting for a batch, summed over each version's sidecars.",
+            "Requests in flight and queued by version",
+            "Summed over each version's sidecars: requests accepted and not yet answered "
+            "(in flight, what spec.scaling.inFlight targets per replica), and those of "
+            "them waiting for a batch (queued).",
             "short",
             HALF,
-            Query(by("version", "sum", series(QUEUE_DEPTH)), "{{version}}"),
+            Query(by("version", "sum", series(REQUESTS_IN_FLIGHT)), "{{version}} in flight"),
+            Query(by("version", "sum", series(QUEUE_DEPTH)), "{{version}} queued"),
         ),
         graph(
             17,

@@ -289,10 +289,17 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
     payload = await read_payload(request, sidecar.config.max_body_bytes)
     if isinstance(payload, web.Response):
         return payload
-    if sidecar.lengths is None:
+    lengths = sidecar.lengths
+    if lengths is None:
         return error_response(503, "the model's tokenizer is not loaded yet")
+    with sidecar.metrics.in_flight.track_inprogress():
+        return await _answer(sidecar, lengths, payload)
+
+
+async def _answer(sidecar: Sidecar, lengths: Lengths, payload: Any) -> web.Response:
+    """The answer to an accepted request: its length counted, queued, batched, run."""
     try:
-        length = await sidecar.lengths(payload)
+        length = await lengths(payload)
         pending = sidecar.batcher.submit(payload, length=length)
     except QueueFull as exc:
         return error_response(429, str(exc), {"Retry-After": RETRY_AFTER_S})

@@ -119,6 +119,11 @@ class SidecarMetrics:
         self._useful_tokens = tokens.labels(model, version, "useful")
         self._padded_tokens = tokens.labels(model, version, "padded")
         self.queue_depth = gauge(names.QUEUE_DEPTH, "Requests waiting for a batch.")
+        self.in_flight = gauge(
+            names.REQUESTS_IN_FLIGHT,
+            "Inference requests accepted and not yet answered: waiting for their length, in "
+            "the queue, or in a batch at the model.",
+        )
         rejected = Counter(
             names.REJECTED,
             "Requests refused or dropped before the model answered them, by reason: queue_full "

@@ -16,6 +16,7 @@ SERIES = {
     "modelroll_batch_duration_seconds": set(),
     "modelroll_batches_total": {"reason"},
     "modelroll_queue_depth": set(),
+    "modelroll_requests_in_flight": set(),
     "modelroll_rejected_total": {"reason"},
     "modelroll_batch_padding_efficiency": set(),
     "modelroll_batch_tokens_total": {"kind"},
