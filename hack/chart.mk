@@ -61,3 +61,16 @@ chart-lint: $(HELM) ## helm lint, and helm template with default and full values
 .PHONY: chart-test
 chart-test: venv cluster-bins $(PROMETHEUS_BINS) monitoring-crds chart-lint ## Chart checks: lint, templates, dry-run apply, PromQL against a real Prometheus.
 	$(call timed,chart,$(PY) -m pytest tests/chart $(PYTEST_ARGS))
+
+# KEDA's CRDs in the chart (templates/keda-crds.yaml renders them with autoscaling.keda.install),
+# copied from the KEDA module hack/go/keda requires (hack/keda.mk); tests/chart checks the copy.
+KEDA_CHART_CRDS := $(CHART)/keda/crds.yaml
+
+.PHONY: keda-chart-crds
+keda-chart-crds: ## Copy KEDA's CRDs from its Go module into the chart (charts/modelroll/keda/).
+	cd $(KEDA_MOD) && $(GO) mod download github.com/kedacore/keda/v2
+	dir=$$(cd $(KEDA_MOD) && $(GO) list -m -f '{{.Dir}}' github.com/kedacore/keda/v2) && \
+	{ printf "# KEDA %s's CRDs (github.com/kedacore/keda/v2, config/crd/bases), written by\n" $(KEDA_VERSION); \
+	  printf '# `make keda-chart-crds` from the module hack/go/keda/go.mod requires: edit nothing here.\n'; \
+	  cat "$$dir"/config/crd/bases/*.yaml; } > $(KEDA_CHART_CRDS).tmp
+	mv $(KEDA_CHART_CRDS).tmp $(KEDA_CHART_CRDS)

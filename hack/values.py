@@ -780,6 +780,8 @@ MONITORING = Group(
 
 SCALED_OBJECTS = next(p for p in PERMISSIONS if p.feature is Feature.AUTOSCALER)
 """The operator's rights on KEDA's ScaledObjects, with autoscaling.keda."""
+KEDA_RESOURCES = {"requests": {"cpu": "100m", "memory": "100Mi"}, "limits": {"memory": "1000Mi"}}
+"""KEDA's own manifests' requests and memory limit (config/manager and config/metrics-server)."""
 
 AUTOSCALING = Group(
     "autoscaling",
@@ -794,21 +796,69 @@ AUTOSCALING = Group(
                     "(`--autoscaler keda`): the operator writes a ScaledObject per such version, "
                     f"which KEDA turns into a HorizontalPodAutoscaler ("
                     f"{rights(SCALED_OBJECTS.verbs, SCALED_OBJECTS)} where its other rules are "
-                    "granted). Needs KEDA in the cluster and `autoscaling.prometheusUrl`. Off, "
-                    "a version with `spec.scaling` says in its Autoscaling condition that "
-                    "nothing scales it, and keeps `spec.replicas`.",
+                    "granted). Needs KEDA in the cluster (a KEDA 2.x of its own, or `install`) "
+                    "and `autoscaling.prometheusUrl`. Off, a version with `spec.scaling` says in "
+                    "its Autoscaling condition that nothing scales it, and keeps "
+                    "`spec.replicas`.",
                     boolean(),
                 ),
+                Value(
+                    "install",
+                    False,
+                    "Install KEDA with the chart, for `enabled`: its operator and metrics "
+                    "adapter (built by modelroll from KEDA's Go module) in the release "
+                    "namespace, its CRDs (kept on uninstall), and the APIService "
+                    "`v1beta1.external.metrics.k8s.io` that serves its metrics to the "
+                    "HorizontalPodAutoscalers. A cluster has one such APIService: with a KEDA "
+                    "installed already, leave this off. Refused without `enabled`.",
+                    boolean(),
+                ),
+                image(
+                    "KEDA",
+                    "ghcr.io/modelroll/modelroll-keda",
+                    "Image holding KEDA's operator (`/keda-operator`) and metrics adapter "
+                    "(`/keda-adapter`), built by `make images`.",
+                ),
+                Group(
+                    "operator",
+                    (
+                        Value(
+                            "resources",
+                            KEDA_RESOURCES,
+                            "KEDA operator resource requests and limits.",
+                            obj(),
+                        ),
+                    ),
+                    description="KEDA's operator: it turns ScaledObjects into "
+                    "HorizontalPodAutoscalers and queries their triggers.",
+                ),
+                Group(
+                    "adapter",
+                    (
+                        Value(
+                            "resources",
+                            KEDA_RESOURCES,
+                            "KEDA metrics adapter resource requests and limits.",
+                            obj(),
+                        ),
+                    ),
+                    description="KEDA's metrics adapter: the API server behind "
+                    "`v1beta1.external.metrics.k8s.io`.",
+                ),
+                Value(
+                    "logLevel", "info", "KEDA's log level.", string(enum=("debug", "info", "error"))
+                ),
             ),
+            description="KEDA, which serves the sidecars' metrics to HorizontalPodAutoscalers.",
         ),
         Value(
             "prometheusUrl",
             "",
             "The Prometheus that scrapes the sidecars (`monitoring.podMonitor`), which the "
             "autoscalers' queries read (`--prometheus-url`), e.g. "
-            "`http://prometheus-operated.monitoring.svc:9090`. A platform setting: no "
-            "namespace's ModelVersion chooses it.",
-            string(),
+            "`http://prometheus-operated.monitoring.svc:9090`: from KEDA's operator pod. A "
+            "platform setting: no namespace's ModelVersion chooses it.",
+            string(pattern="^(https?://[^/?#@]+(/[^?#]*)?)?$", max_length=2048),
         ),
     ),
     description="Autoscaling of ModelVersions on their serving signals (`spec.scaling`).",

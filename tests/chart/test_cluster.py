@@ -25,13 +25,14 @@ from tests.support.chart import (
     MONITORING_CRDS,
     REPO,
     Helm,
+    Manifest,
     by_kind,
     commented_manifest,
     one,
 )
 from tests.support.credentials import service_account_kubeconfig
 from tests.support.processes import Proc, Spawn, free_port
-from tests.support.rendering import MONITORING_ON
+from tests.support.rendering import KEDA_ON, MONITORING_ON
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +101,29 @@ def test_everything_rendered_passes_a_server_side_dry_run(
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == len(docs), result.stdout
     assert all("(server dry run)" in line for line in lines), result.stdout
+
+
+def test_keda_passes_a_server_side_dry_run(helm: Helm, crds: Cluster, namespace: str) -> None:
+    """KEDA's objects too, applied server-side as Helm writes them: its ScaledJob CRD is too
+    large for the annotation a client-side apply keeps."""
+    docs = helm.template("--include-crds", values=[KEDA_ON], namespace=namespace)
+    by_namespace: dict[str | None, list[Manifest]] = {}
+    for doc in docs:
+        by_namespace.setdefault(doc["metadata"].get("namespace"), []).append(doc)
+    assert set(by_namespace) == {None, namespace, "kube-system"}
+    for where, group in by_namespace.items():
+        result = crds.kubectl(
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            "-",
+            namespace=where or namespace,
+            input=yaml.safe_dump_all(group),
+        )
+        lines = [line for line in result.stdout.splitlines() if line.strip()]
+        assert len(lines) == len(group), result.stdout
+        assert all("(server dry run)" in line for line in lines), result.stdout
 
 
 def test_the_examples_are_valid_model_versions(crds: Cluster, namespace: str) -> None:

@@ -8,15 +8,19 @@ from pathlib import Path
 import pytest
 
 from tests.support.chart import FULL_VALUES, Helm, by_kind, containers
-from tests.support.rendering import chart_meta
+from tests.support.rendering import KEDA_ON, chart_meta
 
 
-@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+@pytest.mark.parametrize(
+    ("values", "count"),
+    [((), 2), ((FULL_VALUES,), 2), ((KEDA_ON,), 4)],
+    ids=["default", "full", "keda"],
+)
 def test_containers_run_non_root_with_read_only_root_and_a_writable_tmp(
-    helm: Helm, values: tuple[Path, ...]
+    helm: Helm, values: tuple[Path, ...], count: int
 ) -> None:
     rendered = list(containers(helm.template(values=values)))
-    assert len(rendered) == 2
+    assert len(rendered) == count
     for name, pod, container in rendered:
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["runAsUser"] != 0, name

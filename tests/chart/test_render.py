@@ -9,10 +9,12 @@ import pytest
 
 from modelroll_operator.permissions import PERMISSIONS
 from tests.support.chart import CHART, FULL_VALUES, Helm, by_kind, one
-from tests.support.rendering import chart_meta, rules_of
+from tests.support.rendering import KEDA_ON, chart_meta, rules_of
 
 
-@pytest.mark.parametrize("values", [(), (FULL_VALUES,)], ids=["default", "full"])
+@pytest.mark.parametrize(
+    "values", [(), (FULL_VALUES,), (KEDA_ON,)], ids=["default", "full", "keda"]
+)
 def test_helm_lint_strict_passes(helm: Helm, values: tuple[Path, ...]) -> None:
     args = ["lint", "--strict", str(CHART)]
     for path in values:

@@ -12,6 +12,8 @@ from tests.support.chart import CHART, REPO, Manifest, one
 VALUES = REPO / "tests" / "chart" / "values"
 MONITORING_ON = VALUES / "monitoring-on.yaml"
 """Every monitoring object on: PodMonitors, ServiceMonitor, PrometheusRule, dashboard."""
+KEDA_ON = VALUES / "keda-on.yaml"
+"""KEDA installed with the chart (autoscaling.keda.install), and the Prometheus it queries."""
 
 
 def chart_meta() -> dict[str, Any]:

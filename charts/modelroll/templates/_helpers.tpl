@@ -148,3 +148,32 @@ The kopf peering name the operator replicas share when peering is on.
 {{- define "modelroll.peeringName" -}}
 {{- include "modelroll.fullname" . }}
 {{- end }}
+
+{{/*
+KEDA, when the chart installs it (autoscaling.keda.install): the names of its objects (its
+operator's end in -keda: only modelroll's operator's end in -operator).
+*/}}
+{{- define "modelroll.keda.operator" -}}
+{{- include "modelroll.fullname" . }}-keda
+{{- end }}
+
+{{- define "modelroll.keda.adapter" -}}
+{{- include "modelroll.fullname" . }}-keda-adapter
+{{- end }}
+
+{{- define "modelroll.keda.certs" -}}
+{{- include "modelroll.fullname" . }}-keda-certs
+{{- end }}
+
+{{/*
+The environment both KEDA processes read: their namespace (where the operator keeps its
+certificates and lease) and the namespaces they watch (empty: every one).
+*/}}
+{{- define "modelroll.keda.env" -}}
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: WATCH_NAMESPACE
+  value: {{ join "," .Values.operator.watchNamespaces | quote }}
+{{- end }}
