@@ -25,9 +25,9 @@ include hack/prometheus.mk
 include hack/chart.mk
 include hack/e2e.mk
 include hack/llm.mk
+include hack/keda.mk
 include hack/node.mk
 include hack/traefik.mk
-include hack/keda.mk
 include hack/bench.mk
 
 .PHONY: help

@@ -6,11 +6,13 @@
 # also saved as .cache/images/<name>.tar, which the local node imports into containerd (there is
 # no registry to pull from).
 #
-#   [LLAMA_SERVER=binary LLM_MODEL=gguf] [NODE_IMAGES=specs] hack/images/build.sh TAG [PYTHON_IMAGE]
+#   [LLAMA_SERVER=binary LLM_MODEL=gguf] [KEDA_BINS='operator adapter'] [NODE_IMAGES=specs] \
+#     hack/images/build.sh TAG [PYTHON_IMAGE]
 #
 # PYTHON_IMAGE empty (the default): a Python base made from Debian packages (base-image.sh).
 # LLAMA_SERVER and LLM_MODEL (hack/node.mk passes the files hack/llm.mk builds): without them,
-# no llama image.
+# no llama image. KEDA_BINS (KEDA's operator and metrics adapter, which hack/keda.mk builds):
+# without them, no KEDA image.
 # Uses the Docker engine that answers `docker info`; when none does and we are root, starts a
 # private dockerd for the build (no bridge, no iptables rules: builds use the host's network)
 # and stops it afterwards, leaving nothing running.
@@ -28,6 +30,7 @@ docker=${DOCKER:-docker}
 build_args=()
 dockerd_pid=""
 llama_context=""
+keda_context=""
 
 stop_dockerd() {
   [ -n "$dockerd_pid" ] || return 0
@@ -41,7 +44,7 @@ stop_dockerd() {
     while read -r point; do umount --lazy "$point" 2>/dev/null || true; done
 }
 # A failed build leaves no copy of the model behind either.
-trap 'rm -rf "$llama_context"; stop_dockerd' EXIT
+trap 'rm -rf "$llama_context" "$keda_context"; stop_dockerd' EXIT
 
 if ! "$docker" info >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || { echo "no Docker engine answers, and starting one needs root" >&2; exit 1; }
@@ -92,6 +95,22 @@ if [ -n "${LLAMA_SERVER:-}" ] && [ -n "${LLM_MODEL:-}" ]; then
     -t "$image" "$llama_context" >/dev/null
   rm -rf "$llama_context"
   save "$image" modelroll-llama
+fi
+
+# KEDA's operator and metrics adapter, static Go binaries from outside the context too
+# (hack/images/keda.Dockerfile), with the host's CA bundle for triggers that query over HTTPS.
+if [ -n "${KEDA_BINS:-}" ]; then
+  read -r keda_operator keda_adapter <<<"$KEDA_BINS"
+  image=$registry/modelroll-keda:$tag
+  keda_context=$(mktemp -d)
+  cp hack/images/keda.Dockerfile "$keda_context/Dockerfile"
+  cp "$keda_operator" "$keda_context/keda-operator"
+  cp "$keda_adapter" "$keda_context/keda-adapter"
+  cp /etc/ssl/certs/ca-certificates.crt "$keda_context/ca-certificates.crt"
+  echo "Building $image"
+  "$docker" build --quiet "${build_args[@]}" -t "$image" "$keda_context" >/dev/null
+  rm -rf "$keda_context"
+  save "$image" modelroll-keda
 fi
 
 # The node's own images, from binaries `make node-bins` built (hack/node.mk names them).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 import yaml
 
 from tests.support.chart import CHART, REPO, Helm, Manifest, by_kind, one
-from tests.support.rendering import KEDA_ON, container_args, operator_args, rules_of
+from tests.support.dockerfiles import Dockerfile
+from tests.support.rendering import KEDA_ON, chart_meta, container_args, operator_args, rules_of
 
 PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 APISERVICE = "v1beta1.external.metrics.k8s.io"
@@ -205,3 +207,24 @@ def test_the_charts_keda_crds_are_those_of_the_module_the_repository_builds() ->
     shipped = [d for d in yaml.safe_load_all(copy) if d]
     module = [yaml.safe_load(p.read_text()) for p in sorted(module_crds(version).glob("*.yaml"))]
     assert shipped == module, "charts/modelroll/keda/crds.yaml is stale: `make keda-chart-crds`"
+
+
+def test_kedas_pods_run_the_image_make_images_builds_as_a_non_root_user(helm: Helm) -> None:
+    """The image hack/images/build.sh tags (the registry prefix, the chart's appVersion) holds
+    the two commands the chart runs, from files build.sh puts in its context; its user is not
+    root, like the chart's pods'."""
+    build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
+    assert "image=$registry/modelroll-keda:$tag" in build_sh
+    dockerfile = Dockerfile.parse(REPO / "hack" / "images" / "keda.Dockerfile")
+    for source in dockerfile.context_sources():
+        assert f'"$keda_context/{source}"' in build_sh, source
+    held = {shlex.split(c)[-1] for c in dockerfile.all("COPY")}
+    [user] = dockerfile.all("USER")
+    assert not user.startswith(("0", "root"))
+    tag = chart_meta()["appVersion"]
+    for suffix in ("-keda", "-keda-adapter"):
+        container = one(helm.template(values=[KEDA_ON]), "Deployment", suffix)["spec"]["template"][
+            "spec"
+        ]["containers"][0]
+        assert container["image"] == f"ghcr.io/modelroll/modelroll-keda:{tag}"
+        assert container["command"][0] in held, suffix
