@@ -151,7 +151,8 @@ class PrometheusAPI:
 
 
 class Prometheus(PrometheusAPI):
-    """One Prometheus server on a free loopback port, scraping ``scrape_configs``."""
+    """One Prometheus server on a free port (of loopback unless ``host`` says otherwise),
+    scraping ``scrape_configs``."""
 
     def __init__(
         self,
@@ -162,6 +163,7 @@ class Prometheus(PrometheusAPI):
         scrape_interval: str = "1s",
         die_with_parent: bool = True,
         start_timeout: float = 60.0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.run_dir = run_dir.resolve()
         self.scrape_configs = [dict(c) for c in scrape_configs]
@@ -169,6 +171,9 @@ class Prometheus(PrometheusAPI):
         self.scrape_interval = scrape_interval
         self.die_with_parent = die_with_parent
         self.start_timeout = start_timeout
+        self.host = host
+        """The address it listens on and is reached at: loopback, or the host's address on a
+        node's pod network for clients in pods (KEDA's operator)."""
         self.port = 0
         super().__init__("")
         self.component: Component | None = None
@@ -192,14 +197,14 @@ class Prometheus(PrometheusAPI):
         config_file = self.run_dir / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.port = self.port or free_port()  # started again: the same address
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{self.host}:{self.port}"
         self.component = Component(
             "prometheus",
             [
                 str(binary),
                 f"--config.file={config_file}",
                 f"--storage.tsdb.path={self.run_dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--web.listen-address={self.host}:{self.port}",
                 "--storage.tsdb.retention.time=1h",
             ],
             self.log_path,

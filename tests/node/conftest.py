@@ -133,6 +133,13 @@ def on_cluster(
         prometheus.stop()
 
 
+@pytest.fixture(scope="session")
+def sidecar_scrape_job(node_cluster: Cluster, helm: Helm) -> dict[str, Any]:
+    """A Prometheus scrape job that finds the sidecars of the local node as the chart's
+    PodMonitor selects them, for a Prometheus of a test's own."""
+    return pod_monitor_job(rendered_pod_monitor(helm), node_cluster.kubeconfig)
+
+
 @pytest.fixture
 def story(on_cluster: InCluster, request: pytest.FixtureRequest) -> Iterator[InCluster]:
     """The installed chart for one test; afterwards its versions are deleted (and, after a
