@@ -59,7 +59,7 @@ chart-lint: $(HELM) ## helm lint, and helm template with default and full values
 	$(HELM) template modelroll $(CHART) --namespace modelroll -f $(CHART_FULL_VALUES) >/dev/null
 
 .PHONY: chart-test
-chart-test: venv cluster-bins $(PROMETHEUS_BINS) monitoring-crds chart-lint ## Chart checks: lint, templates, dry-run apply, PromQL against a real Prometheus.
+chart-test: venv cluster-bins $(PROMETHEUS_BINS) monitoring-crds keda-bins chart-lint ## Chart checks: lint, templates, dry-run apply, PromQL against a real Prometheus, KEDA's flags.
 	$(call timed,chart,$(PY) -m pytest tests/chart $(PYTEST_ARGS))
 
 # KEDA's CRDs in the chart (templates/keda-crds.yaml renders them with autoscaling.keda.install),

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modelroll_operator import cli as operator_cli
 from tests.support.chart import CHART, REPO, Helm, Manifest, by_kind, one
 from tests.support.dockerfiles import Dockerfile
 from tests.support.rendering import KEDA_ON, chart_meta, container_args, operator_args, rules_of
@@ -228,3 +229,33 @@ def test_kedas_pods_run_the_image_make_images_builds_as_a_non_root_user(helm: He
         ]["containers"][0]
         assert container["image"] == f"ghcr.io/modelroll/modelroll-keda:{tag}"
         assert container["command"][0] in held, suffix
+
+
+def flags_of(binary: str) -> set[str]:
+    """The long flags a KEDA binary of `make keda-bins` lists in its --help."""
+    path = REPO / ".bin" / binary
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: build it with `make keda-bins`", pytrace=False)
+    usage = subprocess.run(
+        [str(path), "--help"], capture_output=True, text=True, timeout=30, check=True
+    )
+    return set(re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)", usage.stdout + usage.stderr, re.M))
+
+
+@pytest.mark.parametrize(
+    ("suffix", "binary"), [("-keda", "keda-operator"), ("-keda-adapter", "keda-adapter")]
+)
+def test_kedas_processes_know_every_flag_the_chart_passes(
+    helm: Helm, suffix: str, binary: str
+) -> None:
+    """A flag KEDA does not know exits its pod at start."""
+    args = container_args(helm.template(values=[KEDA_ON]), suffix)
+    assert {a.split("=", 1)[0] for a in args} <= flags_of(binary)
+
+
+def test_the_operator_reads_the_autoscaler_the_chart_passes(helm: Helm) -> None:
+    parsed = operator_cli.build_parser({}).parse_args(
+        operator_args(helm.template(values=[KEDA_ON]))
+    )
+    config = operator_cli.parse_config(parsed)
+    assert (config.autoscaler, config.prometheus_url) == ("keda", PROMETHEUS)
