@@ -96,7 +96,17 @@ class Keda:
     context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, cluster: Cluster, run_dir: Path, *, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        run_dir: Path,
+        *,
+        bin_dir: Path | None = None,
+        operator_kubeconfig: Path | None = None,
+        adapter_kubeconfig: Path | None = None,
+    ) -> None:
+        """Each process uses the cluster's admin kubeconfig unless given its own (a service
+        account's: what the chart grants KEDA)."""
         if cluster.plane is None:
             raise KedaError(
                 "KEDA runs as host processes for the local control plane only; on another "
@@ -105,6 +115,8 @@ class Keda:
         self.cluster = cluster
         self.run_dir = run_dir.resolve()
         self.bin_dir = bin_dir
+        self.operator_kubeconfig = operator_kubeconfig or cluster.kubeconfig
+        self.adapter_kubeconfig = adapter_kubeconfig or cluster.kubeconfig
         self.components: list[Component] = []
 
     def start(self) -> Self:
@@ -116,26 +128,29 @@ class Keda:
         certs = self._issue_certs()
         grpc = f"127.0.0.1:{free_port()}"
         health, secure_port = free_port(), free_port()
-        env = environment(
-            {
-                "KUBECONFIG": str(self.cluster.kubeconfig),
-                "WATCH_NAMESPACE": "",  # every namespace
-                "POD_NAMESPACE": NAMESPACE,
-                "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE,
-            }
-        )
+
+        def env(kubeconfig: Path) -> dict[str, str]:
+            return environment(
+                {
+                    "KUBECONFIG": str(kubeconfig),
+                    "WATCH_NAMESPACE": "",  # every namespace
+                    "POD_NAMESPACE": NAMESPACE,
+                    "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE,
+                }
+            )
+
         self.components = [
             Component(
                 OPERATOR,
                 self._operator_argv(operator, certs, grpc, health),
                 self.run_dir / f"{OPERATOR}.log",
-                env=env,
+                env=env(self.operator_kubeconfig),
             ),
             Component(
                 ADAPTER,
                 self._adapter_argv(adapter, certs, grpc, secure_port),
                 self.run_dir / f"{ADAPTER}.log",
-                env=env,
+                env=env(self.adapter_kubeconfig),
             ),
         ]
         try:
@@ -210,7 +225,7 @@ class Keda:
         ]
 
     def _adapter_argv(self, binary: Path, certs: Path, grpc: str, secure_port: int) -> list[str]:
-        kubeconfig = str(self.cluster.kubeconfig)
+        kubeconfig = str(self.adapter_kubeconfig)
         return [
             str(binary),
             f"--secure-port={secure_port}",

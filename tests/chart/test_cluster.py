@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from modelroll_devcluster import Cluster
+from tests.support.apiserver import model_version
+from tests.support.autoscaling import in_flight_query, running_autoscaling
 from tests.support.chart import (
     CHART,
     EXAMPLES,
@@ -426,3 +428,88 @@ def test_the_operator_runs_with_nothing_but_the_charts_rbac(
     log = operator.log()
     assert "Forbidden" not in log, log
     assert " 403" not in log, log
+
+
+KEDA_NAMESPACE = "keda"
+"""Where modelroll_devcluster.keda's processes believe they run: the chart renders KEDA there."""
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def apply_by_namespace(cluster: Cluster, docs: list[Manifest], default: str) -> None:
+    """Apply ``docs``, each namespace's with kubectl's --namespace (it refuses others)."""
+    by_namespace: dict[str, list[Manifest]] = {}
+    for doc in docs:
+        by_namespace.setdefault(doc["metadata"].get("namespace") or default, []).append(doc)
+    for where, group in by_namespace.items():
+        cluster.kubectl("apply", "-f", "-", namespace=where, input=yaml.safe_dump_all(group))
+
+
+def test_keda_scales_a_version_with_nothing_but_the_charts_rbac(
+    helm: Helm, crds: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """KEDA's operator and metrics adapter, each as the service account the chart gives it and
+    with only the chart's grants, turn a ScaledObject over a ModelVersion into an HPA, serve its
+    metric through the aggregation layer, and the HPA scales the version: the rules narrower
+    than KEDA's own (ModelVersions only, no Secret outside KEDA's namespace) are enough. (The
+    processes run on the host with certificates of the cluster's CA, so KEDA's own certificate
+    making and leader election, which the Role in its namespace covers, are not exercised.)"""
+    crds.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KEDA_NAMESPACE}})
+    docs = helm.template(values=[KEDA_ON], namespace=KEDA_NAMESPACE)
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS and "-keda" in d["metadata"]["name"]]
+    apply_by_namespace(crds, rbac, KEDA_NAMESPACE)
+    kubeconfigs = {
+        f"{process}_kubeconfig": service_account_kubeconfig(
+            crds, KEDA_NAMESPACE, f"modelroll-{account}", tmp_path / f"{account}.kubeconfig"
+        )
+        for process, account in (("operator", "keda"), ("adapter", "keda-adapter"))
+    }
+    with running_autoscaling(crds, tmp_path / "autoscaling", **kubeconfigs) as autoscaling:
+        version = model_version("v1", "sentiment", endpoint="http://v1:8000", replicas=1)
+        crds.apply(version, namespace=namespace)
+        status = {"replicas": 1, "selector": "modelroll.io/version=v1"}
+        crds.kubectl(
+            "patch",
+            "mv",
+            "v1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+            namespace=namespace,
+        )
+        query = in_flight_query(namespace, "sentiment", "v1")
+        trigger = {"serverAddress": autoscaling.prometheus_url, "query": query, "threshold": "4"}
+        scaled = {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": "v1"},
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": "modelroll.io/v1alpha1",
+                    "kind": "ModelVersion",
+                    "name": "v1",
+                },
+                "minReplicaCount": 1,
+                "maxReplicaCount": 5,
+                "triggers": [
+                    {"type": "prometheus", "metricType": "AverageValue", "metadata": trigger}
+                ],
+            },
+        }
+        crds.apply(scaled, namespace=namespace)
+        # 9 requests in flight on the one replica: ceil(9 / 4) = 3 replicas.
+        autoscaling.in_flight.set(namespace, "sentiment", "v1", [9])
+
+        def scaled_to_three() -> bool:
+            replicas = crds.kubectl_json("get", "mv", "v1", namespace=namespace)["spec"]
+            return bool(replicas.get("replicas") == 3)
+
+        deadline = time.monotonic() + 90
+        while not scaled_to_three():
+            if time.monotonic() > deadline:
+                logs = "\n".join(
+                    c.log_path.read_text()[-3000:] for c in autoscaling.keda.components
+                )
+                hpa = crds.kubectl("get", "hpa", "-o", "yaml", namespace=namespace, check=False)
+                pytest.fail(f"the version did not scale to 3:\n{hpa.stdout}\n{logs}")
+            time.sleep(0.5)

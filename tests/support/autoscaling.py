@@ -90,12 +90,15 @@ class Autoscaling:
 
 
 @contextlib.contextmanager
-def running_autoscaling(cluster: Cluster, run_dir: Path) -> Iterator[Autoscaling]:
-    """KEDA, Prometheus and the in-flight series, stopped when the block ends."""
+def running_autoscaling(
+    cluster: Cluster, run_dir: Path, **kubeconfigs: Path
+) -> Iterator[Autoscaling]:
+    """KEDA, Prometheus and the in-flight series, stopped when the block ends; ``kubeconfigs``
+    (``operator_kubeconfig``, ``adapter_kubeconfig``) go to :class:`Keda`."""
     in_flight = InFlight()
     job: dict[str, Any] = {**static_job("sidecars", [in_flight.target]), "honor_labels": True}
     with contextlib.ExitStack() as stack:
         stack.callback(in_flight.stop)
         prometheus = stack.enter_context(Prometheus(run_dir / "prometheus", [job]))
-        keda = stack.enter_context(Keda(cluster, run_dir / "keda"))
+        keda = stack.enter_context(Keda(cluster, run_dir / "keda", **kubeconfigs))
         yield Autoscaling(keda, prometheus, in_flight)
