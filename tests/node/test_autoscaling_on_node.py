@@ -6,13 +6,14 @@ The version serves the demo model one request at a time, each costing the model 
 replica answers 1 / MODEL_S requests per second, and a request waits behind those queued before
 it. The load is CLIENTS clients, each sending its next request as soon as its last is answered,
 so the version holds CLIENTS requests in flight at every moment whatever its replicas: with
-spec.scaling.inFlight at CLIENTS per replica it needs exactly one replica, and two once the
-clients double. Its p99 then goes from about CLIENTS x MODEL_S to twice that, and back once the
-second replica serves half of the requests (the gateway's connections to the version's Service
-land on a pod each, at random, and are renewed every 10 s: the split is uneven, which SLO_S
-allows for). When the clients halve again, the version keeps its two replicas for the
-stabilization window (spec.scaling.scaleDownStabilizationSeconds), then goes back to one,
-failing no request.
+spec.scaling.inFlight at TARGET (a quarter above CLIENTS) per replica it needs one replica, and
+two once the clients double, with room on both sides for the pods' series, scraped at
+different moments, to add up to a little more or less than the clients hold. Its p99 then goes
+from about CLIENTS x MODEL_S to twice that, and back once the second replica serves half of the
+requests (the gateway's connections to the version's Service land on a pod each, at random,
+and are renewed every 10 s: the split is uneven, which SLO_S allows for). When the clients halve
+again, the version keeps its two replicas for the stabilization window
+(spec.scaling.scaleDownStabilizationSeconds), then goes back to one, failing no request.
 
 The module installs KEDA into the session's release (``helm upgrade`` with autoscaling.keda's
 ``enabled`` and ``install``) with a Prometheus of its own that the operator's ScaledObjects
@@ -52,9 +53,11 @@ MODEL, VERSION = "autoscaled", "autoscaled-v1"
 MODEL_S = 0.05
 """What one request costs the demo model: a replica answers 20 requests per second."""
 CLIENTS = 16
-"""Clients of the base load, and the version's target of requests in flight per replica: enough
-connections that two replicas' random split of twice as many stays near even (at 8, one replica
-holds 13 of 16 about 2% of the time)."""
+"""Clients of the base load: enough connections that two replicas' random split of twice as
+many stays near even (at 8, one replica holds 13 of 16 about 2% of the time)."""
+TARGET = CLIENTS + CLIENTS // 4
+"""spec.scaling.inFlight: one replica holds CLIENTS in flight, two hold twice as many, and neither
+sits on the boundary where a scrape's skew of a request or two would tip the HPA's count."""
 STABILIZATION_S = 20
 """spec.scaling.scaleDownStabilizationSeconds: short, so the story takes a minute, not five."""
 SLO_S = 1.75 * CLIENTS * MODEL_S
@@ -90,7 +93,7 @@ class Clients(Traffic):
 
 def manifest() -> str:
     """The autoscaled version: the demo model one request at a time (batches of one), MODEL_S
-    each; between one and four replicas, CLIENTS requests in flight per replica."""
+    each; between one and four replicas, TARGET requests in flight per replica."""
     return json.dumps(
         {
             "apiVersion": "modelroll.io/v1alpha1",
@@ -115,7 +118,7 @@ def manifest() -> str:
                 "scaling": {
                     "minReplicas": 1,
                     "maxReplicas": 4,
-                    "inFlight": CLIENTS,
+                    "inFlight": TARGET,
                     "scaleDownStabilizationSeconds": STABILIZATION_S,
                 },
             },
@@ -244,7 +247,7 @@ def test_a_version_follows_its_load_through_keda_and_the_hpa(
         eventually(lambda: hpa(story), "KEDA's HorizontalPodAutoscaler for the version", 120)
 
         with Clients(story.gateway_url, MODEL, window=CLIENTS, timeout=30) as base:
-            # 1. The base load: CLIENTS in flight, the target of one replica. It stays one.
+            # 1. The base load: CLIENTS in flight, within one replica's target. It stays one.
             eventually(lambda: base.since(time.monotonic() - 5), "answers to the base load", 60)
             eventually(lambda: reading(story), "the HPA reading the version's metric", 120)
             settled = time.monotonic() + 10
@@ -283,7 +286,7 @@ def test_a_version_follows_its_load_through_keda_and_the_hpa(
                     f"(SLO {SLO_S * 1000:.0f} ms), {len(recovered)} requests",
                 )
                 assert p99(recovered) <= SLO_S
-                assert desired(story) == 2  # the load is exactly at two replicas' target
+                assert desired(story) == 2  # the load is within two replicas' target
 
             # 4. The load halves: two replicas for the stabilization window, then one.
             halved = time.monotonic()
