@@ -83,7 +83,7 @@ def test_a_version_follows_its_load_through_the_real_hpa(
     scaled_object = get(cluster, namespace, "scaledobject", "scaled")
     (owner,) = scaled_object["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("ModelVersion", "scaled")
-    autoscaler = eventually(lambda: hpa(cluster, namespace, "scaled"), "KEDA's HPA")
+    autoscaler = eventually(lambda: hpa(cluster, namespace, "scaled"), "KEDA's HPA", within=120)
     assert autoscaler["spec"]["scaleTargetRef"]["kind"] == "ModelVersion"
     assert (autoscaler["spec"]["minReplicas"], autoscaler["spec"]["maxReplicas"]) == (1, 4)
 
@@ -121,7 +121,7 @@ def test_while_a_share_moves_the_hpas_minimum_is_the_versions_floor(
     eventually(lambda: version_pods_ready(cluster, namespace, "stable", 3), "3 stable pods")
     eventually(lambda: version_pods_ready(cluster, namespace, "canary", 1), "a canary pod")
     eventually(lambda: routes.weights("sentiment") == {"canary": 0, "stable": 100}, "routed")
-    eventually(lambda: hpa(cluster, namespace, "canary"), "KEDA's HPA")
+    eventually(lambda: hpa(cluster, namespace, "canary"), "KEDA's HPA", within=120)
 
     patch_mv(cluster, namespace, "canary", {"spec": {"weight": 100}})
     patch_mv(cluster, namespace, "stable", {"spec": {"weight": 0}})
