@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -109,8 +109,7 @@ def start_operator(
     # retry's backoff).
     for operator in started:
         operator.proc.stop()
-    left = cluster.kubectl_json("get", "modelversions", namespace=namespace)["items"]
-    held = [mv for mv in left if mv["metadata"].pop("finalizers", None)]
+    held = _held_versions(cluster, namespace)
     if held:  # one request for all of them: a test may leave hundreds
         cluster.kubectl(
             "replace",
@@ -120,3 +119,22 @@ def start_operator(
             namespace=namespace,
             check=False,
         )
+    # A version changed since it was read (an HPA still scaling it) refused the replace: patch
+    # its finalizer off on its own, which needs no resourceVersion.
+    for version in _held_versions(cluster, namespace):
+        cluster.kubectl(
+            "patch",
+            "modelversion",
+            version["metadata"]["name"],
+            "--type=merge",
+            "-p",
+            json.dumps({"metadata": {"finalizers": None}}),
+            namespace=namespace,
+            check=False,  # gone meanwhile
+        )
+
+
+def _held_versions(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """The namespace's ModelVersions that carry a finalizer, with their finalizers taken out."""
+    left = cluster.kubectl_json("get", "modelversions", namespace=namespace)["items"]
+    return [mv for mv in left if mv["metadata"].pop("finalizers", None)]
