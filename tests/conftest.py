@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from modelroll_devcluster.mlserver import AdaptiveBatching, MLServer
 from modelroll_devcluster.processes import environment
+from tests.support.mlserver import mlserver as serve_mlserver
+from tests.support.mlserver import trained_models
 from tests.support.processes import VENV_BIN, Proc, Spawn, start_proc, wait_http
 
 
@@ -40,3 +43,26 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
     yield start
     for proc in reversed(procs):
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def mlserver_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scikit-learn models of models/mlserver/train.py, trained once per test process."""
+    return trained_models(tmp_path_factory.mktemp("mlserver-models"))
+
+
+@pytest.fixture(scope="session")
+def mlserver(mlserver_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLServer]:
+    """A real MLServer serving the trained models, its adaptive batching off (one per process)."""
+    with serve_mlserver(mlserver_models, tmp_path_factory.mktemp("mlserver")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mlserver_batching(
+    mlserver_models: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MLServer]:
+    """A real MLServer serving the trained models with its adaptive batching on (32 rows, 5 ms)."""
+    workdir = tmp_path_factory.mktemp("mlserver-batching")
+    with serve_mlserver(mlserver_models, workdir, AdaptiveBatching()) as server:
+        yield server

@@ -1,0 +1,39 @@
+"""MLServer serving the trained scikit-learn models, for the tests that need a real Open
+Inference Protocol server (``make mlserver`` makes its virtualenv)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from modelroll_devcluster.mlserver import AdaptiveBatching, MLServer, train
+from modelroll_devcluster.processes import ClusterError
+
+
+def trained_models(out: Path) -> Path:
+    """Every model of models/mlserver/train.py trained into ``out``; fails the test, naming
+    `make mlserver`, when MLServer's virtualenv is missing."""
+    try:
+        return train(out)
+    except ClusterError as exc:
+        pytest.fail(str(exc))
+
+
+@contextlib.contextmanager
+def mlserver(
+    models: Path, workdir: Path, batching: AdaptiveBatching | None = None
+) -> Iterator[MLServer]:
+    """A real ``mlserver start`` serving ``models`` (:func:`trained_models`) on free ports,
+    ready, with MLServer's adaptive batching as ``batching`` (None: off); stopped at the end."""
+    server = MLServer(models, workdir, batching)
+    try:
+        server.start()
+    except ClusterError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
