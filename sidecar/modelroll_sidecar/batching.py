@@ -1,8 +1,10 @@
 """The dynamic batcher: a bounded queue, and one task that closes batches and sends them.
 
-A batch closes on whichever comes first: it holds ``max_batch_size`` requests (``full``); its
-oldest request has waited ``max_wait`` since its own arrival (``timeout``); the next request would
-push size x longest length over ``max_batch_tokens`` (``tokens``); under the adaptive and auto
+A batch closes on whichever comes first: it holds ``max_batch_size`` rows (``full``; a request
+brings one row, but for a request of the Open Inference Protocol, which brings its tensors' first
+dimension, and a request of more rows than that goes alone); its oldest request has waited
+``max_wait`` since its own arrival (``timeout``); the next request would push rows x longest
+length over ``max_batch_tokens`` (``tokens``); under the adaptive and auto
 waits, a model slot is free and waiting for the next arrival would not pay (``idle``); or
 shutdown drains the queue (``drain``). A batch is sent the moment it closes and one of
 ``max_concurrent_batches`` slots is free; while every slot is busy the open batch keeps filling,
@@ -85,10 +87,10 @@ class State(Enum):
 
 
 class Pending:
-    """One accepted request: its payload, when it arrived, the future its handler awaits, and
-    its key: only requests with equal keys share a batch."""
+    """One accepted request: its payload, when it arrived, the future its handler awaits, its
+    key (only requests with equal keys share a batch) and the rows it brings to a batch."""
 
-    __slots__ = ("arrived", "future", "key", "length", "payload", "state")
+    __slots__ = ("arrived", "future", "key", "length", "payload", "rows", "state")
 
     def __init__(
         self,
@@ -97,12 +99,14 @@ class Pending:
         arrived: float,
         future: asyncio.Future[Outcome],
         key: Hashable = None,
+        rows: int = 1,
     ):
         self.payload = payload
         self.length = length
         self.arrived = arrived
         self.future = future
         self.key = key
+        self.rows = rows
         self.state = State.QUEUED
 
 
@@ -140,6 +144,7 @@ class Batcher:
         """When the batch about to go was first held, a slot free, for company."""
         self._queue: deque[Pending] = deque()
         self._live = 0  # queued requests still waiting (the deque may also hold finished ones)
+        self._live_rows = 0  # their rows
         self._running = 0
         self._inflight: set[asyncio.Task[None]] = set()
         self._waiter: asyncio.Future[None] | None = None
@@ -213,10 +218,12 @@ class Batcher:
 
     # -- requests --------------------------------------------------------------------------
 
-    def submit(self, payload: Any, *, length: int | None = None, key: Hashable = None) -> Pending:
-        """Queue one request, ``length`` long (by default its payload's length), to share a batch
-        only with requests of the same ``key``. Raises QueueFull, ShuttingDown or
-        BatcherNotRunning."""
+    def submit(
+        self, payload: Any, *, length: int | None = None, key: Hashable = None, rows: int = 1
+    ) -> Pending:
+        """Queue one request of ``rows`` rows, ``length`` long (by default its payload's length),
+        to share a batch only with requests of the same ``key``. Raises QueueFull, ShuttingDown
+        or BatcherNotRunning."""
         loop = self._loop
         if loop is None or not self.alive:
             raise BatcherNotRunning("the batcher is not running (was the app's lifespan entered?)")
@@ -229,9 +236,10 @@ class Batcher:
         now = loop.time()
         if length is None:
             length = payload_length(payload)
-        pending = Pending(payload, length, now, loop.create_future(), key)
+        pending = Pending(payload, length, now, loop.create_future(), key, rows)
         self._queue.append(pending)
         self._live += 1
+        self._live_rows += rows
         if self._learns_arrivals:
             self.arrivals.arrived(now, length)
         # Wake the former only when this arrival can change its decision: the first queued
@@ -239,7 +247,7 @@ class Batcher:
         # later ones matter only while a slot is free.
         if self._live == 1 or (
             self._running < self._max_running
-            and (self._live >= self._max_size or self._budget or self._learns_arrivals)
+            and (self._live_rows >= self._max_size or self._budget or self._learns_arrivals)
         ):
             self._wake()
         return pending
@@ -263,6 +271,7 @@ class Batcher:
         """Mark a queued request finished; the deque drops it lazily."""
         pending.state = State.DONE
         self._live -= 1
+        self._live_rows -= pending.rows
 
     @staticmethod
     def _resolve(pending: Pending, outcome: Outcome) -> None:
@@ -327,12 +336,14 @@ class Batcher:
                 candidates, self._max_size, self._budget, cost.terms.call, cost.row_seconds
             )
         members = self._queued(self._max_size)
-        longest = 0
+        longest = rows = 0
         for count, pending in enumerate(members):
-            longer = max(longest, pending.length)
-            if self._budget and count and (count + 1) * longer > self._budget:
+            longer, more = max(longest, pending.length), rows + pending.rows
+            if count and more > self._max_size:  # the oldest goes however many rows it has
+                return forming.Choice(members[:count], False, longest)
+            if self._budget and count and more * longer > self._budget:
                 return forming.Choice(members[:count], True, longest)
-            longest = longer
+            longest, rows = longer, more
         return forming.Choice(members, False, longest)
 
     def _hold_until(self, batch: forming.Choice[Pending], now: float, oldest_due: float) -> float:
@@ -341,7 +352,7 @@ class Batcher:
         if self._running + 1 < self._max_running:
             return now  # another slot stays free for whatever arrives next
         rate = self.arrivals.per_second(now)
-        size = len(batch.members)
+        size = forming.rows(batch.members)
         if self._wait_policy == "adaptive":
             return oldest_due if worth_waiting(self.cost, rate, size, batch.longest) else now
         hold = hold_pays(self.cost, rate, self.arrivals.mean_length, size, batch.longest)
@@ -373,13 +384,13 @@ class Batcher:
                 await self._sleep(head.arrived + self._timeout)
                 continue
             oldest_due = head.arrived + self._max_wait
-            full = self._live >= self._max_size
+            full = self._live_rows >= self._max_size
             fixed = self._wait_policy == "fixed"
             if not (full or self._budget or self._closing or not fixed or now >= oldest_due):
                 await self._hold(oldest_due)  # nothing but the oldest's max-wait can close it
                 continue
             batch = self._choose()
-            if len(batch.members) >= self._max_size:
+            if forming.rows(batch.members) >= self._max_size:
                 reason = "full"
             elif batch.budget_hit:
                 reason = "tokens"
@@ -409,7 +420,8 @@ class Batcher:
             pending.state = State.RUNNING
             wait.observe(now - pending.arrived)
         self._live -= len(batch)
-        self._metrics.count_batch([p.length for p in batch], reason)
+        self._live_rows -= forming.rows(batch)
+        self._metrics.count_batch([(p.length, p.rows) for p in batch], reason)
         self._running += 1
         task = self._loop.create_task(self._execute(batch))
         self._inflight.add(task)
@@ -452,7 +464,7 @@ class Batcher:
     def _learn(self, batch: list[Pending], seconds: float) -> None:
         """Fit the cost surface to a batch the model answered whole, in ``seconds``."""
         longest = max(p.length for p in batch)
-        predicted = self.cost.observe(len(batch), longest, seconds)
+        predicted = self.cost.observe(forming.rows(batch), longest, seconds)
         if predicted:
             self._metrics.cost_observed_over_predicted.observe(seconds / predicted)
 

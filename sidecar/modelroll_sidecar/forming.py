@@ -38,6 +38,12 @@ class Sized(Protocol):
     @property
     def length(self) -> int: ...
 
+    @property
+    def rows(self) -> int:
+        """The rows it brings to a batch: what --max-batch-size counts (1 but for a request of
+        the Open Inference Protocol, whose rows are its tensors' first dimension)."""
+        ...
+
 
 T = TypeVar("T", bound=Sized)
 
@@ -47,8 +53,13 @@ class Choice(NamedTuple, Generic[T]):
     """The batch, in queue (arrival) order."""
     budget_hit: bool
     """The token budget, not the size limit or the candidates running out, stopped it: not even
-    one more request as long as its longest would fit."""
+    one more row as long as its longest would fit."""
     longest: int
+
+
+def rows(members: Sequence[Sized]) -> int:
+    """The rows of ``members`` together."""
+    return sum(member.rows for member in members)
 
 
 def padded_cost(longest: int) -> float:
@@ -64,22 +75,29 @@ def by_length(
     row: Callable[[int], float] = padded_cost,
 ) -> Choice[T]:
     """The next batch from ``candidates`` (queued requests in arrival order; the first is the
-    oldest and always goes), a batch costing ``call + size x row(longest)``. ``budget`` 0 means
-    no token budget."""
+    oldest and always goes), a batch of n rows costing ``call + n x row(longest)``, at most
+    ``max_size`` rows and ``budget`` padded tokens (n x longest; 0: no token budget) unless it is
+    one request alone."""
     order = sorted(range(len(candidates)), key=lambda i: candidates[i].length)  # stable
     sizes = [candidates[i].length for i in order]
+    before = [0]  # before[j]: the rows of the j shortest candidates
+    for i in order:
+        before.append(before[-1] + candidates[i].rows)
     # cheapest[j]: the least cost of sending the j shortest candidates; start[j]: where the
     # last batch of that split begins (it ends at j, padded to sizes[j - 1]).
     cheapest = [0.0] * (len(sizes) + 1)
     start = [0] * (len(sizes) + 1)
+    earliest = 0  # the first start whose batch ending at ``end`` keeps within the limits
     for end in range(1, len(sizes) + 1):
         longest = sizes[end - 1]
         per_row = row(longest)
-        most = max_size if not budget else max(1, min(max_size, budget // longest))
+        most = max_size if not budget else min(max_size, budget // longest)
+        while before[end] - before[earliest] > most and earliest < end - 1:
+            earliest += 1  # longest only grows with end, so the window only moves on
         first = min(
-            range(max(0, end - most), end), key=lambda k: cheapest[k] - k * per_row
+            range(earliest, end), key=lambda k: cheapest[k] - before[k] * per_row
         )  # the earliest of equals: fewer, larger batches
-        cheapest[end] = cheapest[first] + call + (end - first) * per_row
+        cheapest[end] = cheapest[first] + call + (before[end] - before[first]) * per_row
         start[end] = first
     oldest = order.index(0)
     end = len(sizes)
@@ -87,5 +105,6 @@ def by_length(
         end = start[end]
     members = [candidates[i] for i in sorted(order[start[end] : end])]
     longest = sizes[end - 1]
-    budget_hit = bool(budget) and (len(members) + 1) * longest > budget
-    return Choice(members, budget_hit and len(members) < max_size, longest)
+    taken = rows(members)
+    budget_hit = bool(budget) and (taken + 1) * longest > budget
+    return Choice(members, budget_hit and taken < max_size, longest)

@@ -16,7 +16,6 @@ from modelroll_common.server import PHASES
 from modelroll_common.sse import GenerationWatch
 
 from .cost_model import TERMS, CostSurface
-from .protocol import padded_tokens
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 COST_RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.11, 1.25, 1.5, 2.0, 4.0)
@@ -219,10 +218,12 @@ class SidecarMetrics:
         for each, gauge in self.length_unit.items():
             gauge.set(1 if each == unit else 0)
 
-    def count_batch(self, lengths: list[int], reason: str) -> None:
-        """One batch sent: its size, what closed it, and its padding."""
-        useful, padded = sum(lengths), padded_tokens(lengths)
-        self.batch_size.observe(len(lengths))
+    def count_batch(self, requests: list[tuple[int, int]], reason: str) -> None:
+        """One batch sent, its requests' (length, rows): its size, what closed it, and its
+        padding (each row padded to the batch's longest length)."""
+        useful = sum(length * rows for length, rows in requests)
+        padded = sum(rows for _, rows in requests) * max(length for length, _ in requests)
+        self.batch_size.observe(len(requests))
         self.batches[reason].inc()
         self.padding_efficiency.observe(useful / padded)
         self._useful_tokens.inc(useful)

@@ -471,6 +471,62 @@ async def test_by_length_the_oldest_goes_and_similar_lengths_join_it(start: Any)
     assert model.calls[1:] == [["a", "b"], ["l o n g", "l o n g 2"]]
 
 
+# -- requests of several rows (the Open Inference Protocol's first dimension) ---------------------
+
+
+async def test_max_batch_size_counts_rows_not_requests(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_batch_size=4, max_wait_s=100.0, timeout_s=200.0)
+    t0 = now()
+    two, three, one = (
+        h.batcher.submit(name, rows=rows) for name, rows in [("a", 2), ("b", 2), ("c", 1)]
+    )
+    await answers(two, three)
+    assert model.calls == [["a", "b"]]  # 4 rows: full, at once
+    assert model.started == [pytest.approx(t0)]
+    assert h.closed("full") == 1
+    await answers(one)
+    assert model.started[1] == pytest.approx(t0 + 100.0)  # alone: its max-wait
+
+
+async def test_a_request_of_more_rows_than_a_batch_goes_alone_and_whole(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_batch_size=4, max_wait_s=100.0, timeout_s=200.0)
+    t0 = now()
+    small = h.batcher.submit("small", rows=1)
+    big = h.batcher.submit("big", rows=10)
+    outcomes = await answers(small, big)
+    assert statuses(outcomes) == [200, 200]
+    assert model.calls == [["small"], ["big"]]  # never split, never refused
+    assert model.started == [pytest.approx(t0), pytest.approx(t0 + 1.0)]  # full: no max-wait
+
+
+async def test_the_token_budget_counts_rows_times_the_longest(start: Any) -> None:
+    model = ScriptedModel()
+    h = start(model, max_batch_size=16, max_wait_s=100.0, timeout_s=200.0, max_batch_tokens=20)
+    t0 = now()
+    pendings = [h.batcher.submit(n, length=5, rows=2) for n in ("a", "b", "c")]
+    await answers(*pendings[:2])
+    assert model.calls == [["a", "b"]]  # 2 x 2 rows x 5 = 20; with c, 30
+    assert model.started == [pytest.approx(t0)]
+    assert h.closed("tokens") == 1
+    await answers(pendings[2])
+
+
+async def test_by_length_a_batch_keeps_within_max_batch_size_in_rows(start: Any) -> None:
+    model = ScriptedModel(seconds=1.0)
+    h = start(model, max_batch_size=4, max_wait_s=0.0, batch_by="length")
+    busy = h.batcher.submit("busy")
+    await asyncio.sleep(0.1)
+    queued = [
+        h.batcher.submit(name, length=length, rows=rows)
+        for name, length, rows in [("a", 10, 3), ("b", 10, 2), ("c", 11, 1), ("d", 12, 9)]
+    ]
+    outcomes = await answers(busy, *queued)
+    assert statuses(outcomes) == [200] * 5
+    assert model.calls[1:] == [["a"], ["b", "c"], ["d"]]
+
+
 # -- the self-tuning defaults: batches by length on the learned surface, the auto wait --------
 
 

@@ -31,6 +31,7 @@ from tests.support.sidecar import StartModel, StartSidecar
 class Req:
     length: int
     name: str = ""
+    rows: int = 1
 
 
 def lengths(requests: list[Req]) -> list[int]:
@@ -62,6 +63,19 @@ def test_the_token_budget_bounds_the_batch_and_says_so() -> None:
     alone = by_length([Req(500), Req(1)], max_size=8, budget=48)
     assert lengths(alone.members) == [500]  # over the budget on its own: it runs alone
     assert alone.budget_hit
+
+
+def test_rows_count_against_the_size_limit_and_the_token_budget() -> None:
+    queue = [Req(10, "a", rows=3), Req(11, "b", rows=2), Req(12, "c", rows=1)]
+    choice = by_length(queue, max_size=4, budget=0)
+    assert [r.name for r in choice.members] == ["a"]  # a and b are 5 rows; a, c 4 padded to 12
+    rest = by_length(queue[1:], max_size=4, budget=0)
+    assert [r.name for r in rest.members] == ["b", "c"]
+    capped = by_length([Req(10, rows=2), Req(10, rows=2), Req(30)], max_size=8, budget=40)
+    assert len(capped.members) == 2  # 4 rows x 10
+    assert capped.budget_hit  # a fifth row would not fit
+    whole = by_length([Req(5, rows=9), Req(5)], max_size=4, budget=0)
+    assert whole.members == [Req(5, rows=9)]  # more rows than a batch: alone, never split
 
 
 def test_until_the_cost_is_known_the_queue_goes_in_as_few_batches_as_it_can() -> None:
