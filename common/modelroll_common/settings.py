@@ -176,7 +176,7 @@ PROTOCOL = Choice(
     "protocol",
     "--protocol",
     "Batch",
-    ("Batch", "OpenAI"),
+    ("Batch", "OpenAI", "OpenInference"),
     "Managed mode: what the model server speaks. Batch (the default): POST /v1/batch, and the "
     "sidecar forms request-level batches of POST /v1/infer. OpenAI: an OpenAI-compatible engine "
     "(vLLM, TGI, SGLang, llama.cpp's server) that batches generation itself, iteration by "
