@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import metadata
 from typing import Any
 
 import aiohttp
@@ -23,10 +24,19 @@ from modelroll_common.errors import json_errors, openai_error
 from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.server import RequestTimedOut, read_body
 
-from .batching import Batcher, BatcherNotRunning, BatchModel, Outcome, QueueFull, ShuttingDown
+from .batching import (
+    Batcher,
+    BatcherNotRunning,
+    BatchModel,
+    Outcome,
+    Pending,
+    QueueFull,
+    ShuttingDown,
+)
 from .config import SidecarConfig
 from .lengths import Lengths, NoTokenizer, TokenizerPool, WordLengths, fetch_tokenizer
 from .metrics import LLMMetrics, SidecarMetrics
+from .open_inference import OpenInferenceModel
 from .openai_proxy import (
     GENERATION_PATHS,
     BadEmbeddings,
@@ -35,9 +45,11 @@ from .openai_proxy import (
     embeddings_request,
 )
 from .protocol import ModelClient, NotText, decode_request, encode
+from .tensors import BadTensor, infer_request
 
 log = logging.getLogger(__name__)
 
+VERSION = metadata.version("modelroll-sidecar")
 RETRY_AFTER_S = "1"
 STARTUP_PROBE_S = 0.1
 
@@ -57,7 +69,15 @@ class Sidecar:
             api_key=config.engine_api_key(),
             reuse_connections=not self.openai,
         )
-        batch_model: BatchModel = EmbeddingsModel(self.model) if self.openai else self.model
+        self.oip: OpenInferenceModel | None = None
+        """--protocol openinference: the model server's adapter and readiness probe."""
+        batch_model: BatchModel = self.model
+        if self.openai:
+            batch_model = EmbeddingsModel(self.model)
+        elif config.protocol == "openinference":
+            self.oip = batch_model = OpenInferenceModel(
+                self.model, config.served_name, config.model, config.version
+            )
         self.proxy: OpenAIProxy | None = None
         self.batcher = Batcher(
             batch_model,
@@ -111,8 +131,16 @@ class Sidecar:
         unready), each probe waiting --readiness-timeout-ms for its answer."""
         interval = self.config.readiness_interval_ms / 1000
         timeout = self.config.readiness_timeout_ms / 1000
+        problem = ""
         while True:
-            ready = await self.model.ready(timeout)
+            if self.oip is None:
+                ready = await self.model.ready(timeout)
+            else:
+                ready = await self.oip.ready(timeout)
+                if self.oip.problem != problem:  # each new reason, once
+                    problem = self.oip.problem
+                    if problem:
+                        log.warning("Model at %s is not ready: %s", self.config.upstream, problem)
             if ready and self.lengths is None:
                 await self._load_tokenizer()
             if ready != self.model_ready:
@@ -248,6 +276,18 @@ async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Respon
         return error_response(413, f"request body is larger than {max_bytes} bytes")
     if not is_json(request.content_type):
         return error_response(415, "Content-Type must be application/json")
+    body = await read_json(request, max_bytes)
+    if isinstance(body, web.Response):
+        return body
+    if not isinstance(body, dict) or "payload" not in body:
+        return error_response(400, 'body must be a JSON object with a "payload" field')
+    return body["payload"]
+
+
+async def read_json(request: web.Request, max_bytes: int) -> Any | web.Response:
+    """The request's body, decoded, or the 400/408/413 response explaining why there is none."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        return error_response(413, f"request body is larger than {max_bytes} bytes")
     try:
         raw = await read_body(request)
     except web.HTTPRequestEntityTooLarge:
@@ -257,14 +297,11 @@ async def read_payload(request: web.Request, max_bytes: int) -> Any | web.Respon
         response.force_close()  # the rest of the body may still come: no next request follows
         return response
     try:
-        body = decode_request(raw)
+        return decode_request(raw)
     except NotText as exc:
         return error_response(400, str(exc))
     except ValueError as exc:  # JSON and UTF-8 errors; messages give a position, never the payload
         return error_response(400, f"malformed JSON: {exc}")
-    if not isinstance(body, dict) or "payload" not in body:
-        return error_response(400, 'body must be a JSON object with a "payload" field')
-    return body["payload"]
 
 
 def _count(sidecar: Sidecar, response: web.StreamResponse, seconds: float) -> None:
@@ -273,13 +310,21 @@ def _count(sidecar: Sidecar, response: web.StreamResponse, seconds: float) -> No
     sidecar.metrics.count_request(response.status, seconds, share)
 
 
-async def handle_infer(request: web.Request) -> web.Response:
-    sidecar = request.app[SIDECAR]
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    response = await _infer(request, sidecar)
-    _count(sidecar, response, loop.time() - started)
-    return response
+Answer = Callable[[web.Request, Sidecar], Awaitable[web.Response]]
+
+
+def counted(answer: Answer) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The handler that answers with ``answer`` and counts the answer and its time."""
+
+    async def handler(request: web.Request) -> web.Response:
+        sidecar = request.app[SIDECAR]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await answer(request, sidecar)
+        _count(sidecar, response, loop.time() - started)
+        return response
+
+    return handler
 
 
 async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
@@ -296,30 +341,54 @@ async def _infer(request: web.Request, sidecar: Sidecar) -> web.Response:
         return await _answer(sidecar, lengths, payload)
 
 
-async def _answer(sidecar: Sidecar, lengths: Lengths, payload: Any) -> web.Response:
-    """The answer to an accepted request: its length counted, queued, batched, run."""
+ErrorResponse = Callable[..., web.Response]
+"""Makes an error answer from its status, message and headers: error_response, openai_error."""
+
+
+async def _outcome(
+    sidecar: Sidecar, submit: Callable[[], Awaitable[Pending]], error: ErrorResponse
+) -> Outcome | web.Response:
+    """How the request that ``submit`` queues ends, or the 429 or 503 that kept it out."""
     try:
-        length = await lengths(payload)
-        pending = sidecar.batcher.submit(payload, length=length)
+        pending = await submit()
     except QueueFull as exc:
-        return error_response(429, str(exc), {"Retry-After": RETRY_AFTER_S})
+        return error(429, str(exc), {"Retry-After": RETRY_AFTER_S})
     except (ShuttingDown, BatcherNotRunning) as exc:
-        return error_response(503, str(exc))
+        return error(503, str(exc))
     try:
-        outcome: Outcome = await pending.future
+        return await pending.future
     except asyncio.CancelledError:
         sidecar.batcher.abandon(pending)
         raise
+
+
+def _respond(sidecar: Sidecar, outcome: Outcome, body: Callable[[Any], Any]) -> web.Response:
+    """The answer for ``outcome``: ``body`` of the model's output, or the error."""
     headers = {CALL_SIZE_HEADER: str(outcome.call_size)}
     if outcome.status == 200:
-        config = sidecar.config
-        body = {"output": outcome.output, "model": config.model, "version": config.version}
-        response = json_response(200, body, headers)
+        response = json_response(200, body(outcome.output), headers)
     else:
         response = error_response(outcome.status, outcome.error or "request failed", headers)
     if sidecar.closing:
         response.force_close()  # "Connection: close": the client's next request goes elsewhere
     return response
+
+
+async def _answer(sidecar: Sidecar, lengths: Lengths, payload: Any) -> web.Response:
+    """The answer to an accepted request: its length counted, queued, batched, run."""
+
+    async def submit() -> Pending:
+        return sidecar.batcher.submit(payload, length=await lengths(payload))
+
+    outcome = await _outcome(sidecar, submit, error_response)
+    if isinstance(outcome, web.Response):
+        return outcome
+    config = sidecar.config
+    return _respond(
+        sidecar,
+        outcome,
+        lambda output: {"output": output, "model": config.model, "version": config.version},
+    )
 
 
 async def handle_generate(request: web.Request) -> web.StreamResponse:
@@ -336,17 +405,8 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def handle_embeddings(request: web.Request) -> web.Response:
-    """--protocol openai: embeddings, batched with concurrent requests into one engine call."""
-    sidecar = request.app[SIDECAR]
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    response = await _embeddings(request, sidecar)
-    _count(sidecar, response, loop.time() - started)
-    return response
-
-
 async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
+    """--protocol openai: embeddings, batched with concurrent requests into one engine call."""
     if sidecar.draining:
         return openai_error(503, "the sidecar is shutting down")
     try:
@@ -364,19 +424,14 @@ async def _embeddings(request: web.Request, sidecar: Sidecar) -> web.Response:
         embeddings = embeddings_request(body)
     except BadEmbeddings as exc:
         return openai_error(400, str(exc))
-    try:
-        pending = sidecar.batcher.submit(
-            embeddings, length=embeddings.tokens, key=embeddings.key
-        )  # a batch is one engine call with one set of options, within the token budget
-    except QueueFull as exc:
-        return openai_error(429, str(exc), {"Retry-After": RETRY_AFTER_S})
-    except (ShuttingDown, BatcherNotRunning) as exc:
-        return openai_error(503, str(exc))
-    try:
-        outcome: Outcome = await pending.future
-    except asyncio.CancelledError:
-        sidecar.batcher.abandon(pending)
-        raise
+
+    async def submit() -> Pending:
+        # a batch is one engine call with one set of options, within the token budget
+        return sidecar.batcher.submit(embeddings, length=embeddings.tokens, key=embeddings.key)
+
+    outcome = await _outcome(sidecar, submit, openai_error)
+    if isinstance(outcome, web.Response):
+        return outcome
     headers = {CALL_SIZE_HEADER: str(outcome.call_size)}
     if outcome.status != 200:
         return openai_error(outcome.status, outcome.error or "request failed", headers)
@@ -399,6 +454,10 @@ async def handle_models(request: web.Request) -> web.Response:
         return openai_error(502, f"the engine's model list failed: {type(exc).__name__}")
 
 
+handle_infer = counted(_infer)
+handle_embeddings = counted(_embeddings)
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
     body = generate_latest(sidecar.metrics.registry)
@@ -412,19 +471,142 @@ async def handle_livez(request: web.Request) -> web.Response:
     return json_response(200, {"status": "alive"})
 
 
+def unready(sidecar: Sidecar) -> str | None:
+    """Why the sidecar is not ready, or None when it is."""
+    if sidecar.draining:
+        return "shutting down"
+    if sidecar.closing:
+        return "the pod is terminating"
+    if not sidecar.batcher.alive:
+        return "the batcher is not running"
+    if not sidecar.model_ready:
+        why = f": {sidecar.oip.problem}" if sidecar.oip is not None else ""
+        return f"model at {sidecar.config.upstream} is not ready{why}"
+    if sidecar.lengths is None:
+        return f"no tokenizer from the model: {sidecar.lengths_problem}"
+    return None
+
+
 async def handle_readyz(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
-    if sidecar.draining:
-        return error_response(503, "shutting down")
-    if sidecar.closing:
-        return error_response(503, "the pod is terminating")
-    if not sidecar.batcher.alive:
-        return error_response(503, "the batcher is not running")
-    if not sidecar.model_ready:
-        return error_response(503, f"model at {sidecar.config.upstream} is not ready")
-    if sidecar.lengths is None:
-        return error_response(503, f"no tokenizer from the model: {sidecar.lengths_problem}")
+    problem = unready(sidecar)
+    if problem is not None:
+        return error_response(503, problem)
     return json_response(200, {"status": "ready", "length_unit": sidecar.length_unit})
+
+
+# -- --protocol openinference: the Open Inference Protocol's paths ------------------------------
+
+V2_MODEL = "/v2/models/{model}"
+V2_VERSION = V2_MODEL + "/versions/{version}"
+BINARY_HEADER = "Inference-Header-Content-Length"
+"""Says the body holds tensor data in binary after its JSON (the binary tensor data
+extension), which the sidecar does not read."""
+
+
+def _not_this_model(request: web.Request, config: SidecarConfig) -> web.Response | None:
+    """404 for a path naming a model (or a version) this sidecar does not serve."""
+    model = request.match_info["model"]
+    if model != config.model:
+        return error_response(404, f"unknown model {model[:64]!r}: this is {config.model!r}")
+    version = request.match_info.get("version")
+    if version is not None and version != config.version:
+        return error_response(
+            404, f"unknown version {version[:64]!r} of {config.model!r}: this is {config.version!r}"
+        )
+    return None
+
+
+async def _v2_infer(request: web.Request, sidecar: Sidecar) -> web.Response:
+    """POST /v2/models/{model}/infer (and .../versions/{version}/infer): batched by rows with
+    concurrent requests of the same key into the model server's infer calls."""
+    wrong = _not_this_model(request, sidecar.config)
+    if wrong is not None:
+        return wrong
+    if sidecar.draining:
+        sidecar.metrics.rejected["shutting_down"].inc()
+        return error_response(503, "the sidecar is shutting down")
+    if BINARY_HEADER in request.headers:
+        return error_response(
+            400,
+            f"{BINARY_HEADER}: the binary tensor data extension is not supported; send every "
+            "tensor's data as JSON",
+        )
+    body = await read_json(request, sidecar.config.max_body_bytes)
+    if isinstance(body, web.Response):
+        return body
+    try:
+        infer = infer_request(body)
+    except BadTensor as exc:
+        return error_response(400, str(exc))
+    lengths = sidecar.lengths
+    if lengths is None:
+        return error_response(503, "the model's tokenizer is not loaded yet")
+
+    async def submit() -> Pending:
+        text = infer.longest_text()
+        length = 1 if text is None else await lengths(text)
+        return sidecar.batcher.submit(infer, length=length, key=infer.key, rows=infer.rows)
+
+    with sidecar.metrics.in_flight.track_inprogress():
+        outcome = await _outcome(sidecar, submit, error_response)
+    if isinstance(outcome, web.Response):
+        return outcome
+    return _respond(sidecar, outcome, lambda output: output)
+
+
+async def handle_v2_metadata(request: web.Request) -> web.Response:
+    """GET /v2/models/{model}: the model server's metadata, under this version's names."""
+    sidecar = request.app[SIDECAR]
+    wrong = _not_this_model(request, sidecar.config)
+    if wrong is not None:
+        return wrong
+    assert sidecar.oip is not None  # the route exists only then
+    metadata = sidecar.oip.client_metadata()
+    if metadata is None:
+        return error_response(503, f"the model's metadata is not read yet: {sidecar.oip.problem}")
+    return json_response(200, metadata)
+
+
+async def handle_v2_model_ready(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR]
+    wrong = _not_this_model(request, sidecar.config)
+    if wrong is not None:
+        return wrong
+    problem = unready(sidecar)
+    if problem is not None:
+        return error_response(503, problem)
+    return json_response(200, {"name": sidecar.config.model, "ready": True})
+
+
+async def handle_v2_ready(request: web.Request) -> web.Response:
+    problem = unready(request.app[SIDECAR])
+    if problem is not None:
+        return error_response(503, problem)
+    return json_response(200, {"ready": True})
+
+
+async def handle_v2_live(request: web.Request) -> web.Response:
+    if not request.app[SIDECAR].batcher.alive:
+        return error_response(503, "the batcher is not running")
+    return json_response(200, {"live": True})
+
+
+async def handle_v2_server(request: web.Request) -> web.Response:
+    return json_response(200, {"name": "modelroll-sidecar", "version": VERSION, "extensions": []})
+
+
+handle_v2_infer = counted(_v2_infer)
+
+
+def _add_v2_routes(app: web.Application) -> None:
+    for path in (V2_MODEL, V2_VERSION):
+        app.router.add_post(path + "/infer", handle_v2_infer)
+        app.router.add_get(path, handle_v2_metadata)
+        app.router.add_get(path + "/ready", handle_v2_model_ready)
+    app.router.add_get("/v2/health/ready", handle_v2_ready)
+    app.router.add_get("/v2/health/live", handle_v2_live)
+    app.router.add_get("/v2", handle_v2_server)
 
 
 async def handle_prestop(request: web.Request) -> web.Response:
@@ -467,6 +649,8 @@ def create_app(config: SidecarConfig, registry: CollectorRegistry | None = None)
             app.router.add_post(path, handle_generate)
         app.router.add_post("/v1/embeddings", handle_embeddings)
         app.router.add_get("/v1/models", handle_models)
+    elif sidecar.oip is not None:
+        _add_v2_routes(app)
     else:
         app.router.add_post("/v1/infer", handle_infer)
     app.router.add_get("/metrics", handle_metrics)

@@ -39,6 +39,7 @@ class SidecarConfig:
     upstream: str = "http://127.0.0.1:8080"
     model: str = "default"
     version: str = "v1"
+    served_model_name: str = ""
     host: str = "0.0.0.0"
     port: int = 8000
     control_port: int = 0
@@ -138,6 +139,11 @@ class SidecarConfig:
         )
 
     @property
+    def served_name(self) -> str:
+        """The model server's name for the model: --served-model-name, else --model."""
+        return self.served_model_name or self.model
+
+    @property
     def max_wait_s(self) -> float:
         return self.max_wait_ms / 1000.0
 
@@ -150,6 +156,8 @@ HELP = {
     "upstream": "base URL of the model server (its /v1/batch and /readyz)",
     "model": "model name, used in responses and metric labels",
     "version": "version name, used in responses and metric labels",
+    "served_model_name": "--protocol openinference: the model server's name for the model, in "
+    "the paths the sidecar calls (POST /v2/models/<name>/infer); empty: --model",
     "host": "address to listen on",
     "port": "port to listen on",
     "control_port": "port on 127.0.0.1 only, whatever --host says, that serves GET /prestop "
@@ -178,7 +186,9 @@ HELP = {
     "protocol": "batch: the model speaks POST /v1/batch and the sidecar batches requests to "
     "POST /v1/infer; openai: the model is an OpenAI-compatible engine that batches generation "
     "itself, and the sidecar streams /v1/chat/completions and /v1/completions through, batching "
-    "only /v1/embeddings",
+    "only /v1/embeddings; openinference: the model server speaks the Open Inference Protocol "
+    "(KServe v2), and the sidecar batches requests to POST /v2/models/<--model>/infer by rows "
+    "into its POST /v2/models/<--served-model-name>/infer",
     "max_in_flight": "--protocol openai: generation requests at once; more get 429",
     "max_body_bytes": "largest accepted request body; larger ones get 413",
     "read_timeout_ms": "a client must send its whole request within this time of its first "
@@ -189,7 +199,7 @@ HELP = {
     "generation_timeout_ms": "--protocol openai: a generation not streamed must be answered "
     "whole within this time (the engine sends nothing until it has generated it all), or 504",
     "readiness_interval_ms": "how often, in milliseconds, the model's /readyz (--protocol "
-    "openai: /health) is probed",
+    "openai: /health; openinference: /v2/health/ready and /v2/models/<name>/ready) is probed",
     "readiness_timeout_ms": "a probe of the model's /readyz (--protocol openai: /health) that "
     "takes longer counts as not ready",
     "drain_timeout_s": "on SIGTERM, how long queued and in-flight work may take to finish",
