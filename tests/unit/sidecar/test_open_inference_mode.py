@@ -283,3 +283,28 @@ async def test_a_model_the_server_does_not_serve_yet_keeps_the_sidecar_unready(
     resp = await sidecar.client.get("/readyz")
     assert resp.status == 503
     assert "GET /v2/models/absent/ready answered HTTP 404" in (await resp.json())["error"]
+
+
+async def test_draining_answers_the_queued_request_and_refuses_new_ones_with_503(
+    aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
+) -> None:
+    model, sidecar = await start_pair(aiohttp_server, start_sidecar, max_wait_ms=5000)
+    queued = asyncio.ensure_future(infer(sidecar, rows_of([[1, 2]], "queued")))
+    await asyncio.sleep(0.1)
+    draining = asyncio.ensure_future(sidecar.sidecar.shutdown())
+    await asyncio.sleep(0)
+    status, answer = await infer(sidecar, rows_of([[3, 4]]))
+    assert status == 503
+    assert "shutting down" in answer["error"]
+    assert await queued == (
+        200,
+        {
+            "model_name": "sentiment",
+            "model_version": "v1",
+            "id": "queued",
+            "outputs": [{"name": "y", "datatype": "FP32", "shape": [1], "data": [3.0]}],
+        },
+    )
+    await draining
+    assert model.rows_sent() == [1]
+    assert (await sidecar.client.get("/v2/health/ready")).status == 503
