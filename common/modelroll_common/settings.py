@@ -38,7 +38,9 @@ BATCHING_SETTINGS = (
         32,
         1,
         4096,
-        "A batch closes when it holds this many requests.",
+        "A batch closes when it holds this many requests; with protocol OpenInference, this "
+        "many rows, each request bringing its tensors' first dimension (a request of more rows "
+        "goes alone, whole).",
     ),
     Setting(
         "maxWaitMs",
@@ -67,8 +69,8 @@ BATCHING_SETTINGS = (
         0,
         0,
         100000000,
-        "Padded-token budget per batch (batch size times longest request length); 0 turns the "
-        "budget off. A request over the budget on its own runs alone.",
+        "Padded-token budget per batch (batch size, in rows, times longest request length); 0 "
+        "turns the budget off. A request over the budget on its own runs alone.",
     ),
     Setting(
         "timeoutMs",

@@ -163,10 +163,11 @@ HELP = {
     "control_port": "port on 127.0.0.1 only, whatever --host says, that serves GET /prestop "
     "(the pod's preStop hook) out of reach of other pods; must differ from --port; 0: no such "
     "listener, so that several sidecars can share a host (the operator gives managed pods 8001)",
-    "max_batch_size": "a batch closes when it holds this many requests",
+    "max_batch_size": "a batch closes when it holds this many requests (--protocol "
+    "openinference: rows)",
     "max_wait_ms": "a batch closes when its oldest request has waited this long",
     "max_queue_size": "requests waiting beyond this are refused with 429",
-    "max_batch_tokens": "padded-token budget per batch (size x longest length); 0 disables it",
+    "max_batch_tokens": "padded-token budget per batch (rows x longest length); 0 disables it",
     "timeout_ms": "a request not sent to the model within this time gets 504",
     "max_concurrent_batches": "batches sent to the model at the same time",
     "batch_by": "length: the oldest request and the queued requests that serve the queue for "
