@@ -6,6 +6,7 @@ every call's body."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ class OIPModel:
         }
     )
     ready: bool = True
+    seconds: float = 0.0
+    """How long each infer call takes."""
     calls: list[dict[str, Any]] = field(default_factory=list)
 
     def rows_sent(self) -> list[int]:
@@ -63,6 +66,7 @@ async def _infer(request: web.Request) -> web.Response:
         return web.json_response({"error": "no such model"}, status=404)
     body = await request.json()
     model.calls.append(body)
+    await asyncio.sleep(model.seconds)
     if any(POISON in t["data"] for t in body["inputs"] if t["datatype"] != "BYTES"):
         return web.json_response({"error": "cannot take -999"}, status=400)
     data, rows = _y(body)

@@ -224,6 +224,20 @@ async def test_a_full_queue_is_429_with_retry_after_in_the_protocols_error_shape
     assert (await waiting)[0] == 200
 
 
+async def test_a_request_the_model_does_not_start_in_time_is_504(
+    aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
+) -> None:
+    model, sidecar = await start_pair(aiohttp_server, start_sidecar, max_wait_ms=0, timeout_ms=300)
+    model.seconds = 1.0
+    busy = asyncio.ensure_future(infer(sidecar, rows_of([[1, 2]])))
+    await asyncio.sleep(0.1)
+    status, answer = await infer(sidecar, rows_of([[3, 4]]))
+    assert status == 504
+    assert "deadline of 300ms passed" in answer["error"]
+    assert (await busy)[0] == 200
+    assert model.rows_sent() == [1]
+
+
 async def test_the_client_facing_paths_name_this_version(
     aiohttp_server: AiohttpServer, start_sidecar: StartSidecar
 ) -> None:
