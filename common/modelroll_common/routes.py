@@ -141,6 +141,15 @@ class VersionRoute:
         """The sidecar's inference URL for this version."""
         return f"{self.endpoint}/v1/infer"
 
+    def open_inference_model_url(self, model: str) -> str:
+        """Where the sidecar serves ``model``'s metadata in the Open Inference Protocol (KServe
+        v2)."""
+        return f"{self.endpoint}/v2/models/{model}"
+
+    def open_inference_url(self, model: str) -> str:
+        """The sidecar's Open Inference Protocol inference URL for this version of ``model``."""
+        return f"{self.open_inference_model_url(model)}/infer"
+
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "weight": self.weight, "endpoint": self.endpoint}
         if self.shadow:

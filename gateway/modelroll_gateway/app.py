@@ -8,13 +8,15 @@ Setting the app's `STOPPING_KEY` event begins its shutdown (cli.serve does it on
 answers 503 and every inference answer closes its connection, while requests go on being served.
 
 A request the gateway refuses itself raises `Refused` wherever it fails; the handler of its path
-renders it once, as `{"error": "..."}` on the batch path or in OpenAI's shape on OpenAI's paths.
+renders it once, as `{"error": "..."}` on the batch path and the Open Inference Protocol's (/v2)
+paths, or in OpenAI's shape on OpenAI's paths.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import logging
 import re
@@ -134,18 +136,26 @@ class Proxy:
 
     async def infer(self, request: web.Request) -> web.Response:
         """POST /v1/models/{model}/infer."""
+        return await self._infer(request, oip=False)
+
+    async def infer_oip(self, request: web.Request) -> web.Response:
+        """POST /v2/models/{model}/infer, and /v2/models/{model}/versions/{version}/infer, whose
+        version pins as the version header does: the Open Inference Protocol's inference."""
+        return await self._infer(request, oip=True)
+
+    async def _infer(self, request: web.Request, *, oip: bool) -> web.Response:
         try:
-            response = await self._answer(request)
+            response = await self._answer(request, oip=oip)
         except Refused as exc:
             response = _refusal(exc, openai=False, headers=_NO_VERSION)
         if self.stopping.is_set():
             response.force_close()  # "Connection: close": the client's next request goes elsewhere
         return response
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request, *, oip: bool) -> web.Response:
         started = time.perf_counter()
         model = request.match_info["model"]
-        target = self._select(model, self._pin(request))
+        target = self._select(model, request)
         body = await self._read(request, model)
         if isinstance(target, _Pick):
             target = self.table.models[model].pick(request.headers)
@@ -154,11 +164,11 @@ class Proxy:
             forwarded["Content-Type"] = kind
         lines = (f"{name}: {value}\r\n" for name, value in forwarded.items())
         headers = "".join(lines).encode("utf-8", "surrogateescape")
-        response = await self._forward(target, body, headers)
+        response = await self._forward(target, target.oip_url if oip else target.url, headers, body)
         share = call_share(response.headers.get(CALL_SIZE_HEADER))
         target.stats.record(response.status, time.perf_counter() - started, share)
         if response.status == 200:
-            self._mirror(model, target, body, forwarded, response)
+            self._mirror(model, target, body, forwarded, response, oip=oip)
         return response
 
     def _mirror(
@@ -168,8 +178,11 @@ class Proxy:
         body: bytes,
         headers: Mapping[str, str],
         response: web.Response,
+        *,
+        oip: bool,
     ) -> None:
-        """Copy a request another version answered to each shadow version due a copy."""
+        """Copy a request another version answered to each shadow version due a copy, at the
+        same protocol's path."""
         entry = self.table.models.get(model)
         if entry is None or not entry.mirrors or self.shadows is None:
             return
@@ -177,14 +190,50 @@ class Proxy:
         assert isinstance(answer, bytes), "the gateway answers with the version's bytes"
         for mirror in entry.mirrors:
             if mirror.name != target.name and mirror.take():
-                self.shadows.send(model, mirror, target.name, body, headers, answer)
+                self.shadows.send(model, mirror, target.name, body, headers, answer, oip=oip)
+
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        """GET /v2/models/{model} (and /v2/models/{model}/versions/{version}): the model's
+        metadata, as the version a request would go to answers it, passed on. Not counted as
+        a request of the version."""
+        model = request.match_info["model"]
+        try:
+            target = self._choose(model, self._pin(request))
+        except Refused as exc:
+            return _refusal(exc, openai=False, headers=_NO_VERSION)
+        if isinstance(target, _Pick):
+            target = self.table.models[model].choose(request.headers)
+        headers = UpstreamPool.encode_headers(passed_on(request.headers))
+        return await self._forward(target, target.route.open_inference_model_url(model), headers)
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        """GET /v2/models/{model}/ready (and /v2/models/{model}/versions/{version}/ready): 200
+        when a request to the model (or to the pinned version) would be routed; else the error
+        the request would get."""
+        model = request.match_info["model"]
+        try:
+            self._choose(model, self._pin(request))
+        except Refused as exc:
+            return _refusal(exc, openai=False)
+        return web.json_response({"name": model, "ready": True})
 
     def _pin(self, request: web.Request) -> str | None:
-        """The version the request pins, if any. A client outside --trusted-networks pins
-        nothing (unless --pins-from-any-client): its request is routed by weight, as if
-        unpinned, whatever version the header names, so that its answer never tells a version's
-        name from a guess, and clients which always send the header keep working."""
+        """The version the request pins, by the version header or by its path's {version} (the
+        Open Inference Protocol's), if any; refuses with 400 a request whose two name different
+        versions. A client outside --trusted-networks pins nothing (unless
+        --pins-from-any-client): its request is routed by weight, as if unpinned, whatever
+        version it names, so that its answer never tells a version's name from a guess, and
+        clients which always name one keep working."""
         pinned = request.headers.get(VERSION_HEADER)
+        in_path = request.match_info.get("version")
+        if in_path is not None:
+            if pinned is not None and pinned != in_path:
+                raise Refused(
+                    400,
+                    f"the path names version {in_path!r} and the {VERSION_HEADER} header "
+                    f"{pinned!r}: name one version",
+                )
+            pinned = in_path
         config = self.config
         if pinned is None or config.pins_from_any_client or config.trusts(request.remote):
             return pinned
@@ -192,15 +241,24 @@ class Proxy:
         if not self._pin_ignored_logged:
             self._pin_ignored_logged = True
             log.warning(
-                "Ignored the %s header of a client at %s, outside --trusted-networks, and "
+                "Ignored the %s of a client at %s, outside --trusted-networks, and "
                 "routed its request by weight; further ones are counted in "
                 "modelroll_gateway_pins_ignored_total, not logged",
-                VERSION_HEADER,
+                f"{VERSION_HEADER} header" if in_path is None else "version in the path",
                 request.remote,
             )
         return None
 
-    def _select(self, model: str, pinned: str | None) -> Target | _Pick:
+    def _select(self, model: str, request: web.Request) -> Target | _Pick:
+        """As `_choose`, for the version the request pins; a refusal is counted as a request
+        no version answered."""
+        try:
+            return self._choose(model, self._pin(request))
+        except Refused as exc:
+            self.table.unrouted_counter(model, exc.status).inc()
+            raise
+
+    def _choose(self, model: str, pinned: str | None) -> Target | _Pick:
         """The pinned version or PICK (pick by weight once the body is read); refuses with 404
         an unknown model or version, with 503 a model nothing can serve."""
         table = self.table
@@ -208,17 +266,13 @@ class Proxy:
         if entry is None:
             reason = table.invalid_reason(model)
             if reason is not None:
-                table.unrouted_counter(None, 503).inc()
                 raise Refused(503, f"model {model!r} has no valid routes: {reason}")
-            table.unrouted_counter(None, 404).inc()
             raise Refused(404, f"unknown model {model!r}")
         if pinned is not None:
             target = entry.pinned.get(pinned)
             if target is None:
-                table.unrouted_counter(model, 404).inc()
                 raise Refused(404, f"unknown version {pinned!r} of model {model!r}")
             if target.route.standby:
-                table.unrouted_counter(model, 503).inc()
                 raise Refused(
                     503,
                     f"version {pinned!r} of model {model!r} is scaled to zero: no replica is "
@@ -227,7 +281,6 @@ class Proxy:
                 )
             return target
         if not entry.picker:
-            table.unrouted_counter(model, 503).inc()
             raise Refused(503, f"model {model!r} has no routable version (total weight is 0)")
         return PICK
 
@@ -256,7 +309,7 @@ class Proxy:
         try:
             body = await self._read(request, None)
             model = self._model_of(body)
-            target = self._select(model, self._pin(request))
+            target = self._select(model, request)
         except Refused as exc:
             return _refusal(exc, openai=True, headers=_NO_VERSION)
         if isinstance(target, _Pick):
@@ -282,13 +335,22 @@ class Proxy:
             raise Refused(400, 'the body needs a "model": the name of the model to route to')
         return model
 
-    async def _forward(self, target: Target, body: bytes, headers: bytes) -> web.Response:
+    async def _forward(
+        self, target: Target, url: str, headers: bytes, body: bytes | None = None
+    ) -> web.Response:
+        """POST ``body`` to ``url`` of the version (None: GET it), and its answer, or the
+        gateway's error when it gave none."""
         pool = self.pool
         assert pool is not None, "the upstream pool opens with the app"
         version = target.route.name
         deadline = pool.loop.time() + self.config.upstream_timeout
+        # The version's connection gauges follow its inference endpoint alone.
+        endpoint = pool.endpoint(url, target.stats if body is not None else None)
         try:
-            answer = await pool.endpoint(target.url, target.stats).post(body, headers, deadline)
+            if body is None:
+                answer = await endpoint.get(headers, deadline)
+            else:
+                answer = await endpoint.post(body, headers, deadline)
         except UpstreamError as exc:
             metrics = self.table.metrics
             metrics.upstream_errors.labels(target.stats.model, version, exc.reason).inc()
@@ -370,15 +432,47 @@ async def _livez(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-async def _readyz(request: web.Request) -> web.Response:
-    """Ready once routes have been read (an empty or missing ConfigMap counts as read), and
-    unready again from the first moment of shutdown."""
-    app = request.app
+def _unready(app: web.Application) -> str | None:
+    """Why the gateway is not ready (None: it is): ready once routes have been read (an empty
+    or missing ConfigMap counts as read), and unready again from the first moment of
+    shutdown."""
     if app[STOPPING_KEY].is_set():
-        return web.json_response({"error": "the gateway is shutting down"}, status=503)
-    if app[TABLE_KEY].loaded:
-        return web.json_response({"status": "ready"})
-    return web.json_response({"error": "routes not loaded yet"}, status=503)
+        return "the gateway is shutting down"
+    if not app[TABLE_KEY].loaded:
+        return "routes not loaded yet"
+    return None
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    reason = _unready(request.app)
+    if reason is not None:
+        return web.json_response({"error": reason}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+async def _oip_live(request: web.Request) -> web.Response:
+    """GET /v2/health/live: the Open Inference Protocol's liveness, as /livez."""
+    return web.json_response({"live": True})
+
+
+async def _oip_ready(request: web.Request) -> web.Response:
+    """GET /v2/health/ready: the Open Inference Protocol's readiness, as /readyz."""
+    reason = _unready(request.app)
+    if reason is not None:
+        return web.json_response({"error": reason}, status=503)
+    return web.json_response({"ready": True})
+
+
+_SERVER_METADATA = {
+    "name": "modelroll-gateway",
+    "version": importlib.metadata.version("modelroll-gateway"),
+    "extensions": [],
+}
+
+
+async def _oip_server(request: web.Request) -> web.Response:
+    """GET /v2: the Open Inference Protocol's server metadata (no protocol extensions)."""
+    return web.json_response(_SERVER_METADATA)
 
 
 async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
@@ -493,6 +587,15 @@ def create_app(
         app.router.add_post(path, proxy.openai)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model}", _model)
+    app.router.add_post("/v2/models/{model}/infer", proxy.infer_oip)
+    app.router.add_post("/v2/models/{model}/versions/{version}/infer", proxy.infer_oip)
+    app.router.add_get("/v2/models/{model}", proxy.model_metadata)
+    app.router.add_get("/v2/models/{model}/versions/{version}", proxy.model_metadata)
+    app.router.add_get("/v2/models/{model}/ready", proxy.model_ready)
+    app.router.add_get("/v2/models/{model}/versions/{version}/ready", proxy.model_ready)
+    app.router.add_get("/v2/health/live", _oip_live)
+    app.router.add_get("/v2/health/ready", _oip_ready)
+    app.router.add_get("/v2", _oip_server)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
     app.cleanup_ctx.append(_upstream_pool)

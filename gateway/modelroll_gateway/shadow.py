@@ -36,7 +36,8 @@ COMPARED, INCOMPARABLE, TOO_LARGE = "compared", "incomparable", "too_large"
 FAILED, DROPPED = "failed", "dropped"
 SHADOW_OUTCOMES = (COMPARED, INCOMPARABLE, TOO_LARGE, FAILED, DROPPED)
 """How a copy ended: compared with the client's answer; answered 200 but in a shape that cannot
-be compared (not JSON with an ``output``); answered 200, but its answer or the client's is over
+be compared (not JSON with an ``output``, or, for an Open Inference Protocol request, not the
+primary's output tensors); answered 200, but its answer or the client's is over
 ``max_compare_bytes``; failed (another status, no answer, too slow); dropped (``max_in_flight``
 copies were open)."""
 
@@ -66,7 +67,10 @@ class Mirror:
 
     name: str
     url: str
+    """Where copies of requests on the batch path go."""
     percent: int
+    oip_url: str
+    """Where copies of Open Inference Protocol requests go."""
     _credit: int = field(default=0, repr=False)
     """Percent points owed; a copy pays 100 (integers: 10% is exactly 10 of 100)."""
 
@@ -79,12 +83,91 @@ class Mirror:
         return False
 
 
-def _output(body: bytes) -> Any:
+def _output(doc: Any) -> Any:
     """The ``output`` of a model protocol answer; raises ValueError for anything else."""
-    doc = json.loads(body)
     if not isinstance(doc, dict) or "output" not in doc:
         raise ValueError("no output")
     return doc["output"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    """An output tensor of an Open Inference Protocol answer, its data flattened."""
+
+    datatype: str
+    shape: tuple[int, ...]
+    data: list[Any]
+
+    def rows(self) -> list[list[Any]]:
+        """The data split along the first (batch) dimension: one row for a scalar."""
+        if not self.shape:
+            return [self.data]
+        count = self.shape[0]
+        size = len(self.data) // count if count else 0
+        return [self.data[i * size : (i + 1) * size] for i in range(count)]
+
+
+def _flat(data: Any) -> list[Any]:
+    """A tensor's data in row-major order, nested or already flat."""
+    if not isinstance(data, list):
+        return [data]
+    return [item for element in data for item in _flat(element)]
+
+
+def _tensors(doc: Any) -> dict[str, _Tensor]:
+    """The output tensors of an Open Inference Protocol answer, by name; raises ValueError for
+    anything else (a tensor whose data does not fill its shape among them)."""
+    outputs = doc.get("outputs") if isinstance(doc, dict) else None
+    if not isinstance(outputs, list) or not outputs:
+        raise ValueError("no outputs")
+    tensors: dict[str, _Tensor] = {}
+    for output in outputs:
+        if not isinstance(output, dict):
+            raise ValueError("an output is not an object")
+        name, datatype, shape = output.get("name"), output.get("datatype"), output.get("shape")
+        if not isinstance(name, str) or name in tensors or not isinstance(datatype, str):
+            raise ValueError("an output without a name of its own or a datatype")
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise ValueError(f"output {name!r} has no valid shape")
+        data = _flat(output.get("data"))
+        if len(data) != math.prod(shape):
+            raise ValueError(f"output {name!r}: {len(data)} values for shape {shape}")
+        tensors[name] = _Tensor(datatype, tuple(shape), data)
+    return tensors
+
+
+_FLOATS = frozenset({"FP16", "FP32", "FP64", "BF16"})
+
+
+def _tensor_agreement(a: _Tensor, b: _Tensor) -> float:
+    """The mean over rows: for rows of several floats, their cosine similarity; else 1 for
+    equal rows and 0 for different ones."""
+    pairs = list(zip(a.rows(), b.rows(), strict=True))
+    if not pairs:
+        return 1.0
+    scores = (
+        _cosine(x, y)
+        if a.datatype in _FLOATS and len(x) > 1 and _is_vector(x + y)
+        else float(x == y)
+        for x, y in pairs
+    )
+    return math.fsum(scores) / len(pairs)
+
+
+def tensor_agreement(primary: Any, shadow: Any) -> float:
+    """How far two Open Inference Protocol answers agree: the mean over their output tensors
+    (:func:`_tensor_agreement`). Raises ValueError unless both name the same tensors, of the
+    same datatypes and shapes."""
+    a, b = _tensors(primary), _tensors(shadow)
+    if a.keys() != b.keys():
+        raise ValueError(f"outputs {sorted(a)} and {sorted(b)}")
+    for name, tensor in a.items():
+        other = b[name]
+        if (tensor.datatype, tensor.shape) != (other.datatype, other.shape):
+            raise ValueError(f"output {name!r} differs in datatype or shape")
+    return math.fsum(_tensor_agreement(a[name], b[name]) for name in a) / len(a)
 
 
 def _is_vector(value: Any) -> bool:
@@ -104,11 +187,16 @@ def _cosine(a: list[float], b: list[float]) -> float:
 
 
 def agreement(primary: bytes, shadow: bytes) -> float:
-    """How far two answers to the same request agree, from -1 to 1: for vectors of the same
-    length (an embedding), their cosine similarity; for a list of such vectors (a batch of
-    items), the mean of theirs; for anything else (a label, a score, text), 1 when equal and 0
-    when not. Raises ValueError when either is not a model protocol answer."""
-    a, b = _output(primary), _output(shadow)
+    """How far two answers to the same request agree, from -1 to 1. Answers of the Open
+    Inference Protocol (with ``outputs``) by :func:`tensor_agreement`; of the model protocol
+    (with an ``output``): for vectors of the same length (an embedding), their cosine
+    similarity; for a list of such vectors (a batch of items), the mean of theirs; for anything
+    else (a label, a score, text), 1 when equal and 0 when not. Raises ValueError when the
+    shadow's answer is not in the shape of the primary's, or either in neither."""
+    first, second = json.loads(primary), json.loads(shadow)
+    if isinstance(first, dict) and "outputs" in first:
+        return tensor_agreement(first, second)
+    a, b = _output(first), _output(second)
     if _is_vector(a) and _is_vector(b) and len(a) == len(b):
         return _cosine(a, b)
     if (
@@ -157,45 +245,55 @@ class ShadowSender:
         body: bytes,
         headers: Mapping[str, str],
         answer: bytes,
+        *,
+        oip: bool = False,
     ) -> None:
-        """Copy a request that ``primary`` answered with ``answer`` to ``mirror``, in the
-        background (or drop it, counted, when ``max_in_flight`` copies are open); ``headers``
-        are those the request was forwarded with."""
+        """Copy a request that ``primary`` answered with ``answer`` to ``mirror``, at the batch
+        path or (``oip``) the Open Inference Protocol's, in the background (or drop it, counted,
+        when ``max_in_flight`` copies are open); ``headers`` are those the request was
+        forwarded with."""
         if len(self._tasks) >= self.max_in_flight:
             self.metrics.shadow_requests.labels(model, mirror.name, DROPPED).inc()
             return
         lines = UpstreamPool.encode_headers(copy_headers(headers))
-        task = asyncio.get_running_loop().create_task(
-            self._copy(model, mirror, primary, body, lines, answer)
-        )
+        url = mirror.oip_url if oip else mirror.url
+        copy = self._copy((model, mirror.name), url, primary, body, lines, answer)
+        task = asyncio.get_running_loop().create_task(copy)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _copy(
-        self, model: str, mirror: Mirror, primary: str, body: bytes, headers: bytes, answer: bytes
+        self,
+        labels: tuple[str, str],
+        url: str,
+        primary: str,
+        body: bytes,
+        headers: bytes,
+        answer: bytes,
     ) -> None:
+        """Send one copy; ``labels``: its model and shadow version."""
         metrics, loop = self.metrics, self.pool.loop
         started = loop.time()
         try:
-            reply = await self.pool.endpoint(mirror.url).post(body, headers, started + self.timeout)
+            reply = await self.pool.endpoint(url).post(body, headers, started + self.timeout)
         except UpstreamError as exc:
-            log.debug("A shadow copy to %s of model %s failed: %s", mirror.name, model, exc)
-            metrics.shadow_requests.labels(model, mirror.name, FAILED).inc()
+            log.debug("A shadow copy of model %s to %s failed: %s", *labels, exc)
+            metrics.shadow_requests.labels(*labels, FAILED).inc()
             return
-        metrics.shadow_duration.labels(model, mirror.name).observe(loop.time() - started)
+        metrics.shadow_duration.labels(*labels).observe(loop.time() - started)
         if reply.status != 200:
-            metrics.shadow_requests.labels(model, mirror.name, FAILED).inc()
+            metrics.shadow_requests.labels(*labels, FAILED).inc()
             return
         if max(len(answer), len(reply.body)) > self.max_compare_bytes:
-            metrics.shadow_requests.labels(model, mirror.name, TOO_LARGE).inc()
+            metrics.shadow_requests.labels(*labels, TOO_LARGE).inc()
             return
         try:
             score = await loop.run_in_executor(self._comparing, self.compare, answer, reply.body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-            metrics.shadow_requests.labels(model, mirror.name, INCOMPARABLE).inc()
+            metrics.shadow_requests.labels(*labels, INCOMPARABLE).inc()
             return
-        metrics.shadow_requests.labels(model, mirror.name, COMPARED).inc()
-        metrics.shadow_agreement.labels(model, mirror.name, primary).observe(score)
+        metrics.shadow_requests.labels(*labels, COMPARED).inc()
+        metrics.shadow_agreement.labels(*labels, primary).observe(score)
 
     async def close(self) -> None:
         """Cancel the copies still open (the gateway is stopping) and close the pool."""

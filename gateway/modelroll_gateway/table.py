@@ -117,7 +117,10 @@ class Target:
 
     route: VersionRoute
     url: str
+    """Where requests on the batch path go (the sidecar's POST /v1/infer)."""
     stats: VersionStats
+    oip_url: str
+    """Where Open Inference Protocol requests go (the sidecar's POST /v2/models/{model}/infer)."""
 
     @property
     def name(self) -> str:
@@ -145,12 +148,24 @@ class ModelEntry:
     def pick(self, headers: Mapping[str, str]) -> Target:
         """The version of a request not pinned: its cohort's, when the route names a cohort
         header and the request carries it; else the next in weighted round robin."""
-        if self.cohorts is not None and self.route.cohort_header is not None:
-            key = headers.get(self.route.cohort_header)
-            if key:
-                judged, over_budget = self.cohorts.pick(key)
-                return judged if self.budget.take(self.route.model, key) else over_budget
+        key = self._key(headers)
+        if key is not None and self.cohorts is not None:
+            judged, over_budget = self.cohorts.pick(key)
+            return judged if self.budget.take(self.route.model, key) else over_budget
         return self.picker.pick()
+
+    def choose(self, headers: Mapping[str, str]) -> Target:
+        """The version `pick` would give a request with ``headers``, for a question about the
+        model (its metadata) that no analysis judges: no key's budget is spent on it."""
+        key = self._key(headers)
+        if key is not None and self.cohorts is not None:
+            return self.cohorts.pick(key)[0]
+        return self.picker.pick()
+
+    def _key(self, headers: Mapping[str, str]) -> str | None:
+        """The request's cohort key: its cohort header's value, if the route names one."""
+        header = self.route.cohort_header
+        return (headers.get(header) or None) if header is not None else None
 
 
 @dataclass(slots=True)
@@ -232,8 +247,14 @@ class RouteTable:
         return stats
 
     def _targets(self, route: ModelRoute, routing: str) -> dict[str, Target]:
+        model = route.model
         return {
-            v.name: Target(v, v.infer_url, self._stats_for(route.model, v.name, routing))
+            v.name: Target(
+                v,
+                v.infer_url,
+                self._stats_for(model, v.name, routing),
+                v.open_inference_url(model),
+            )
             for v in route.versions
         }
 
@@ -248,7 +269,9 @@ class RouteTable:
                 (t.name, (t, over[t.name]), t.route.weight) for t in judged.values()
             )
         mirrors = tuple(
-            Mirror(v.name, v.infer_url, v.shadow) for v in route.versions if v.shadow > 0
+            Mirror(v.name, v.infer_url, v.shadow, v.open_inference_url(route.model))
+            for v in route.versions
+            if v.shadow > 0
         )
         for mirror in mirrors:  # at 0 from the start, so the dashboard shows each outcome
             for outcome in SHADOW_OUTCOMES:

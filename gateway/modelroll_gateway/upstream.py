@@ -360,7 +360,8 @@ class Endpoint:
         self.ssl = pool.ssl_context if parts.scheme == "https" else None
         host_header = parts.netloc.rsplit("@", 1)[-1]
         path = parts.path or "/"
-        self.prefix = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n".encode()
+        self._target = f"{path} HTTP/1.1\r\nHost: {host_header}\r\n".encode()
+        """The request line after its method, and the Host header."""
         self.idle: deque[_Connection] = deque()
         self.usage: Usage = usage or _Unobserved()
         self._live: set[_Connection] = set()
@@ -496,7 +497,15 @@ class Endpoint:
         """Send one POST and return the whole answer; raises an UpstreamError subclass.
 
         Sent once: only a connection that could not be opened is tried again (see the module)."""
-        data = b"%s%sContent-Length: %d\r\n\r\n%s" % (self.prefix, headers, len(body), body)
+        head = b"POST %s%sContent-Length: %d\r\n\r\n" % (self._target, headers, len(body))
+        return await self._exchange(head + body, deadline)
+
+    async def get(self, headers: bytes, deadline: float) -> UpstreamResponse:
+        """Send one GET (a question, such as a model's metadata) and return the whole answer;
+        raises an UpstreamError subclass."""
+        return await self._exchange(b"GET %s%s\r\n" % (self._target, headers), deadline)
+
+    async def _exchange(self, data: bytes, deadline: float) -> UpstreamResponse:
         conn = self._acquire_idle() or await self._acquire_new(deadline)
         waiter = conn.send(data)
         timer = self.loop.call_at(deadline, _expire, waiter)

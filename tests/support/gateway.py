@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from modelroll_common.calls import CALL_SIZE_HEADER
 from modelroll_gateway.app import PROXY_KEY
 from modelroll_gateway.config import parse_networks
+from modelroll_gateway.shadow import SHADOW_OUTCOMES
 from modelroll_gateway.streaming import StreamingForwarder
 
 
@@ -199,6 +200,16 @@ class Gateway:
             for sample in family.samples
             if sample.name == name and labels.items() <= sample.labels.items()
         )
+
+    def shadow_outcomes(self, model: str) -> dict[str, float]:
+        """How the shadow copies of ``model``'s requests ended so far, by outcome (none at 0)."""
+        counted = {
+            outcome: self.sample(
+                "modelroll_gateway_shadow_requests_total", model=model, outcome=outcome
+            )
+            for outcome in SHADOW_OUTCOMES
+        }
+        return {k: v for k, v in counted.items() if v}
 
 
 StartGateway = Callable[..., Awaitable[Gateway]]

@@ -73,13 +73,7 @@ def routes(routes_file: RoutesFile, stable_url: str, shadow_url: str, percent: i
 
 
 def outcomes(gateway: Gateway) -> dict[str, float]:
-    counted = {
-        outcome: gateway.sample(
-            "modelroll_gateway_shadow_requests_total", model=MODEL, outcome=outcome
-        )
-        for outcome in ("compared", "incomparable", "too_large", "failed", "dropped")
-    }
-    return {k: v for k, v in counted.items() if v}
+    return gateway.shadow_outcomes(MODEL)
 
 
 async def answers(gateway: Gateway, payloads: list[Any]) -> Counter[tuple[int, str]]:
