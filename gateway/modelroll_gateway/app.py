@@ -57,6 +57,14 @@ _WARN_EVERY = 10.0  # seconds between two warnings about the same failing versio
 _INFER_PATH = re.compile(r"/v1/models/[^/]+/infer")
 
 
+BINARY_DATA_HEADER = "Inference-Header-Content-Length"
+"""The Open Inference Protocol's binary tensor extension: the length of the JSON head of a body
+whose tensors follow as raw bytes."""
+BINARY_DATA_REFUSED = (
+    f"the binary tensor data extension ({BINARY_DATA_HEADER}) is not supported: send tensors "
+    "as JSON (tritonclient: binary_data=False)"
+)
+
 STANDBY_RETRY_AFTER_S = 10
 """Retry-After of a request pinned to a version scaled to zero: a replica takes a while."""
 
@@ -156,6 +164,9 @@ class Proxy:
         started = time.perf_counter()
         model = request.match_info["model"]
         target = self._select(model, request)
+        if oip and BINARY_DATA_HEADER in request.headers:
+            self.table.unrouted_counter(model, 400).inc()
+            raise Refused(400, BINARY_DATA_REFUSED, close=True)
         body = await self._read(request, model)
         if isinstance(target, _Pick):
             target = self.table.models[model].pick(request.headers)

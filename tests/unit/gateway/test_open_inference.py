@@ -267,6 +267,15 @@ async def test_errors_are_in_the_protocols_shape_with_its_statuses(
         "",
         {"error": "request body exceeds 1000 bytes"},
     )
+    binary = {"Inference-Header-Content-Length": "40"}
+    assert await infer(gateway, body, headers=binary) == (
+        400,
+        "",
+        {
+            "error": "the binary tensor data extension (Inference-Header-Content-Length) is "
+            "not supported: send tensors as JSON (tritonclient: binary_data=False)"
+        },
+    )
     assert await get(gateway, "/v2/repository/index") == (
         404,
         {"error": "no such path '/v2/repository/index'"},
