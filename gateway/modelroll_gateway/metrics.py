@@ -190,7 +190,8 @@ class GatewayMetrics:
             names.GATEWAY_SHADOW_AGREEMENT,
             "Per compared shadow copy, how far its answer agreed with the one the client got "
             "from the primary version: 1 or 0 for equal or different outputs, the cosine "
-            "similarity for vectors; by model, shadow version and primary version. Mean "
+            "similarity for vectors, the mean over output tensors for the Open Inference "
+            "Protocol's answers; by model, shadow version and primary version. Mean "
             "agreement: _sum / _count.",
             ["model", "version", "primary"],
             buckets=AGREEMENT_BUCKETS,
