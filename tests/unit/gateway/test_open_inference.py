@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
+from modelroll_gateway.app import STOPPING_KEY
 from modelroll_gateway.config import parse_networks
 from modelroll_gateway.shadow import agreement
 from tests.support.gateway import Gateway, RoutesFile, StartGateway, route
@@ -301,6 +302,12 @@ async def test_health_and_server_metadata(
     assert server["name"] == "modelroll-gateway"
     assert server["extensions"] == []
     assert isinstance(server["version"], str)
+    gateway.server.app[STOPPING_KEY].set()  # as on SIGTERM
+    assert await get(gateway, "/v2/health/ready") == (
+        503,
+        {"error": "the gateway is shutting down"},
+    )
+    assert await get(gateway, "/v2/health/live") == (200, {"live": True})
 
 
 @pytest.mark.parametrize(
@@ -432,3 +439,26 @@ def test_tensors_that_differ_in_name_datatype_or_shape_are_incomparable(
     primary = answer(("probs", "FP32", [2, 2], [0.6, 0.8, 1.0, 0.0]))
     with pytest.raises(ValueError, match=why):
         agreement(primary, copy)
+
+
+async def test_a_cohorts_metadata_is_its_versions_and_spends_none_of_its_budget(
+    aiohttp_server: AiohttpServer, start_gateway: StartGateway, routes_file: RoutesFile
+) -> None:
+    gateway, _, _ = await two_versions(
+        aiohttp_server,
+        start_gateway,
+        routes_file,
+        weights=(1, 1),
+        cohort_header="X-User",
+        cohort_key_budget=1,
+    )
+    user = {"X-User": "ann"}
+    asked = set()
+    for _ in range(3):
+        async with gateway.session.get(gateway.url(f"/v2/models/{MODEL}"), headers=user) as resp:
+            assert resp.status == 200
+            asked.add(resp.headers["X-Modelroll-Version"])
+    (version,) = asked
+    assert (await infer(gateway, request([[1.0, 2.0]]), headers=user))[:2] == (200, version)
+    # The key's one judged request a minute is its first inference.
+    assert requests(gateway, version, "cohort") == 1
