@@ -99,7 +99,10 @@ class _Tensor:
     data: list[Any]
 
     def rows(self) -> list[list[Any]]:
-        """The data split along the first (batch) dimension: one row for a scalar."""
+        """The data split along the first (batch) dimension: one row for a scalar, none for a
+        tensor without values."""
+        if not self.data:
+            return []
         if not self.shape:
             return [self.data]
         count = self.shape[0]
@@ -141,7 +144,7 @@ def _tensors(doc: Any) -> dict[str, _Tensor]:
 _FLOATS = frozenset({"FP16", "FP32", "FP64", "BF16"})
 
 
-def _tensor_agreement(a: _Tensor, b: _Tensor) -> float:
+def _rows_agreement(a: _Tensor, b: _Tensor) -> float:
     """The mean over rows: for rows of several floats, their cosine similarity; else 1 for
     equal rows and 0 for different ones."""
     pairs = list(zip(a.rows(), b.rows(), strict=True))
@@ -158,7 +161,7 @@ def _tensor_agreement(a: _Tensor, b: _Tensor) -> float:
 
 def tensor_agreement(primary: Any, shadow: Any) -> float:
     """How far two Open Inference Protocol answers agree: the mean over their output tensors
-    (:func:`_tensor_agreement`). Raises ValueError unless both name the same tensors, of the
+    (:func:`_rows_agreement`). Raises ValueError unless both name the same tensors, of the
     same datatypes and shapes."""
     a, b = _tensors(primary), _tensors(shadow)
     if a.keys() != b.keys():
@@ -167,7 +170,7 @@ def tensor_agreement(primary: Any, shadow: Any) -> float:
         other = b[name]
         if (tensor.datatype, tensor.shape) != (other.datatype, other.shape):
             raise ValueError(f"output {name!r} differs in datatype or shape")
-    return math.fsum(_tensor_agreement(a[name], b[name]) for name in a) / len(a)
+    return math.fsum(_rows_agreement(a[name], b[name]) for name in a) / len(a)
 
 
 def _is_vector(value: Any) -> bool:
