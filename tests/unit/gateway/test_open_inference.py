@@ -418,7 +418,7 @@ def test_tensors_agree_row_by_row_and_answers_by_their_mean() -> None:
     scores = ("score", "FP64", [2, 1], [0.5, 0.25])
     assert agreement(answer(scores), answer(("score", "FP64", [2, 1], [0.5, 0.5]))) == 0.5
     # A tensor without values agrees with itself.
-    empty = ("none", "FP32", [3, 0], [])
+    empty: tuple[str, str, list[int], list[Any]] = ("none", "FP32", [3, 0], [])
     assert agreement(answer(empty), answer(empty)) == 1.0
     # Several tensors: the mean of theirs, whatever their order.
     assert agreement(answer(probabilities, labels), answer(labels, turned)) == 0.75
