@@ -1,12 +1,15 @@
 """The official Triton HTTP client pointed at `modelroll-gateway`, a real process, in front of a
-real MLServer: the same answers as from MLServer directly, its first calls (health, readiness,
-metadata) answered, a pinned request on the pinned version, and every inference counted per
-version."""
+real MLServer, directly or through sidecars (``--protocol openinference``): the same answers as
+from MLServer directly, its first calls (health, readiness, metadata) answered, a pinned request
+on the pinned version, every inference counted per version, and shadow copies compared by
+tensor."""
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from modelroll_devcluster.mlserver import MLServer, samples
 from tests.support.gateway import route
+from tests.support.mlserver import sidecar
 from tests.support.processes import Spawn, free_port
 
 
@@ -33,41 +37,49 @@ def predict(answer: triton.InferResult) -> list[int]:
     return [int(digit) for digit in answer.as_numpy("predict").ravel()]
 
 
-def requests_counted(admin: str) -> dict[tuple[str, str, str, str], float]:
-    """The gateway's modelroll_gateway_requests_total by (model, version, routing, code), the
-    counts above 0."""
+def scraped(admin: str, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+    """The gateway's samples of ``name`` above 0, by the values of ``labels``."""
     with urllib.request.urlopen(f"{admin}/metrics", timeout=10) as resp:  # noqa: S310 (loopback)
         text = resp.read().decode()
-    counted: dict[tuple[str, str, str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "modelroll_gateway_requests_total" and sample.value:
-                labels = sample.labels
-                key = (labels["model"], labels["version"], labels["routing"], labels["code"])
-                counted[key] = sample.value
-    return counted
+    return {
+        tuple(sample.labels[label] for label in labels): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and sample.value
+    }
 
 
-@pytest.fixture
-def gateway(spawn: Spawn, tmp_path: Path, mlserver: MLServer) -> tuple[str, str]:
-    """A gateway process routing MLServer's digits and sentiment models, each to the versions
-    stable-v1 (weight 1) and canary-v2 (weight 0), both MLServer itself; it trusts loopback's
-    pins. Its clients' URL and its admin URL."""
+def requests_counted(admin: str) -> dict[tuple[str, ...], float]:
+    """The gateway's modelroll_gateway_requests_total by (model, version, routing, code)."""
+    labels = ("model", "version", "routing", "code")
+    return scraped(admin, "modelroll_gateway_requests_total", *labels)
+
+
+def start_gateway(spawn: Spawn, tmp_path: Path, routes: dict[str, object]) -> tuple[str, str]:
+    """A gateway process following ``routes``, trusting loopback's pins, ready: its clients'
+    URL and its admin URL."""
     port, admin = free_port(), free_port()
-    routes = tmp_path / "routes.json"
-    versions = (("stable-v1", 1, mlserver.url), ("canary-v2", 0, mlserver.url))
-    routes.write_text(json.dumps({m: route(m, *versions) for m in ("digits", "sentiment")}))
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps(routes))
     spawn(
         "modelroll-gateway",
         ready=f"http://127.0.0.1:{port}/v2/health/ready",
         env={
             "MODELROLL_PORT": str(port),
             "MODELROLL_ADMIN_PORT": str(admin),
-            "MODELROLL_ROUTES_FILE": str(routes),
+            "MODELROLL_ROUTES_FILE": str(path),
             "MODELROLL_TRUSTED_NETWORKS": "127.0.0.1/32",
         },
     )
     return f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+
+
+@pytest.fixture
+def gateway(spawn: Spawn, tmp_path: Path, mlserver: MLServer) -> tuple[str, str]:
+    """A gateway routing MLServer's digits and sentiment models, each to the versions stable-v1
+    (weight 1) and canary-v2 (weight 0), both MLServer itself."""
+    versions = (("stable-v1", 1, mlserver.url), ("canary-v2", 0, mlserver.url))
+    return start_gateway(spawn, tmp_path, {m: route(m, *versions) for m in ("digits", "sentiment")})
 
 
 def test_the_triton_client_gets_mlservers_answers_through_the_gateway(
@@ -116,3 +128,46 @@ def test_a_pinned_request_goes_to_the_pinned_version(gateway: tuple[str, str]) -
     }
     with pytest.raises(triton.InferenceServerException, match="unknown version 'v9'"):
         through.infer("digits", [digits_input(pixels)], model_version="v9")
+
+
+def test_through_sidecars_clients_get_mlservers_answers_and_a_shadow_agrees(
+    spawn: Spawn, tmp_path: Path, mlserver: MLServer
+) -> None:
+    stable = sidecar(spawn, mlserver, "handwriting", "digits", "stable-v1")
+    shadow = sidecar(spawn, mlserver, "handwriting", "digits", "shadow-v2")
+    versions = [
+        {"name": "stable-v1", "weight": 1, "endpoint": f"http://{stable}"},
+        {"name": "shadow-v2", "weight": 0, "endpoint": f"http://{shadow}", "shadow": 100},
+    ]
+    url, admin = start_gateway(
+        spawn, tmp_path, {"handwriting": {"model": "handwriting", "versions": versions}}
+    )
+    through, direct = client(url), client(mlserver.url)
+    metadata = through.get_model_metadata("handwriting")
+    assert (metadata["name"], metadata["versions"]) == ("handwriting", ["stable-v1"])
+    pixels = np.asarray(samples(mlserver.models, "digits")["inputs"], dtype=np.float32)
+
+    def ask(n: int) -> tuple[str, list[int]]:
+        # A client of its own per thread: tritonclient's connections are gevent's.
+        answer = client(url).infer("handwriting", [digits_input(pixels[n : n + 1 + n % 3])])
+        return answer.get_response()["model_version"], predict(answer)
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, range(12)))
+    for n, (version, digits) in enumerate(answers):
+        assert version == "stable-v1"
+        assert digits == predict(direct.infer("digits", [digits_input(pixels[n : n + 1 + n % 3])]))
+    pinned = through.infer("handwriting", [digits_input(pixels[:2])], model_version="shadow-v2")
+    assert pinned.get_response()["model_version"] == "shadow-v2"
+    assert requests_counted(admin) == {
+        ("handwriting", "stable-v1", "weight", "200"): 12,
+        ("handwriting", "shadow-v2", "pin", "200"): 1,
+    }
+    # Each request the stable answered was copied to the shadow, and the same forest agreed.
+    deadline = time.monotonic() + 20
+    outcome = "modelroll_gateway_shadow_requests_total"
+    while scraped(admin, outcome, "outcome") != {("compared",): 12}:
+        assert time.monotonic() < deadline, scraped(admin, outcome, "outcome")
+        time.sleep(0.1)
+    agreement = "modelroll_gateway_shadow_agreement_sum"
+    assert scraped(admin, agreement, "version", "primary") == {("shadow-v2", "stable-v1"): 12}

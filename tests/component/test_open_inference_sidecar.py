@@ -17,28 +17,11 @@ import numpy as np
 import tritonclient.http as triton
 
 from modelroll_devcluster.mlserver import MLServer, samples
-from tests.support.processes import Spawn, free_port
+from tests.support.mlserver import sidecar
+from tests.support.processes import Spawn
 
 CLIENTS = 6
 ROUNDS = 4
-
-
-def sidecar(spawn: Spawn, server: MLServer, model: str, served: str) -> str:
-    """A sidecar of ``model`` (version v1) in front of ``server``'s ``served``; its host:port."""
-    port = free_port()
-    spawn(
-        "modelroll-sidecar",
-        f"--port={port}",
-        f"--upstream={server.url}",
-        "--protocol=openinference",
-        f"--model={model}",
-        "--version=v1",
-        f"--served-model-name={served}",
-        "--wait-policy=fixed",
-        "--max-wait-ms=50",
-        ready=f"http://127.0.0.1:{port}/readyz",
-    )
-    return f"127.0.0.1:{port}"
 
 
 def digits(url: str, model: str, pixels: np.ndarray) -> list[int]:

@@ -1,5 +1,5 @@
 """MLServer serving the trained scikit-learn models, for the tests that need a real Open
-Inference Protocol server (``make mlserver`` makes its virtualenv)."""
+Inference Protocol server (``make mlserver`` makes its virtualenv), and sidecars in front of it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from modelroll_devcluster.mlserver import AdaptiveBatching, MLServer, train
 from modelroll_devcluster.processes import ClusterError
+from tests.support.processes import Spawn, free_port
 
 
 def trained_models(out: Path) -> Path:
@@ -37,3 +38,22 @@ def mlserver(
         yield server
     finally:
         server.stop()
+
+
+def sidecar(spawn: Spawn, server: MLServer, model: str, served: str, version: str = "v1") -> str:
+    """A sidecar process (``--protocol openinference``) of ``version`` of ``model`` in front of
+    ``server``'s ``served``, ready; its host:port."""
+    port = free_port()
+    spawn(
+        "modelroll-sidecar",
+        f"--port={port}",
+        f"--upstream={server.url}",
+        "--protocol=openinference",
+        f"--model={model}",
+        f"--version={version}",
+        f"--served-model-name={served}",
+        "--wait-policy=fixed",
+        "--max-wait-ms=50",
+        ready=f"http://127.0.0.1:{port}/readyz",
+    )
+    return f"127.0.0.1:{port}"
