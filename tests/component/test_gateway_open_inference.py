@@ -110,6 +110,10 @@ def test_the_triton_client_gets_mlservers_answers_through_the_gateway(
         ("digits", "stable-v1", "weight", "200"): 1,
         ("sentiment", "stable-v1", "weight", "200"): 1,
     }
+    binary = triton.InferInput("pixels", [1, 64], "FP32")
+    binary.set_data_from_numpy(pixels[:1])  # tritonclient's default: the binary extension
+    with pytest.raises(triton.InferenceServerException, match=r"send tensors as JSON"):
+        through.infer("digits", [binary])
 
 
 def test_a_pinned_request_goes_to_the_pinned_version(gateway: tuple[str, str]) -> None:
