@@ -63,6 +63,10 @@ bench-sidecar: venv wrk ## Sidecar against no batching and a sleep-then-drain ba
 bench-gateway: venv wrk ## The gateway's added p50/p99 latency and its rate against a bare aiohttp echo server.
 	$(BENCH) gateway $(ARGS)
 
+.PHONY: bench-oip
+bench-oip: venv mlserver ## MLServer (Open Inference Protocol) directly, through the sidecar (no batching, default batching) and the gateway, its own batching off and on.
+	$(BENCH) oip $(ARGS)
+
 .PHONY: bench-analysis
 bench-analysis: venv ## Canary analysis against Flagger's rule on simulated traffic: false rollbacks, time to detect.
 	$(BENCH) analysis $(ARGS)

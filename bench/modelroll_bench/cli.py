@@ -13,6 +13,7 @@ modelroll-bench analysis           (make bench-analysis)
 modelroll-bench llm                (make bench-llm)
 modelroll-bench encoder            (make bench-encoder)
 modelroll-bench llama              (make bench-llama)
+modelroll-bench oip                (make bench-oip)
 modelroll-bench simulate           (make bench-simulate)
 modelroll-bench gpu --device cpu   (bench/gpu/run.sh; make bench-gpu-cpu)
 """
@@ -37,6 +38,7 @@ from . import (
     lengths,
     llama,
     llm,
+    oip,
     promote,
     rollback,
     sidecar,
@@ -213,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         llm.SUITE,
         llama.SUITE,
         promote.SUITE,
+        oip.SUITE,
     ):
         register(sub, suite)
     return parser

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from modelroll_devcluster.processes import free_port
 from modelroll_devcluster.sentences import sentences as seeded_sentences
@@ -58,6 +58,7 @@ from .runs import (
 from .stats import Spread, paired_ratios, spread
 from .systems import Batching, System, batcher, serve
 
+T = TypeVar("T")
 BASELINE = "no batching"
 SYSTEMS = (
     System(BASELINE, "sidecar", Batching(max_batch=1)),
@@ -155,7 +156,7 @@ def cpu_model() -> str:
     return ""
 
 
-def rotated(systems: Sequence[System], r: int) -> list[System]:
+def rotated(systems: Sequence[T], r: int) -> list[T]:
     """The systems in round ``r``'s order: each round starts one system later, so drift on the
     machine does not always fall on the same one."""
     shift = r % len(systems)
