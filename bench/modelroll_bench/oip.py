@@ -37,9 +37,10 @@ from .figures import Figure, LoadSummary
 from .gateway import MODEL, gateway_to
 from .gateway import Setup as GatewaySetup
 from .loadgen import HEADERS, Body, closed_loop
+from .metrics import Watch
 from .runs import load_average, sequential_ms
 from .servers import Check, serve_module
-from .stats import paired_ratios, spread
+from .stats import Spread, paired_ratios, spread
 from .suite import Suite, markdown
 
 DIRECT, NO_BATCHING, SIDECAR, GATEWAY = "direct", "sidecar B=1", "sidecar", "gateway+sidecar"
@@ -48,6 +49,8 @@ PATHS = (DIRECT, NO_BATCHING, SIDECAR, GATEWAY)
 SERVER_BATCHING = ("off", "on")
 """MLServer's adaptive batching."""
 BASELINE = f"{DIRECT}, MLServer batching off"
+INFER = f"/v2/models/{MODEL}/infer"
+"""A sidecar's and the gateway's infer path: the bench's model name, not MLServer's."""
 
 
 def label(path: str, server_batching: str) -> str:
@@ -103,6 +106,8 @@ class Run:
     system: str
     load: LoadSummary
     load_average_1m: float
+    mean_batch: float | None = None
+    """The sidecar's rows a model call over the run (its ``/metrics``; None without a sidecar)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ class SystemFigures:
     p95_ms: Figure
     p99_ms: Figure
     errors: int
+    mean_batch: Spread | None
 
 
 @dataclass(frozen=True)
@@ -194,24 +200,33 @@ async def mlserver(
         await asyncio.to_thread(server.stop)
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a path's clients send (its infer URL), and the metrics of the sidecar on it."""
+
+    infer: str
+    sidecar_metrics: str | None = None
+
+
 async def paths_to(
     stack: contextlib.AsyncExitStack, server: MLServer, setup: Setup
-) -> dict[str, str]:
-    """The infer URL of every path of ``setup`` to ``server``, starting what they go through."""
-    urls = {DIRECT: f"{server.url}/v2/models/{setup.model}/infer"}
+) -> dict[str, Endpoint]:
+    """Every path of ``setup`` to ``server``, starting what it goes through."""
+    found = {DIRECT: Endpoint(f"{server.url}/v2/models/{setup.model}/infer")}
+    sidecars: dict[str, str] = {}
     for path, batched in ((NO_BATCHING, False), (SIDECAR, True)):
         if path in setup.paths or (batched and GATEWAY in setup.paths):
             port = free_port()
             args = sidecar_args(port, server.url, setup.model, batched)
             sidecar = await stack.enter_async_context(serve_module("modelroll_sidecar", args, port))
-            urls[path] = f"{sidecar.url}/v2/models/{MODEL}/infer"
+            sidecars[path] = sidecar.url
+            found[path] = Endpoint(f"{sidecar.url}{INFER}", f"{sidecar.url}/metrics")
     if GATEWAY in setup.paths:
-        sidecar_url = urls[SIDECAR].removesuffix(f"/v2/models/{MODEL}/infer")
         gateway = await stack.enter_async_context(
-            gateway_to(sidecar_url, GatewaySetup(pin=False), "uvloop", None)
+            gateway_to(sidecars[SIDECAR], GatewaySetup(pin=False), "uvloop", None)
         )
-        urls[GATEWAY] = f"{gateway.url}/v2/models/{MODEL}/infer"
-    return {path: url for path, url in urls.items() if path in setup.paths}
+        found[GATEWAY] = Endpoint(f"{gateway.url}{INFER}", found[SIDECAR].sidecar_metrics)
+    return {path: endpoint for path, endpoint in found.items() if path in setup.paths}
 
 
 MODEL_TEXT = {
@@ -240,16 +255,17 @@ async def measure(setup: Setup) -> Measured:
         settings = json.loads((models / setup.model / "model-settings.json").read_text())
         expected = samples(models, setup.model)
         on = AdaptiveBatching(setup.mlserver_max_batch, setup.mlserver_max_wait_ms / 1000)
-        urls: dict[str, str] = {}
+        endpoints: dict[str, Endpoint] = {}
         answers: dict[str, bool] = {}
         for server_batching in setup.server_batching:
             batching = on if server_batching == "on" else None
             server = await stack.enter_async_context(
                 mlserver(models, tmp / f"mlserver-{server_batching}", batching)
             )
-            for path, url in (await paths_to(stack, server, setup)).items():
-                urls[label(path, server_batching)] = url
-                answers[label(path, server_batching)] = await answers_agree(url, settings, expected)
+            for path, endpoint in (await paths_to(stack, server, setup)).items():
+                system = label(path, server_batching)
+                endpoints[system] = endpoint
+                answers[system] = await answers_agree(endpoint.infer, settings, expected)
             if server_batching == "off" or "off" not in setup.server_batching:
                 cost = await measure_cost(
                     f"{server.url}/v2/models/{setup.model}/infer",
@@ -269,23 +285,27 @@ async def measure(setup: Setup) -> Measured:
         for r in range(setup.rounds):
             for system in rotated(setup.systems, r):
                 average = load_average()
-                result = await closed_loop(
-                    urls[system],
-                    body,
-                    setup.concurrency,
-                    setup.duration_s,
-                    label=system,
-                    warmup_s=setup.warmup_s,
-                )
-                runs.append(Run(r + 1, system, result.report(), round(average, 2)))
-                print(f"  round {r + 1}  {_line(runs[-1].load)}", flush=True)
+                async with Watch(endpoints[system].sidecar_metrics) as watch:
+                    result = await closed_loop(
+                        endpoints[system].infer,
+                        body,
+                        setup.concurrency,
+                        setup.duration_s,
+                        label=system,
+                        warmup_s=setup.warmup_s,
+                    )
+                mean = watch.delta.mean_batch if watch.delta else None
+                runs.append(Run(r + 1, system, result.report(), round(average, 2), mean))
+                print(f"  round {r + 1}  {_line(runs[-1])}", flush=True)
     return Measured(text, cost, answers, runs)
 
 
-def _line(load: LoadSummary) -> str:
+def _line(run: Run) -> str:
+    load = run.load
+    mean = "-" if run.mean_batch is None else f"{run.mean_batch:.1f}"
     return (
         f"{load.label:<40} {load.throughput_rps:8.1f} req/s  {load.latency.text()}  "
-        f"errors {load.error_count}"
+        f"sidecar's mean batch {mean}  errors {load.error_count}"
     )
 
 
@@ -311,6 +331,7 @@ def summarize(setup: Setup, measured: Measured) -> Summary:
             p95_ms=figure(system, "p95_ms"),
             p99_ms=figure(system, "p99_ms"),
             errors=sum(run.load.error_count for run in measured.runs if run.system == system),
+            mean_batch=spread(run.mean_batch for run in measured.runs if run.system == system),
         )
         for system in setup.systems
     }
@@ -343,6 +364,7 @@ def render(setup: Setup, summary: Summary) -> str:
         "p95 ms",
         "p99 ms",
         "p99 x direct",
+        "sidecar's mean batch",
         "errors",
     ]
     rows = []
@@ -358,6 +380,7 @@ def render(setup: Setup, summary: Summary) -> str:
                 _cell(figs.p95_ms),
                 _cell(figs.p99_ms),
                 _ratio(figs.p99_ms),
+                "-" if figs.mean_batch is None else f"{figs.mean_batch.median:.1f}",
                 str(figs.errors),
             ]
         )

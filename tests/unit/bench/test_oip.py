@@ -1,5 +1,5 @@
-"""make bench-oip's own arithmetic: the request bodies it sends, the model's cost per row, and
-ratios to MLServer called directly taken round by round."""
+"""make bench-oip's own arithmetic: the request bodies it sends, the model's cost per row,
+ratios to MLServer called directly taken round by round, and the sidecar's mean batch."""
 
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ def test_ratios_to_direct_are_taken_round_by_round() -> None:
     sidecar = label("sidecar", "off")
     runs = [
         Run(1, BASELINE, load(BASELINE, 100.0, 10.0), 0.0),
-        Run(1, sidecar, load(sidecar, 300.0, 5.0), 0.0),
+        Run(1, sidecar, load(sidecar, 300.0, 5.0), 0.0, mean_batch=4.0),
         Run(2, BASELINE, load(BASELINE, 50.0, 20.0), 0.0),
-        Run(2, sidecar, load(sidecar, 200.0, 20.0), 0.0),
+        Run(2, sidecar, load(sidecar, 200.0, 20.0), 0.0, mean_batch=6.0),
     ]
     summary = summarize(setup, Measured("digits", Cost(5.0, 2, 6.0), {}, runs))
     figures = summary.systems[sidecar]
@@ -76,3 +76,6 @@ def test_ratios_to_direct_are_taken_round_by_round() -> None:
     assert (throughput.ratio_to_baseline.low, throughput.ratio_to_baseline.high) == (3.0, 4.0)
     assert p99.ratio_to_baseline is not None
     assert (p99.ratio_to_baseline.low, p99.ratio_to_baseline.high) == (0.5, 1.0)
+    assert figures.mean_batch is not None
+    assert figures.mean_batch.median == 5.0
+    assert summary.systems[BASELINE].mean_batch is None
