@@ -185,7 +185,11 @@ PROTOCOL = Choice(
     "iteration; the sidecar streams /v1/chat/completions and /v1/completions through, at most "
     "spec.sidecar.maxInFlight at once, batches only /v1/embeddings (by spec.batching), and takes "
     "the engine's GET /health as its readiness. Give the engine the model's name as its served "
-    "model name (vLLM: --served-model-name), since clients name the model in each request.",
+    "model name (vLLM: --served-model-name), since clients name the model in each request. "
+    "OpenInference: a server of the Open Inference Protocol (KServe's v2: MLServer, KServe's "
+    "Python runtimes, Triton); the sidecar batches clients' POST /v2/models/{model}/infer by "
+    "rows (by spec.batching), sends each batch as one infer call to the model as the server "
+    "names it (spec.server.servedModelName), and takes GET /v2/health/ready as its readiness.",
 )
 """spec.protocol: what the model server speaks (a flag only when not Batch, so adding it rolled
 no existing Deployment)."""
