@@ -38,6 +38,9 @@ CONTROL_PORT = 8001
 """The sidecar's --control-port in managed pods: GET /prestop on 127.0.0.1 only, which the
 preStop hook calls from inside the sidecar container. Not a container port: nothing outside the
 pod can reach it. spec.server.port may not take it (the model server would hold it first)."""
+SERVED_MODEL_NAME_FLAG = "--served-model-name"
+"""The sidecar's flag for spec.server.servedModelName (protocol OpenInference); left out, the
+sidecar calls the model server by spec.model."""
 PRESTOP_COMMAND = ("python3", "-m", "modelroll_sidecar.prestop", f"--control-port={CONTROL_PORT}")
 """The preStop exec hook (modelroll_sidecar.prestop in the sidecar image)."""
 
@@ -87,6 +90,11 @@ def sidecar_args(name: str, spec: ModelVersionSpec, config: OperatorConfig) -> l
         *spec.batching.sidecar_flags(),
         *spec.sidecar.sidecar_flags(),
         *([PROTOCOL.flag_for(spec.protocol)] if spec.protocol != PROTOCOL.default else []),
+        *(
+            [f"{SERVED_MODEL_NAME_FLAG}={served}"]
+            if (served := spec.server.served_model_name)
+            else []
+        ),
         *(
             [f"--engine-api-key-file={ENGINE_KEY_FILE}"]
             if spec.sidecar.engine_api_key_secret

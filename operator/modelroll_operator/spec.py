@@ -421,6 +421,10 @@ def name_field(description: str, **bounds: Any) -> Any:
     return api(description, default=None, max_length=253, empty_is_none=True, read=_named, **bounds)
 
 
+SERVED_MODEL_NAME = "^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+"""A model server's name for a model: one segment of its URL path, as the sidecar writes it."""
+
+
 @dataclass(frozen=True)
 class Server:
     """spec.server: the model server container of a managed version, and the pod fields that a
@@ -434,14 +438,25 @@ class Server:
         enum=("Always", "IfNotPresent", "Never"),
     )
     port: int = api(
-        "The port the model server listens on for POST /v1/batch and GET /readyz. The sidecar "
-        "reaches it over localhost in the pod; other pods are kept off it only by a "
-        "NetworkPolicy (the chart ships one).",
+        "The port the model server listens on for POST /v1/batch and GET /readyz (protocols "
+        "OpenAI and OpenInference: for their own paths). The sidecar reaches it over localhost "
+        "in the pod; other pods are kept off it only by a NetworkPolicy (the chart ships one).",
         default=8080,
         defaulted=True,
         minimum=1,
         maximum=65535,
     )
+    served_model_name: str | None = api(
+        "protocol OpenInference: the model's name in the model server, the {name} of its "
+        "/v2/models/{name}/infer (MLServer: model-settings.json's name). Clients name the "
+        "model by spec.model; the sidecar calls the server with this name. Default: spec.model.",
+        default=None,
+        empty_is_none=True,
+        max_length=253,
+        pattern=SERVED_MODEL_NAME,
+    )
+    """The model server's own name for the model (the sidecar's --served-model-name); None:
+    spec.model."""
     command: tuple[str, ...] = api(
         "Overrides the image's entrypoint.",
         default=(),
@@ -722,7 +737,8 @@ class Scaling:
     )
     queue_wait_p95_ms: int | None = api(
         "Target: the 95th percentile of the time requests wait in the sidecar's queue over the "
-        "last minute, in milliseconds (modelroll_queue_wait_seconds). Batch protocol only.",
+        "last minute, in milliseconds (modelroll_queue_wait_seconds). Protocols Batch and "
+        "OpenInference.",
         default=None,
         minimum=1,
         maximum=3600000,
@@ -810,8 +826,9 @@ class ModelVersionSpec:
         Rule(
             "!has(self.scaling) || !(has(self.protocol) && self.protocol == 'OpenAI') || "
             "!has(self.scaling.queueWaitP95Ms)",
-            "spec.scaling.queueWaitP95Ms needs spec.protocol Batch: an OpenAI version's sidecar "
-            "queues nothing; use timeToFirstTokenP95Ms, tokensPerSecond or inFlight",
+            "spec.scaling.queueWaitP95Ms needs spec.protocol Batch or OpenInference: an OpenAI "
+            "version's sidecar queues nothing; use timeToFirstTokenP95Ms, tokensPerSecond or "
+            "inFlight",
         ),
         Rule(
             "!has(self.scaling) || (has(self.protocol) && self.protocol == 'OpenAI') || "
@@ -824,6 +841,18 @@ class ModelVersionSpec:
             "has(self.batching.lengthFrom) && self.batching.lengthFrom == 'Tokenizer')",
             "spec.batching.lengthFrom Tokenizer needs spec.protocol Batch: the model protocol "
             "serves a tokenizer, an OpenAI engine does not",
+        ),
+        Rule(
+            "!(has(self.protocol) && self.protocol == 'OpenInference' && has(self.batching) && "
+            "has(self.batching.lengthFrom) && self.batching.lengthFrom == 'Tokenizer')",
+            "spec.batching.lengthFrom Tokenizer needs spec.protocol Batch: an OpenInference "
+            "server serves no tokenizer of the model protocol's",
+        ),
+        Rule(
+            "!has(self.server) || !has(self.server.servedModelName) || "
+            "(has(self.protocol) && self.protocol == 'OpenInference')",
+            "spec.server.servedModelName needs spec.protocol OpenInference: only an Open "
+            "Inference Protocol server is called by the model's name in its path",
         ),
     )
 
@@ -971,6 +1000,9 @@ class ModelVersionSpec:
             raise SpecError("spec.backendRef is for external versions, not with spec.server")
         if self.scaling is not None and self.server is None:
             raise SpecError("spec.scaling is for managed versions (spec.server)")
+        served = self.server.served_model_name if self.server else None
+        if served is not None and self.protocol != "OpenInference":
+            raise SpecError("spec.server.servedModelName needs spec.protocol OpenInference")
 
     @property
     def managed(self) -> bool:

@@ -49,6 +49,11 @@ def dry_run(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> dict[str, An
     return doc
 
 
+def open_inference(server: dict[str, Any] = SERVER, **spec: Any) -> dict[str, Any]:
+    """A managed OpenInference version of model iris."""
+    return model_version("v1", "iris", server=server, protocol="OpenInference", **spec)
+
+
 def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
     with pytest.raises(KubectlError) as caught:
         dry_run(cluster, ns, manifest)
@@ -129,6 +134,37 @@ def rejection(cluster: Cluster, ns: str, manifest: dict[str, Any]) -> str:
             ),
             "spec.batching.lengthFrom Tokenizer needs spec.protocol Batch",
             id="tokenizer-lengths-for-an-openai-engine",
+        ),
+        pytest.param(
+            open_inference(batching={"lengthFrom": "Tokenizer"}),
+            "spec.batching.lengthFrom Tokenizer needs spec.protocol Batch: an OpenInference "
+            "server serves no tokenizer",
+            id="tokenizer-lengths-for-an-open-inference-server",
+        ),
+        pytest.param(
+            model_version("v1", "iris", server={**SERVER, "servedModelName": "iris-sklearn"}),
+            "spec.server.servedModelName needs spec.protocol OpenInference",
+            id="served-model-name-on-a-batch-version",
+        ),
+        pytest.param(
+            model_version(
+                "v1",
+                "chat",
+                server={**SERVER, "servedModelName": "chat"},
+                protocol="OpenAI",
+            ),
+            "spec.server.servedModelName needs spec.protocol OpenInference",
+            id="served-model-name-on-an-openai-version",
+        ),
+        pytest.param(
+            open_inference({**SERVER, "servedModelName": "iris/v2"}),
+            "spec.server.servedModelName in body should match",
+            id="served-model-name-not-one-path-segment",
+        ),
+        pytest.param(
+            open_inference(scaling={"maxReplicas": 2, "timeToFirstTokenP95Ms": 500}),
+            "spec.scaling.timeToFirstTokenP95Ms and tokensPerSecond need spec.protocol OpenAI",
+            id="scaling-chat-target-on-open-inference",
         ),
         pytest.param(
             model_version("v1", "sentiment", endpoint="ftp://s"),
@@ -294,6 +330,20 @@ def test_the_api_server_fills_in_the_documented_defaults(cluster: Cluster, ns: s
     # The DESIGN example's `endpoint: ""` next to a server is managed mode, not a conflict.
     example = model_version("stable-v1", "sentiment", endpoint="", server=SERVER, weight=9)
     assert dry_run(cluster, ns, example)["spec"]["weight"] == 9
+
+
+def test_an_open_inference_version_with_its_servers_model_name_is_accepted(
+    cluster: Cluster, ns: str
+) -> None:
+    oip = open_inference(
+        {**SERVER, "servedModelName": "iris-sklearn"},
+        scaling={"maxReplicas": 3, "queueWaitP95Ms": 50},
+    )
+    made = dry_run(cluster, ns, oip)["spec"]
+    assert (made["protocol"], made["server"]["servedModelName"]) == (
+        "OpenInference",
+        "iris-sklearn",
+    )
 
 
 def test_length_aware_batching_with_an_adaptive_wait_is_accepted_with_the_other_defaults(

@@ -272,3 +272,24 @@ def test_the_engines_api_key_is_mounted_into_the_sidecar_only() -> None:
     plain = containers(deployment_manifest(version(), CONFIG))["sidecar"]
     assert "volumeMounts" not in plain
     assert not [a for a in plain["args"] if a.startswith("--engine-api-key-file")]
+
+
+def test_an_open_inference_version_tells_the_sidecar_its_protocol_and_the_servers_model_name() -> (
+    None
+):
+    """The sidecar calls the model server by the name it serves the model under; left out, by
+    spec.model (no flag, so a version without it renders as before)."""
+    named = version(
+        protocol="OpenInference", server={"image": "m:1", "servedModelName": "iris-sklearn"}
+    )
+    args = containers(deployment_manifest(named, CONFIG))["sidecar"]["args"]
+    assert "--protocol=openinference" in args
+    assert "--served-model-name=iris-sklearn" in args
+    plain = version(protocol="OpenInference", server={"image": "m:1"})
+    plain_args = containers(deployment_manifest(plain, CONFIG))["sidecar"]["args"]
+    assert "--protocol=openinference" in plain_args
+    assert not [a for a in plain_args if a.startswith("--served-model-name")]
+    assert _hash(deployment_manifest(named, CONFIG)) != _hash(deployment_manifest(plain, CONFIG))
+    # The sidecar's own readiness, through the sidecar's /readyz, as for every protocol.
+    sidecar = containers(deployment_manifest(named, CONFIG))["sidecar"]
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}

@@ -57,6 +57,10 @@ def test_an_empty_endpoint_next_to_a_server_means_managed_mode() -> None:
             {"model": "m", "endpoint": "http://s", "cohortHeader": "X-Modelroll-Version"},
             "spec.cohortHeader: cohort header 'X-Modelroll-Version' is the version header",
         ),
+        (  # stored before the CRD's rule: only an OpenInference server is called by this name
+            {"model": "m", "server": {"image": "x", "servedModelName": "iris"}},
+            "spec.server.servedModelName needs spec.protocol OpenInference",
+        ),
     ],
 )
 def test_a_spec_the_operator_cannot_use_is_reported_by_field(
