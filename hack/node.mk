@@ -2,7 +2,8 @@
 # the pinned Kubernetes module (hack/cluster.mk builds them), CoreDNS from hack/go/coredns, the
 # pause container from the Kubernetes module's own C source, and every image the node runs, built
 # with Docker and saved under .cache/images/ for containerd, among them modelroll-llama from the
-# llama-server and model hack/llm.mk builds, and modelroll-keda from the KEDA binaries hack/keda.mk
+# llama-server and model hack/llm.mk builds, modelroll-mlserver from MLServer's pins and the
+# scikit-learn models of models/mlserver/, and modelroll-keda from the KEDA binaries hack/keda.mk
 # builds. Included from the Makefile after hack/cluster.mk, hack/chart.mk, hack/llm.mk and
 # hack/keda.mk. The node itself is modelroll_devcluster.node.
 
@@ -21,9 +22,11 @@ NODE_IMAGE_SPECS = pause=modelroll.local/pause:$(PAUSE_TAG)=$(PAUSE_BIN) \
 	coredns=modelroll.local/coredns:$(COREDNS_VERSION)=$(COREDNS_BIN)
 IMAGE_SOURCES := constraints.txt Dockerfile hack/images/install.py hack/images/build.sh \
 	hack/images/base-image.sh hack/images/llama.Dockerfile hack/images/keda.Dockerfile \
+	hack/images/mlserver.Dockerfile \
 	$(shell git ls-files common sidecar gateway operator models standins 2>/dev/null)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,modelroll-operator modelroll-gateway \
-	modelroll-sidecar modelroll-encoder modelroll-demo modelroll-llama modelroll-keda pause coredns))
+	modelroll-sidecar modelroll-encoder modelroll-demo modelroll-llama modelroll-mlserver \
+	modelroll-keda pause coredns))
 
 # The host side of a node, and what builds its images: installed when missing (hack/host-packages.sh).
 NODE_PACKAGES := docker.io containerd runc containernetworking-plugins iptables conntrack iproute2 \
@@ -51,7 +54,7 @@ $(PAUSE_BIN): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum
 	strip $@
 
 .PHONY: images
-images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, demo, llama (llama-server + SmolLM2), KEDA, pause and CoreDNS images with Docker (.cache/images/).
+images: $(IMAGE_TARS) ## Build the operator, gateway, sidecar, encoder, demo, llama (llama-server + SmolLM2), MLServer (+ scikit-learn models), KEDA, pause and CoreDNS images with Docker (.cache/images/).
 
 $(IMAGE_TARS) &: $(IMAGE_SOURCES) $(COREDNS_BIN) $(PAUSE_BIN) $(LLAMA_SERVER) $(LLM_MODEL) \
 		$(KEDA_BINS) | node-packages

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make images: the operator, gateway, sidecar, encoder and demo images from the repository's
 # Dockerfile (each component's pyproject.toml names its image: hack/images/install.py), the
-# llama image (llama-server and its model, hack/images/llama.Dockerfile), and the two images a
+# llama image (llama-server and its model, hack/images/llama.Dockerfile), the MLServer image
+# (MLServer and scikit-learn models, hack/images/mlserver.Dockerfile), and the two images a
 # local node needs (pause, CoreDNS) from binaries built here, with a Docker engine. Each image is
 # also saved as .cache/images/<name>.tar, which the local node imports into containerd (there is
 # no registry to pull from).
@@ -30,6 +31,7 @@ docker=${DOCKER:-docker}
 build_args=()
 dockerd_pid=""
 llama_context=""
+mlserver_context=""
 keda_context=""
 
 stop_dockerd() {
@@ -44,7 +46,7 @@ stop_dockerd() {
     while read -r point; do umount --lazy "$point" 2>/dev/null || true; done
 }
 # A failed build leaves no copy of the model behind either.
-trap 'rm -rf "$llama_context" "$keda_context"; stop_dockerd' EXIT
+trap 'rm -rf "$llama_context" "$mlserver_context" "$keda_context"; stop_dockerd' EXIT
 
 if ! "$docker" info >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || { echo "no Docker engine answers, and starting one needs root" >&2; exit 1; }
@@ -96,6 +98,19 @@ if [ -n "${LLAMA_SERVER:-}" ] && [ -n "${LLM_MODEL:-}" ]; then
   rm -rf "$llama_context"
   save "$image" modelroll-llama
 fi
+
+# MLServer and the scikit-learn models it serves (hack/images/mlserver.Dockerfile): a context of
+# its own holding MLServer's pins and the training script, so that Docker walks three files.
+image=$registry/modelroll-mlserver:$tag
+mlserver_context=$(mktemp -d)
+cp hack/images/mlserver.Dockerfile "$mlserver_context/Dockerfile"
+cp models/mlserver/requirements.txt "$mlserver_context/requirements.txt"
+cp models/mlserver/train.py "$mlserver_context/train.py"
+echo "Building $image (base $python_image)"
+"$docker" build --quiet "${build_args[@]}" --build-arg "PYTHON_IMAGE=$python_image" \
+  -t "$image" "$mlserver_context" >/dev/null
+rm -rf "$mlserver_context"
+save "$image" modelroll-mlserver
 
 # KEDA's operator and metrics adapter, static Go binaries from outside the context too
 # (hack/images/keda.Dockerfile), with the host's CA bundle for triggers that query over HTTPS.
