@@ -3,6 +3,7 @@ engines' flags as the injected sidecar calls them, and the commands their commen
 
 from __future__ import annotations
 
+import ast
 import json
 import shlex
 import urllib.parse
@@ -138,6 +139,65 @@ def test_the_chat_examples_run_the_llama_image_make_images_builds() -> None:
         assert how in text, how
 
 
+def trained_models() -> dict[str, str]:
+    """What models/mlserver/train.py writes: each model's folder and the name its
+    model-settings.json gives it (``save(out / folder, ...)`` after ``model_settings(name, ...)``,
+    in each train_* function)."""
+    tree = ast.parse((REPO / "models" / "mlserver" / "train.py").read_text())
+    trained = {}
+    for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        calls = [c for c in ast.walk(function) if isinstance(c, ast.Call)]
+        names = [c.args[0] for c in calls if getattr(c.func, "id", "") == "model_settings"]
+        folders = [c.args[0] for c in calls if getattr(c.func, "id", "") == "save"]
+        if names and folders:
+            (name,), (folder,) = names, folders
+            assert isinstance(name, ast.Constant)
+            assert isinstance(folder, ast.BinOp)
+            assert isinstance(folder.right, ast.Constant)
+            trained[str(folder.right.value)] = str(name.value)
+    return trained
+
+
+def test_the_open_inference_examples_run_mlserver_from_the_image_make_images_builds() -> None:
+    """examples/open-inference/: MLServer from the image `make images` tags, never pulled on a
+    node that has it, serving a model folder the image holds under the name the sidecar calls,
+    on the port the sidecar calls; the files build.sh puts in the image's context; the stable's
+    file says how to get the image."""
+    tag = chart_meta()["appVersion"]
+    build_sh = (REPO / "hack" / "images" / "build.sh").read_text()
+    assert "image=$registry/modelroll-mlserver:$tag" in build_sh
+    dockerfile = Dockerfile.parse(REPO / "hack" / "images" / "mlserver.Dockerfile")
+    for source in dockerfile.context_sources():
+        assert f'"$mlserver_context/{source}"' in build_sh, source
+    assert any("train.py /models" in run for run in dockerfile.all("RUN"))
+    trained = trained_models()
+    docs = {p.stem: yaml.safe_load(p.read_text()) for p in (EXAMPLES / "open-inference").glob("*")}
+    assert set(docs) == {"digits-stable", "digits-canary"}
+    for name, doc in docs.items():
+        spec = doc["spec"]
+        server = spec["server"]
+        assert (doc["metadata"]["name"], spec["protocol"]) == (name, "OpenInference")
+        assert server["image"] == f"ghcr.io/modelroll/modelroll-mlserver:{tag}", name
+        assert server["imagePullPolicy"] == "IfNotPresent", name
+        mlserver, start, folder = server["command"]
+        assert (mlserver, start, folder.rsplit("/", 1)[0]) == ("mlserver", "start", "/models")
+        env = {e["name"]: e["value"] for e in server["env"]}
+        assert int(env["MLSERVER_HTTP_PORT"]) == server["port"], name
+        sidecar = sidecar_args(name, parse_spec(spec), OperatorConfig())
+        assert "--protocol=openinference" in sidecar, name
+        served = server.get("servedModelName", spec["model"])
+        assert trained[folder.rsplit("/", 1)[1]] == served, name
+        [upstream] = [a for a in sidecar if a.startswith("--upstream=")]
+        assert urllib.parse.urlsplit(upstream.removeprefix("--upstream=")).port == server["port"]
+    assert {n: d["spec"]["weight"] for n, d in docs.items()} == {
+        "digits-stable": 90,
+        "digits-canary": 10,
+    }
+    text = (EXAMPLES / "open-inference" / "digits-stable.yaml").read_text()
+    for how in ("`make images` builds", "kind load docker-image", "docker push"):
+        assert how in text, how
+
+
 def comment_lines(path: Path) -> list[str]:
     return [line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")]
 
@@ -219,7 +279,13 @@ def test_the_managed_examples_pass_pod_security_baseline() -> None:
         for name, doc in managed_examples()
         if "server" in doc["spec"]
     }
-    assert {Path(name).parts[0] for name in managed} >= {"managed", "encoder", "chat", "llm"}
+    assert {Path(name).parts[0] for name in managed} >= {
+        "managed",
+        "encoder",
+        "chat",
+        "llm",
+        "open-inference",
+    }
     for name, server in managed.items():
         assert server is not None
         assert server.baseline_violations == (), name
