@@ -285,6 +285,8 @@ def test_an_open_inference_version_tells_the_sidecar_its_protocol_and_the_server
     args = containers(deployment_manifest(named, CONFIG))["sidecar"]["args"]
     assert "--protocol=openinference" in args
     assert "--served-model-name=iris-sklearn" in args
+    config = parse_sidecar_args(args, environ={})  # the sidecar takes them
+    assert (config.protocol, config.served_model_name) == ("openinference", "iris-sklearn")
     plain = version(protocol="OpenInference", server={"image": "m:1"})
     plain_args = containers(deployment_manifest(plain, CONFIG))["sidecar"]["args"]
     assert "--protocol=openinference" in plain_args
