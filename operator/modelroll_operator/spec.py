@@ -888,7 +888,9 @@ class ModelVersionSpec:
         "versions answered with a 200 to this version, once it has the client's answer, and "
         "records how far the two answers agree (modelroll_gateway_shadow_agreement). The "
         "client never waits for a copy, and nothing the shadow does reaches it. Copies go to "
-        "POST /v1/infer (the model protocol). Usually with weight 0.",
+        "POST /v1/infer (the model protocol), or, of an Open Inference Protocol request, to "
+        "POST /v2/models/{model}/infer, compared output tensor by output tensor. Usually with "
+        "weight 0.",
         default=None,
     )
     cohort_header: str | None = api(
