@@ -2,11 +2,12 @@
 ``make demo``.
 
 The local control plane (or a cluster the caller already has), the ModelVersion CRD, and in one
-namespace: per version a model server (a demo model by default, or the real sentence encoder,
-``modelroll-encoder``) behind its own batching sidecar, the operator serving that namespace, the
-gateway watching its ``modelroll-routes`` ConfigMap (its admin port apart, and trusting the pins
-of clients on 127.0.0.1, where the demo's and the tests' requests come from), and Prometheus
-scraping the sidecars and the gateway's admin port every second. Versions run in external mode:
+namespace: per version a model server (a demo model by default, the real sentence encoder,
+``modelroll-encoder``, or MLServer, one process for every Open Inference Protocol version) behind
+its own batching sidecar, the operator serving that namespace, the gateway watching its
+``modelroll-routes`` ConfigMap (its admin port apart, and trusting the pins of clients on
+127.0.0.1, where the demo's and the tests' requests come from), and Prometheus scraping the
+sidecars and the gateway's admin port every second. Versions run in external mode:
 each ModelVersion's ``spec.endpoint`` is its sidecar's URL, and the operator creates no workload
 for it.
 """
@@ -29,7 +30,7 @@ from typing import Any, Literal, Self
 
 import yaml
 
-from modelroll_common.settings import BY_ATTR
+from modelroll_common.settings import BY_ATTR, PROTOCOL
 
 from .cluster import Cluster
 from .controlplane import (
@@ -41,6 +42,7 @@ from .controlplane import (
     repo_root,
 )
 from .llama import LlamaServer
+from .mlserver import MLServer, train
 from .processes import ClusterError, Component, free_port, tail
 from .progress import Progress
 from .prometheus import Prometheus, PrometheusAPI, static_job
@@ -55,9 +57,12 @@ LOOPBACK = "http://127.0.0.1"
 #: Seconds a process of the stack may take to answer its readiness URL.
 READY_TIMEOUT = 60.0
 
+CRD_PROTOCOLS = dict(zip(PROTOCOL.words, PROTOCOL.values, strict=True))
+"""spec.protocol's word for each of the sidecar's --protocol values."""
+
 PrometheusMode = Literal["required", "optional", "off"]
-Protocol = Literal["batch", "openai"]
-Engine = Literal["demo", "llama", "encoder"]
+Protocol = Literal["batch", "openai", "openinference"]
+Engine = Literal["demo", "llama", "encoder", "mlserver"]
 Variant = Literal["int8", "fp32"]
 
 
@@ -77,7 +82,9 @@ class VersionSpec:
     max_wait_ms: int = BY_ATTR["max_wait_ms"].default
     protocol: Protocol = "batch"
     """``openai``: a chat LLM version, ``modelroll-demo-llm`` behind a ``--protocol openai``
-    sidecar (spec.protocol OpenAI); its model is :attr:`model`, or the stack's."""
+    sidecar (spec.protocol OpenAI); its model is :attr:`model`, or the stack's. ``openinference``:
+    engine ``mlserver`` behind a ``--protocol openinference`` sidecar (spec.protocol
+    OpenInference)."""
     model: str | None = None
     """The model this version serves (None: the stack's)."""
     step_ms: float = 8.0
@@ -95,7 +102,11 @@ class VersionSpec:
     :attr:`variant`, one intra-op thread), which answers strings only and ignores the demo model's
     costs and error rates. ``openai``: ``demo`` is ``modelroll-demo-llm``; ``llama`` is llama.cpp's
     ``llama-server`` with SmolLM2-135M-Instruct (modelroll_devcluster.llama; built by ``make
-    llama-server llm-model``), which ignores the demo engine's settings."""
+    llama-server llm-model``), which ignores the demo engine's settings. ``openinference``:
+    ``mlserver`` is MLServer serving the scikit-learn models of models/mlserver/train.py
+    (modelroll_devcluster.mlserver; ``make mlserver``), trained when the stack starts, the
+    version's model being one of them (``digits``); one MLServer serves every such version, and
+    ignores the demo model's settings."""
     variant: Variant = "int8"
     """``encoder``: ``int8``, the int8 ONNX export on onnxruntime; ``fp32``, the fp32 weights in
     numpy (``--variant``)."""
@@ -109,6 +120,8 @@ class VersionSpec:
             raise ValueError(f"{self.name}: engine llama serves protocol openai only")
         if self.engine == "encoder" and self.protocol != "batch":
             raise ValueError(f"{self.name}: engine encoder serves protocol batch only")
+        if (self.engine == "mlserver") != (self.protocol == "openinference"):
+            raise ValueError(f"{self.name}: protocol openinference is engine mlserver's only")
 
     def describe(self) -> str:
         """What serves this version, as the stack's progress lines say it."""
@@ -117,6 +130,8 @@ class VersionSpec:
         if self.engine == "encoder":
             build = {"int8": "int8 ONNX on onnxruntime", "fp32": "fp32 in numpy"}[self.variant]
             return f"all-MiniLM-L6-v2 {build} (modelroll-encoder)"
+        if self.engine == "mlserver":
+            return "MLServer's scikit-learn model"
         return f"a demo model failing {self.error_rate:.0%} of items"
 
 
@@ -227,6 +242,8 @@ class Stack:
         self.gateway_admin_url = ""
         """The gateway's admin port: GET /metrics and GET /v1/routes."""
         self.prometheus: Prometheus | None = None
+        self.mlserver: MLServer | None = None
+        """The MLServer of the Open Inference Protocol versions, once one has started."""
         self._components: list[Component] = []
 
     # -- start and stop -----------------------------------------------------------------------
@@ -274,6 +291,8 @@ class Stack:
             self.prometheus.stop()
         for component in reversed(self._components):
             component.stop()
+        if self.mlserver is not None:
+            self.mlserver.stop()  # and whatever is left of its inference workers
         if self.plane is not None:
             self.plane.stop()  # the namespace goes with the control plane
         elif self.cluster is not None and self._own_namespace:
@@ -350,14 +369,16 @@ class Stack:
         model_name = self.model_of(spec)
         if spec.engine == "llama":
             model = self._start_llama(spec, model_port)
+        elif spec.engine == "mlserver":
+            model, model_url = self._start_mlserver()
         else:
             argv = self._model_argv(spec, model_port)
             model = self._spawn(f"model-{spec.name}", argv, f"{model_url}/readyz")
         flags = [f"--max-batch-size={spec.max_batch_size}", f"--max-wait-ms={spec.max_wait_ms}"]
-        if spec.protocol == "openai":
-            flags.append("--protocol=openai")
-            if spec.max_in_flight is not None:
-                flags.append(f"--max-in-flight={spec.max_in_flight}")
+        if spec.protocol != "batch":
+            flags.append(f"--protocol={spec.protocol}")
+        if spec.protocol == "openai" and spec.max_in_flight is not None:
+            flags.append(f"--max-in-flight={spec.max_in_flight}")
         sidecar = self._spawn(
             f"sidecar-{spec.name}",
             [
@@ -420,6 +441,16 @@ class Stack:
         component = server.start(READY_TIMEOUT)
         self._components.append(component)
         return component
+
+    def _start_mlserver(self) -> tuple[Component, str]:
+        """The stack's MLServer and its URL (started, its models trained first, on the first
+        call; stopped with the stack)."""
+        if self.mlserver is None:
+            workdir = self.run_dir / "mlserver"
+            self.mlserver = MLServer(train(workdir / "models"), workdir, name="model-mlserver")
+            self._components.append(self.mlserver.start(READY_TIMEOUT))
+        assert self.mlserver.component is not None
+        return self.mlserver.component, self.mlserver.url
 
     def start_operator(self) -> Component:
         """Start (or start again) ``modelroll-operator`` for the namespace; wait for liveness."""
@@ -522,8 +553,8 @@ class Stack:
                 "maxWaitMs": version.spec.max_wait_ms,
             },
         }
-        if version.spec.protocol == "openai":
-            spec["protocol"] = "OpenAI"
+        if version.spec.protocol != "batch":
+            spec["protocol"] = CRD_PROTOCOLS[version.spec.protocol]
         return {
             "apiVersion": API_VERSION,
             "kind": "ModelVersion",
