@@ -5,7 +5,7 @@
 # llama-server and llm-model, since those variables are still empty when this rule is read.
 
 .PHONY: test-e2e
-test-e2e: venv cluster-bins $(PROMETHEUS_BINS) llama-server llm-model ## The rollout story on loopback: control plane, operator, gateway, sidecars (demo and real LLM engines), Prometheus.
+test-e2e: venv cluster-bins $(PROMETHEUS_BINS) llama-server llm-model mlserver ## The rollout story on loopback: control plane, operator, gateway, sidecars (demo models, real LLM engines, MLServer), Prometheus.
 	$(call timed,e2e,$(PY) -m pytest tests/e2e $(PYTEST_ARGS))
 
 .PHONY: e2e-kind
