@@ -30,6 +30,7 @@ include hack/node.mk
 include hack/traefik.mk
 include hack/bench.mk
 include hack/mlserver.mk
+include hack/kserve.mk
 
 .PHONY: help
 help: ## List the targets.
@@ -88,7 +89,7 @@ check: lint test-unit ## The fast loop: lint, type check and the unit tests (no 
 
 .PHONY: test-prereqs
 test-prereqs: venv cluster-bins keda-bins $(HELM) $(PROMETHEUS_BINS) monitoring-crds llama-server llm-model \
-	mlserver node-prereqs ## Every build and download the tiers need (before they start side by side).
+	mlserver kserve node-prereqs ## Every build and download the tiers need (before they start side by side).
 
 # The tiers share nothing (each starts its own control plane on free ports), so they run as two
 # streams side by side once everything is built: the node's and the API server's tiers, which

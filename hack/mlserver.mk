@@ -8,8 +8,13 @@ MLSERVER_VENV := .venv-mlserver
 .PHONY: mlserver
 mlserver: $(MLSERVER_VENV)/.installed ## Make MLServer's virtualenv (.venv-mlserver) with mlserver-sklearn, for the Open Inference Protocol tests.
 
+# $(call own_venv,VENV,REQUIREMENTS): a model server's own virtualenv, its pins installed; the
+# recipe of VENV/.installed.
+define own_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --disable-pip-version-check -r $(2)
+	@touch $(1)/.installed
+endef
+
 $(MLSERVER_VENV)/.installed: models/mlserver/requirements.txt
-	test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
-	$(MLSERVER_VENV)/bin/pip install --quiet --disable-pip-version-check \
-		-r models/mlserver/requirements.txt
-	@touch $@
+	$(call own_venv,$(MLSERVER_VENV),$<)

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -150,6 +150,19 @@ class Component:
             return PortTaken(f"{self.name}: a port picked for it was taken first")
         code = self.process.returncode if self.process else None
         return self.failure(f"exited with code {code} during start-up")
+
+    def start_ready(
+        self, urls: Sequence[str], timeout: float, *, error: type[Exception] = ClusterError
+    ) -> None:
+        """Start it (dying with its parent) and wait until each of ``urls`` answers 200 (see
+        :meth:`wait_ready`); if it does not, it is stopped and ``error`` raised."""
+        self.start(die_with_parent=True)
+        try:
+            for url in urls:
+                self.wait_ready(url, timeout, error=error)
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_ready(
         self,
