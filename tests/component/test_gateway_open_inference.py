@@ -6,7 +6,6 @@ tensor."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +17,9 @@ import tritonclient.http as triton
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelroll_devcluster.mlserver import MLServer, samples
-from tests.support.gateway import route
+from tests.support.gateway import gateway_process, route
 from tests.support.mlserver import sidecar
-from tests.support.processes import Spawn, free_port
+from tests.support.processes import Spawn
 
 
 def client(url: str) -> triton.InferenceServerClient:
@@ -55,31 +54,13 @@ def requests_counted(admin: str) -> dict[tuple[str, ...], float]:
     return scraped(admin, "modelroll_gateway_requests_total", *labels)
 
 
-def start_gateway(spawn: Spawn, tmp_path: Path, routes: dict[str, object]) -> tuple[str, str]:
-    """A gateway process following ``routes``, trusting loopback's pins, ready: its clients'
-    URL and its admin URL."""
-    port, admin = free_port(), free_port()
-    path = tmp_path / "routes.json"
-    path.write_text(json.dumps(routes))
-    spawn(
-        "modelroll-gateway",
-        ready=f"http://127.0.0.1:{port}/v2/health/ready",
-        env={
-            "MODELROLL_PORT": str(port),
-            "MODELROLL_ADMIN_PORT": str(admin),
-            "MODELROLL_ROUTES_FILE": str(path),
-            "MODELROLL_TRUSTED_NETWORKS": "127.0.0.1/32",
-        },
-    )
-    return f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
-
-
 @pytest.fixture
 def gateway(spawn: Spawn, tmp_path: Path, mlserver: MLServer) -> tuple[str, str]:
     """A gateway routing MLServer's digits and sentiment models, each to the versions stable-v1
     (weight 1) and canary-v2 (weight 0), both MLServer itself."""
     versions = (("stable-v1", 1, mlserver.url), ("canary-v2", 0, mlserver.url))
-    return start_gateway(spawn, tmp_path, {m: route(m, *versions) for m in ("digits", "sentiment")})
+    routes = {m: route(m, *versions) for m in ("digits", "sentiment")}
+    return gateway_process(spawn, tmp_path, routes)
 
 
 def test_the_triton_client_gets_mlservers_answers_through_the_gateway(
@@ -143,7 +124,7 @@ def test_through_sidecars_clients_get_mlservers_answers_and_a_shadow_agrees(
         {"name": "stable-v1", "weight": 1, "endpoint": f"http://{stable}"},
         {"name": "shadow-v2", "weight": 0, "endpoint": f"http://{shadow}", "shadow": 100},
     ]
-    url, admin = start_gateway(
+    url, admin = gateway_process(
         spawn, tmp_path, {"handwriting": {"model": "handwriting", "versions": versions}}
     )
     through, direct = client(url), client(mlserver.url)

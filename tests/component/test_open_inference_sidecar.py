@@ -8,27 +8,13 @@ requests."""
 
 from __future__ import annotations
 
-import urllib.request
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
 import numpy as np
 import tritonclient.http as triton
 
 from modelroll_devcluster.mlserver import MLServer, samples
 from tests.support.mlserver import sidecar
 from tests.support.processes import Spawn
-
-CLIENTS = 6
-ROUNDS = 4
-
-
-def digits(url: str, model: str, pixels: np.ndarray) -> list[int]:
-    tensor = triton.InferInput("pixels", list(pixels.shape), "FP32")
-    tensor.set_data_from_numpy(pixels, binary_data=False)
-    result = triton.InferenceServerClient(url=url).infer(model, [tensor])
-    return [int(digit) for digit in result.as_numpy("predict").ravel()]
+from tests.support.triton_clients import CLIENTS, ROUNDS, batch_sizes, digits, each_client
 
 
 def sentiment(url: str, model: str, texts: np.ndarray) -> list[str]:
@@ -37,28 +23,6 @@ def sentiment(url: str, model: str, texts: np.ndarray) -> list[str]:
     output = triton.InferRequestedOutput("predict", binary_data=False)
     result = triton.InferenceServerClient(url=url).infer(model, [tensor], outputs=[output])
     return [str(label) for label in result.as_numpy("predict").ravel()]
-
-
-def each_client(ask: Callable[[int, int], Any]) -> list[list[Any]]:
-    """``ask(client, round)`` for CLIENTS clients at once, ROUNDS times each: their answers."""
-
-    def rounds(client: int) -> list[Any]:
-        return [ask(client, n) for n in range(ROUNDS)]
-
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        return list(pool.map(rounds, range(CLIENTS)))
-
-
-def batch_sizes(url: str) -> tuple[float, float]:
-    """The sidecar's batches and the requests they held."""
-    with urllib.request.urlopen(f"http://{url}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    found = {}
-    for line in text.splitlines():
-        for name in ("modelroll_batch_size_count", "modelroll_batch_size_sum"):
-            if line.startswith(name + "{"):
-                found[name] = float(line.rsplit(" ", 1)[1])
-    return found["modelroll_batch_size_count"], found["modelroll_batch_size_sum"]
 
 
 def test_clients_get_mlservers_own_digits_in_batches_across_clients(

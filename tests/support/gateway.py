@@ -1,6 +1,7 @@
 """A real gateway app on loopback, reading a routes file, in front of real aiohttp servers that
 stand in for sidecars (they speak the sidecar's POST /v1/infer contract): what the gateway's
-fixtures (tests/unit/gateway/conftest.py) start, and the routes documents tests write."""
+fixtures (tests/unit/gateway/conftest.py) start, and the routes documents tests write; and a
+real gateway process reading them."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from modelroll_gateway.app import PROXY_KEY
 from modelroll_gateway.config import parse_networks
 from modelroll_gateway.shadow import SHADOW_OUTCOMES
 from modelroll_gateway.streaming import StreamingForwarder
+from tests.support.processes import Spawn, free_port
 
 
 @dataclass
@@ -228,3 +230,22 @@ def forwarder(gateway: Gateway) -> StreamingForwarder:
     llm = gateway.server.app[PROXY_KEY].llm
     assert llm is not None
     return llm
+
+
+def gateway_process(spawn: Spawn, tmp_path: Path, routes: Mapping[str, object]) -> tuple[str, str]:
+    """A ``modelroll-gateway`` process following ``routes`` (model: :func:`route`), trusting
+    loopback's pins, ready: its clients' URL and its admin URL."""
+    port, admin = free_port(), free_port()
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps(routes))
+    spawn(
+        "modelroll-gateway",
+        ready=f"http://127.0.0.1:{port}/v2/health/ready",
+        env={
+            "MODELROLL_PORT": str(port),
+            "MODELROLL_ADMIN_PORT": str(admin),
+            "MODELROLL_ROUTES_FILE": str(path),
+            "MODELROLL_TRUSTED_NETWORKS": "127.0.0.1/32",
+        },
+    )
+    return f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"

@@ -1,0 +1,55 @@
+"""The official Triton HTTP client (``tritonclient.http``) as an application calls a model
+server of the Open Inference Protocol (MLServer, KServe) or a sidecar in front of one: the digits
+model's predictions, several clients at once, and the batches a sidecar formed of their
+requests."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import tritonclient.http as triton
+
+CLIENTS = 6
+ROUNDS = 4
+
+
+JSON = {"Content-Type": "application/json"}
+"""The header KServe's model server needs to read a request as JSON; tritonclient sends no
+Content-Type of its own."""
+
+
+def digits(
+    url: str, model: str, pixels: np.ndarray, headers: dict[str, str] | None = None
+) -> list[int]:
+    """The digits model's ``predict`` for rows of 64 ``pixels``, sent to ``url`` (host:port)
+    with ``headers``."""
+    tensor = triton.InferInput("pixels", list(pixels.shape), "FP32")
+    tensor.set_data_from_numpy(pixels, binary_data=False)
+    result = triton.InferenceServerClient(url=url).infer(model, [tensor], headers=headers)
+    return [int(digit) for digit in result.as_numpy("predict").ravel()]
+
+
+def each_client(ask: Callable[[int, int], Any]) -> list[list[Any]]:
+    """``ask(client, round)`` for CLIENTS clients at once, ROUNDS times each: their answers."""
+
+    def rounds(client: int) -> list[Any]:
+        return [ask(client, n) for n in range(ROUNDS)]
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        return list(pool.map(rounds, range(CLIENTS)))
+
+
+def batch_sizes(url: str) -> tuple[float, float]:
+    """The sidecar's batches and the requests they held."""
+    with urllib.request.urlopen(f"http://{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    found = {}
+    for line in text.splitlines():
+        for name in ("modelroll_batch_size_count", "modelroll_batch_size_sum"):
+            if line.startswith(name + "{"):
+                found[name] = float(line.rsplit(" ", 1)[1])
+    return found["modelroll_batch_size_count"], found["modelroll_batch_size_sum"]
