@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from modelroll_devcluster.kserve import KServe
 from modelroll_devcluster.mlserver import AdaptiveBatching, MLServer
 from modelroll_devcluster.processes import environment
+from tests.support.kserve import kserve_server
 from tests.support.mlserver import mlserver as serve_mlserver
 from tests.support.mlserver import trained_models
 from tests.support.processes import VENV_BIN, Proc, Spawn, start_proc, wait_http
@@ -65,4 +67,12 @@ def mlserver_batching(
     """A real MLServer serving the trained models with its adaptive batching on (32 rows, 5 ms)."""
     workdir = tmp_path_factory.mktemp("mlserver-batching")
     with serve_mlserver(mlserver_models, workdir, AdaptiveBatching()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kserve(mlserver_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServe]:
+    """KServe's own model server serving the trained digits model as ``digits`` (one per
+    process)."""
+    with kserve_server(mlserver_models, tmp_path_factory.mktemp("kserve")) as server:
         yield server
