@@ -14,6 +14,7 @@ from tests.support.kserve import kserve_server
 from tests.support.mlserver import mlserver as serve_mlserver
 from tests.support.mlserver import trained_models
 from tests.support.processes import VENV_BIN, Proc, Spawn, start_proc, wait_http
+from tests.support.triton_clients import OpenClient, clients
 
 
 @pytest.fixture
@@ -76,3 +77,11 @@ def kserve(mlserver_models: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     process)."""
     with kserve_server(mlserver_models, tmp_path_factory.mktemp("kserve")) as server:
         yield server
+
+
+@pytest.fixture
+def open_client() -> Iterator[OpenClient]:
+    """``open_client(url)``: an official Triton HTTP client of ``url`` (host:port), closed in
+    the test's thread when the test ends."""
+    with clients() as open_one:
+        yield open_one

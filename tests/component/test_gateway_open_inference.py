@@ -20,10 +20,11 @@ from modelroll_devcluster.mlserver import MLServer, samples
 from tests.support.gateway import gateway_process, route
 from tests.support.mlserver import sidecar
 from tests.support.processes import Spawn
+from tests.support.triton_clients import OpenClient
 
 
-def client(url: str) -> triton.InferenceServerClient:
-    return triton.InferenceServerClient(url=url.removeprefix("http://"))
+def host(url: str) -> str:
+    return url.removeprefix("http://")
 
 
 def digits_input(pixels: np.ndarray) -> triton.InferInput:
@@ -64,10 +65,10 @@ def gateway(spawn: Spawn, tmp_path: Path, mlserver: MLServer) -> tuple[str, str]
 
 
 def test_the_triton_client_gets_mlservers_answers_through_the_gateway(
-    gateway: tuple[str, str], mlserver: MLServer
+    gateway: tuple[str, str], mlserver: MLServer, open_client: OpenClient
 ) -> None:
     url, admin = gateway
-    through, direct = client(url), client(mlserver.url)
+    through, direct = open_client(host(url)), open_client(host(mlserver.url))
 
     assert through.is_server_live()
     assert through.is_server_ready()
@@ -97,9 +98,11 @@ def test_the_triton_client_gets_mlservers_answers_through_the_gateway(
         through.infer("digits", [binary])
 
 
-def test_a_pinned_request_goes_to_the_pinned_version(gateway: tuple[str, str]) -> None:
+def test_a_pinned_request_goes_to_the_pinned_version(
+    gateway: tuple[str, str], open_client: OpenClient
+) -> None:
     url, admin = gateway
-    through = client(url)
+    through = open_client(host(url))
     pixels = np.zeros((2, 64), dtype=np.float32)
 
     through.infer("digits", [digits_input(pixels)])
@@ -116,7 +119,7 @@ def test_a_pinned_request_goes_to_the_pinned_version(gateway: tuple[str, str]) -
 
 
 def test_through_sidecars_clients_get_mlservers_answers_and_a_shadow_agrees(
-    spawn: Spawn, tmp_path: Path, mlserver: MLServer
+    spawn: Spawn, tmp_path: Path, mlserver: MLServer, open_client: OpenClient
 ) -> None:
     stable = sidecar(spawn, mlserver, "handwriting", "digits", "stable-v1")
     shadow = sidecar(spawn, mlserver, "handwriting", "digits", "shadow-v2")
@@ -127,14 +130,15 @@ def test_through_sidecars_clients_get_mlservers_answers_and_a_shadow_agrees(
     url, admin = gateway_process(
         spawn, tmp_path, {"handwriting": {"model": "handwriting", "versions": versions}}
     )
-    through, direct = client(url), client(mlserver.url)
+    through, direct = open_client(host(url)), open_client(host(mlserver.url))
     metadata = through.get_model_metadata("handwriting")
     assert (metadata["name"], metadata["versions"]) == ("handwriting", ["stable-v1"])
     pixels = np.asarray(samples(mlserver.models, "digits")["inputs"], dtype=np.float32)
 
     def ask(n: int) -> tuple[str, list[int]]:
-        # A client of its own per thread: tritonclient's connections are gevent's.
-        answer = client(url).infer("handwriting", [digits_input(pixels[n : n + 1 + n % 3])])
+        # A client of its own per thread, closed in it: tritonclient's connections are gevent's.
+        with triton.InferenceServerClient(url=host(url)) as asking:
+            answer = asking.infer("handwriting", [digits_input(pixels[n : n + 1 + n % 3])])
         return answer.get_response()["model_version"], predict(answer)
 
     with ThreadPoolExecutor(4) as pool:

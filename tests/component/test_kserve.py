@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.http as triton
 
 from modelroll_devcluster.kserve import KServe
 from modelroll_devcluster.mlserver import samples
@@ -22,23 +21,28 @@ from tests.support.gateway import gateway_process, route
 from tests.support.kserve import rest_infer
 from tests.support.mlserver import ModelServer, sidecar
 from tests.support.processes import Spawn
-from tests.support.triton_clients import CLIENTS, JSON, ROUNDS, batch_sizes, digits, each_client
+from tests.support.triton_clients import (
+    CLIENTS,
+    JSON,
+    ROUNDS,
+    OpenClient,
+    batch_sizes,
+    digits,
+    each_client,
+)
 
 
 def test_triton_clients_get_kserves_own_digits_through_the_sidecar_in_batches(
-    spawn: Spawn, kserve: KServe
+    spawn: Spawn, kserve: KServe, open_client: OpenClient
 ) -> None:
     url = sidecar(spawn, kserve, "handwriting", kserve.name)
     direct = kserve.url.removeprefix("http://")
-    client = triton.InferenceServerClient(url=url)
+    client = open_client(url)
     assert client.is_server_ready()
     assert client.is_model_ready("handwriting")
     metadata = client.get_model_metadata("handwriting")
     assert metadata["name"] == "handwriting"
-    assert (
-        metadata["inputs"]
-        == triton.InferenceServerClient(url=direct).get_model_metadata(kserve.name)["inputs"]
-    )
+    assert metadata["inputs"] == open_client(direct).get_model_metadata(kserve.name)["inputs"]
     expected = samples(kserve.models, "digits")
     pixels = np.asarray(expected["inputs"], dtype=np.float32)
     assert digits(direct, kserve.name, pixels, JSON) == expected["predict"]

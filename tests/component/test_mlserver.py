@@ -8,17 +8,15 @@ import pytest
 import tritonclient.http as triton
 
 from modelroll_devcluster.mlserver import MLServer, samples
+from tests.support.triton_clients import OpenClient, digits
 
 
-def client(server: MLServer) -> triton.InferenceServerClient:
-    return triton.InferenceServerClient(url=server.url.removeprefix("http://"))
+def client(open_client: OpenClient, server: MLServer) -> triton.InferenceServerClient:
+    return open_client(server.url.removeprefix("http://"))
 
 
 def predict_digits(server: MLServer, pixels: np.ndarray) -> list[int]:
-    tensor = triton.InferInput("pixels", list(pixels.shape), "FP32")
-    tensor.set_data_from_numpy(pixels, binary_data=False)  # MLServer reads JSON tensors only
-    result = client(server).infer("digits", [tensor])
-    return [int(digit) for digit in result.as_numpy("predict").ravel()]
+    return digits(server.url.removeprefix("http://"), "digits", pixels)  # JSON tensors
 
 
 @pytest.mark.parametrize("server_fixture", ["mlserver", "mlserver_batching"])
@@ -32,18 +30,20 @@ def test_digits_answers_the_forest_own_predictions(
     assert predict_digits(server, pixels[:1]) == expected["predict"][:1]
 
 
-def test_sentiment_takes_and_answers_bytes_tensors(mlserver: MLServer) -> None:
+def test_sentiment_takes_and_answers_bytes_tensors(
+    mlserver: MLServer, open_client: OpenClient
+) -> None:
     expected = samples(mlserver.models, "sentiment")
     texts = np.asarray(expected["inputs"], dtype=np.object_).reshape(-1, 1)
     tensor = triton.InferInput("text", list(texts.shape), "BYTES")
     tensor.set_data_from_numpy(texts, binary_data=False)
-    result = client(mlserver).infer("sentiment", [tensor])
+    result = client(open_client, mlserver).infer("sentiment", [tensor])
     labels = result.as_numpy("predict").ravel().tolist()
     assert labels == expected["predict"]
     assert set(labels) == {"positive", "negative"}
 
 
-def test_metadata_names_the_tensors(mlserver: MLServer) -> None:
-    metadata = client(mlserver).get_model_metadata("digits")
+def test_metadata_names_the_tensors(mlserver: MLServer, open_client: OpenClient) -> None:
+    metadata = client(open_client, mlserver).get_model_metadata("digits")
     assert metadata["inputs"] == [{"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}]
     assert metadata["outputs"] == [{"name": "predict", "datatype": "INT64", "shape": [-1, 1]}]

@@ -14,33 +14,38 @@ import tritonclient.http as triton
 from modelroll_devcluster.mlserver import MLServer, samples
 from tests.support.mlserver import sidecar
 from tests.support.processes import Spawn
-from tests.support.triton_clients import CLIENTS, ROUNDS, batch_sizes, digits, each_client
+from tests.support.triton_clients import (
+    CLIENTS,
+    ROUNDS,
+    OpenClient,
+    batch_sizes,
+    digits,
+    each_client,
+)
 
 
 def sentiment(url: str, model: str, texts: np.ndarray) -> list[str]:
     tensor = triton.InferInput("text", list(texts.shape), "BYTES")
     tensor.set_data_from_numpy(texts, binary_data=False)
     output = triton.InferRequestedOutput("predict", binary_data=False)
-    result = triton.InferenceServerClient(url=url).infer(model, [tensor], outputs=[output])
+    with triton.InferenceServerClient(url=url) as client:
+        result = client.infer(model, [tensor], outputs=[output])
     return [str(label) for label in result.as_numpy("predict").ravel()]
 
 
 def test_clients_get_mlservers_own_digits_in_batches_across_clients(
-    spawn: Spawn, mlserver: MLServer
+    spawn: Spawn, mlserver: MLServer, open_client: OpenClient
 ) -> None:
     url = sidecar(spawn, mlserver, "handwriting", "digits")
     direct = mlserver.url.removeprefix("http://")
-    client = triton.InferenceServerClient(url=url)
+    client = open_client(url)
     assert client.is_server_live()
     assert client.is_server_ready()
     assert client.is_model_ready("handwriting")
     metadata = client.get_model_metadata("handwriting")
     assert metadata["name"] == "handwriting"
     assert metadata["versions"] == ["v1"]
-    assert (
-        metadata["inputs"]
-        == triton.InferenceServerClient(url=direct).get_model_metadata("digits")["inputs"]
-    )
+    assert metadata["inputs"] == open_client(direct).get_model_metadata("digits")["inputs"]
     pixels = np.asarray(samples(mlserver.models, "digits")["inputs"], dtype=np.float32)
 
     def rows(client: int, n: int) -> np.ndarray:

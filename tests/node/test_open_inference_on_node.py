@@ -22,6 +22,7 @@ from modelroll_common import metric_names as names
 from tests.support.incluster import InCluster
 from tests.support.pods import gateway_weights, pods, ready_and_routed
 from tests.support.stack import eventually, metric
+from tests.support.triton_clients import OpenClient
 
 pytestmark = pytest.mark.node
 
@@ -61,11 +62,11 @@ def digits(result: triton.InferResult) -> list[int]:
 def one_client(url: str, sample: np.ndarray[Any, Any], first: int) -> list[tuple[int, Any]]:
     """A client of its own asking for the rows ``first``, ``first + CLIENTS``, ... of
     ``sample``, one row per request, one request after the other: (row, its result)."""
-    client = triton.InferenceServerClient(url)
-    return [
-        (row, client.infer(MODEL, [pixels(sample[row : row + 1])], outputs=predict()))
-        for row in range(first, len(sample), CLIENTS)
-    ]
+    with triton.InferenceServerClient(url) as client:  # closed in its own thread
+        return [
+            (row, client.infer(MODEL, [pixels(sample[row : row + 1])], outputs=predict()))
+            for row in range(first, len(sample), CLIENTS)
+        ]
 
 
 def pod_ip(story: InCluster, version: str) -> str:
@@ -88,7 +89,7 @@ def answered_by_gateway(story: InCluster, version: str) -> float:
 
 @pytest.mark.timeout(900)  # the session's node and chart come up first when it runs alone
 def test_the_open_inference_examples_serve_tritonclient_through_the_gateway_batched(
-    on_cluster: InCluster,
+    on_cluster: InCluster, open_client: OpenClient
 ) -> None:
     story = on_cluster
     gateway = urllib.parse.urlsplit(story.gateway_url).netloc
@@ -100,13 +101,13 @@ def test_the_open_inference_examples_serve_tritonclient_through_the_gateway_batc
 
         # What MLServer answers when called directly, in one call of many rows.
         sample = images(CLIENTS * REQUESTS_EACH, seed=0)
-        direct = triton.InferenceServerClient(f"{pod_ip(story, STABLE)}:{MODEL_PORT}")
+        direct = open_client(f"{pod_ip(story, STABLE)}:{MODEL_PORT}")
         expected = digits(direct.infer(SERVED, [pixels(sample)], outputs=predict()))
         assert set(expected) <= set(range(10))
         assert len(set(expected)) > 1, "the model answers every image alike"
 
         # The client's first calls, then the same rows through the gateway, pinned to each version.
-        client = triton.InferenceServerClient(gateway)
+        client = open_client(gateway)
         assert client.is_server_live()
         assert client.is_server_ready()
         assert client.is_model_ready(MODEL)

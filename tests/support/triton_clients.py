@@ -5,8 +5,9 @@ requests."""
 
 from __future__ import annotations
 
+import contextlib
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,8 +30,29 @@ def digits(
     with ``headers``."""
     tensor = triton.InferInput("pixels", list(pixels.shape), "FP32")
     tensor.set_data_from_numpy(pixels, binary_data=False)
-    result = triton.InferenceServerClient(url=url).infer(model, [tensor], headers=headers)
+    with triton.InferenceServerClient(url=url) as client:
+        result = client.infer(model, [tensor], headers=headers)
     return [int(digit) for digit in result.as_numpy("predict").ravel()]
+
+
+OpenClient = Callable[[str], triton.InferenceServerClient]
+"""``open_client(url)``: a client of ``url`` (host:port), closed when its test ends."""
+
+
+@contextlib.contextmanager
+def clients() -> Iterator[OpenClient]:
+    """Clients opened in this thread, each closed in it when the block ends. A client must be
+    closed in the thread that used it: left to the garbage collector, its ``__del__`` closes it
+    in whatever thread collects it, where gevent, which it is built on, refuses (the hub
+    belongs to one thread), and its sockets are left open."""
+    with contextlib.ExitStack() as stack:
+
+        def open_client(url: str) -> triton.InferenceServerClient:
+            client = triton.InferenceServerClient(url=url)
+            stack.callback(client.close)
+            return client
+
+        yield open_client
 
 
 def each_client(ask: Callable[[int, int], Any]) -> list[list[Any]]:
