@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.errors import error_answer, json_errors
 from modelroll_common.kube import Connection, connect
+from modelroll_common.open_inference import BINARY_DATA_HEADER, BINARY_DATA_REFUSED
 from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.server import RequestTimedOut, read_body
 from modelroll_common.tracing import passed_on
@@ -56,14 +57,6 @@ _NO_VERSION = {VERSION_HEADER: ""}
 _WARN_EVERY = 10.0  # seconds between two warnings about the same failing version
 _INFER_PATH = re.compile(r"/v1/models/[^/]+/infer")
 
-
-BINARY_DATA_HEADER = "Inference-Header-Content-Length"
-"""The Open Inference Protocol's binary tensor extension: the length of the JSON head of a body
-whose tensors follow as raw bytes."""
-BINARY_DATA_REFUSED = (
-    f"the binary tensor data extension ({BINARY_DATA_HEADER}) is not supported: send tensors "
-    "as JSON (tritonclient: binary_data=False)"
-)
 
 STANDBY_RETRY_AFTER_S = 10
 """Retry-After of a request pinned to a version scaled to zero: a replica takes a while."""

@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from modelroll_common.calls import CALL_SIZE_HEADER, call_share
 from modelroll_common.errors import json_errors, openai_error
+from modelroll_common.open_inference import BINARY_DATA_HEADER, BINARY_DATA_REFUSED
 from modelroll_common.routes import VERSION_HEADER
 from modelroll_common.server import RequestTimedOut, read_body
 
@@ -499,9 +500,6 @@ async def handle_readyz(request: web.Request) -> web.Response:
 
 V2_MODEL = "/v2/models/{model}"
 V2_VERSION = V2_MODEL + "/versions/{version}"
-BINARY_HEADER = "Inference-Header-Content-Length"
-"""Says the body holds tensor data in binary after its JSON (the binary tensor data
-extension), which the sidecar does not read."""
 
 
 def _not_this_model(request: web.Request, config: SidecarConfig) -> web.Response | None:
@@ -526,12 +524,8 @@ async def _v2_infer(request: web.Request, sidecar: Sidecar) -> web.Response:
     if sidecar.draining:
         sidecar.metrics.rejected["shutting_down"].inc()
         return error_response(503, "the sidecar is shutting down")
-    if BINARY_HEADER in request.headers:
-        return error_response(
-            400,
-            f"{BINARY_HEADER}: the binary tensor data extension is not supported; send every "
-            "tensor's data as JSON",
-        )
+    if BINARY_DATA_HEADER in request.headers:
+        return error_response(400, BINARY_DATA_REFUSED)
     body = await read_json(request, sidecar.config.max_body_bytes)
     if isinstance(body, web.Response):
         return body
